@@ -1,0 +1,169 @@
+"""The Backend protocol and the records that cross it.
+
+A backend generates from token ids. It returns the sampled ids exactly as the inference server produced
+them (the matched stop token included, as SGLang does), one logprob per sampled id, a finish reason, and
+the weight-version spans that the output tokens were sampled under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from polar.errors import InvalidRequest, UnknownSamplingParameter
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"  # an end-of-turn / stop token or a stop string was matched
+    LENGTH = "length"  # max_new_tokens or the context window was reached
+    ABORT = "abort"  # the server aborted the request (pause in abort mode, explicit abort)
+
+
+class LogprobSemantics(StrEnum):
+    """What a logprob means. SGLang scales by temperature when sampling; vLLM (default) does not."""
+
+    TEMPERATURE_SCALED = "temperature_scaled"  # log_softmax(logits / T); raw when greedy (SGLang)
+    RAW = "raw"  # log_softmax(logits) regardless of temperature (vLLM raw_logprobs)
+
+
+class SamplingParams(BaseModel):
+    """Sampling parameters, named as SGLang names them. Unknown names are rejected, not dropped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_new_tokens: int = Field(default=128, ge=0)
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=-1)
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    min_new_tokens: int = Field(default=0, ge=0)
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    seed: int | None = None
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _one_stop_string(cls, value: object) -> object:
+        return (value,) if isinstance(value, str) else value
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, value: int) -> int:
+        if value == 0 or value < -1:
+            raise ValueError("top_k must be -1 (all tokens) or a positive integer")
+        return value
+
+    @classmethod
+    def parse(cls, raw: dict) -> SamplingParams:
+        """Validate a dict, turning pydantic's errors into Polar errors that name the field."""
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = ".".join(str(p) for p in first["loc"]) or "sampling_params"
+            if first["type"] == "extra_forbidden":
+                known = ", ".join(cls.model_fields)
+                raise UnknownSamplingParameter(
+                    f"unknown sampling parameter {name!r}; expected one of {known}", field=name
+                ) from None
+            raise InvalidRequest(f"invalid sampling parameter {name!r}: {first['msg']}", field=name) from None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < 1e-6  # SGLang's _SAMPLING_EPS: treated as top_k=1
+
+
+@dataclass(frozen=True)
+class VersionSpan:
+    """Output tokens [start, end) were sampled under weight ``version``."""
+
+    version: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    input_ids: tuple[int, ...]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    output_ids: tuple[int, ...]
+    output_logprobs: tuple[float, ...]
+    finish_reason: FinishReason
+    matched_stop: int | str | None
+    version_spans: tuple[VersionSpan, ...]
+    prompt_tokens: int
+    logprob_semantics: LogprobSemantics
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+
+    @property
+    def weight_version(self) -> str | None:
+        return self.version_spans[-1].version if self.version_spans else None
+
+
+@dataclass(frozen=True)
+class GenerateChunk:
+    """New output tokens since the previous chunk; the last chunk carries ``final``."""
+
+    output_ids: tuple[int, ...]
+    output_logprobs: tuple[float, ...]
+    final: GenerateResult | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Token-in/token-out generation. Implementations: local, sglang, vllm (see ``polar.backends``)."""
+
+    name: str
+
+    @property
+    def context_length(self) -> int: ...
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult: ...
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]: ...
+
+    async def weight_version(self) -> str: ...
+
+    async def aclose(self) -> None: ...
+
+
+def spans_from_events(events: list[tuple[str, int]], final_version: str, n_output: int) -> tuple[VersionSpan, ...]:
+    """SGLang's compute_weight_version_spans: ``events`` are (old_version, n_output_tokens_at_update)."""
+    spans: list[VersionSpan] = []
+    start = 0
+    for old_version, at in events:
+        if at > start:
+            spans.append(VersionSpan(old_version, start, at))
+            start = at
+    spans.append(VersionSpan(final_version, start, n_output))
+    # Adjacent spans with the same version (an update to the same label) collapse into one.
+    merged: list[VersionSpan] = []
+    for span in spans:
+        if merged and merged[-1].version == span.version:
+            merged[-1] = VersionSpan(span.version, merged[-1].start, span.end)
+        else:
+            merged.append(span)
+    return tuple(merged)
+
+
+async def collect(chunks: AsyncIterator[GenerateChunk]) -> GenerateResult:
+    """Drain a stream and return its final result."""
+    final = None
+    async for chunk in chunks:
+        final = chunk.final or final
+    if final is None:
+        from polar.errors import BackendProtocolError
+
+        raise BackendProtocolError("stream ended without a final chunk")
+    return final

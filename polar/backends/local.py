@@ -1,0 +1,52 @@
+"""The ``local`` backend: the in-process engine behind the Backend protocol (the embedded default)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import torch
+
+from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, LogprobSemantics, collect
+from polar.models.engine import LocalEngine
+from polar.models.tiny import ensure_model_dir, get_spec
+from polar.tokens.tokenizer import load_tokenizer
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, engine: LocalEngine):
+        self.engine = engine
+
+    @classmethod
+    def from_spec(
+        cls,
+        model: str,
+        cache_dir: Path,
+        *,
+        threads: int = 1,
+        semantics: LogprobSemantics = LogprobSemantics.TEMPERATURE_SCALED,
+    ) -> LocalBackend:
+        model_dir = ensure_model_dir(model, cache_dir)
+        tokenizer = load_tokenizer(get_spec(model).tokenizer, cache_dir)
+        return cls(LocalEngine(model_dir, tokenizer, threads=threads, semantics=semantics))
+
+    @property
+    def context_length(self) -> int:
+        return self.engine.context_length
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        return await collect(self.stream(request))
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        return self.engine.stream(request)
+
+    async def weight_version(self) -> str:
+        return self.engine.weight_version
+
+    async def load_weights(self, source: Path | dict[str, torch.Tensor], version: str) -> None:
+        await self.engine.load_weights(source, version)
+
+    async def aclose(self) -> None:
+        self.engine.close()

@@ -1,0 +1,81 @@
+"""One exception hierarchy for the whole library.
+
+Each server maps these to its own protocol in one place (a status code and an error type); the classes
+carry what that mapping needs. Messages name the offending field or value.
+"""
+
+from __future__ import annotations
+
+
+class PolarError(Exception):
+    """Base of every error Polar raises on purpose."""
+
+    status_code: int = 500
+    error_type: str = "internal_error"
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidRequest(PolarError):
+    """The caller sent something malformed: a wrong type, a missing field, an unknown parameter."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class UnknownSamplingParameter(InvalidRequest):
+    """A sampling parameter the backend does not know (SGLang rejects these with 400 as well)."""
+
+
+class ContextLengthExceeded(InvalidRequest):
+    """The prompt (plus what must be generated) does not fit the model's context window."""
+
+    error_type = "context_length_exceeded"
+
+    def __init__(self, prompt_tokens: int, context_length: int):
+        super().__init__(
+            f"prompt has {prompt_tokens} tokens but the model's context window is {context_length} tokens",
+            field="prompt",
+        )
+        self.prompt_tokens = prompt_tokens
+        self.context_length = context_length
+
+
+class TemplateError(InvalidRequest):
+    """A message list the chat template cannot render (unknown role, tool result without a call id, ...)."""
+
+
+class BackendError(PolarError):
+    """The inference backend failed."""
+
+    status_code = 502
+    error_type = "backend_error"
+
+
+class BackendUnavailable(BackendError):
+    """The backend could not be reached (connection refused, DNS, timeout)."""
+
+    status_code = 503
+    error_type = "backend_unavailable"
+
+
+class BackendProtocolError(BackendError):
+    """The backend answered, but not in the wire format we expect."""
+
+    error_type = "backend_protocol_error"
+
+
+class GenerationAborted(BackendError):
+    """The backend aborted the generation (pause in abort mode, explicit abort)."""
+
+    error_type = "generation_aborted"
+
+
+class StoreError(PolarError):
+    """The store (database) failed or is unreachable."""
+
+    status_code = 503
+    error_type = "store_unavailable"

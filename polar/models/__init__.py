@@ -1,0 +1,1 @@
+"""The local model: tiny seeded Qwen3-style fixtures and an in-process generation engine."""

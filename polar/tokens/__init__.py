@@ -1,0 +1,1 @@
+"""Tokens: tokenizer, chat template, prompt building (canonical and append mode), output parsers."""

@@ -1,0 +1,90 @@
+"""Does a new request extend an earlier call's conversation?
+
+Harnesses re-send the whole history on every call, echoing the model's earlier reply in their own way:
+tool-call ids are rewritten (Gemini CLI: ``write_file_<ts>_0``), JSON arguments are re-serialised,
+reasoning is dropped or kept, text and tool calls of one reply may come back as several assistant
+messages, whitespace around text is trimmed. The comparison here is semantic so that none of these
+break append mode; anything that changes meaning (different text, different arguments, a different
+tool list) does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
+
+
+def _same_calls(a: Sequence[ToolCall], b: Sequence[ToolCall]) -> bool:
+    return len(a) == len(b) and all(
+        x.name == y.name and x.parsed_arguments() == y.parsed_arguments() for x, y in zip(a, b)
+    )
+
+
+def same_message(a: Message, b: Message) -> bool:
+    """History equality: role, trimmed text, reasoning, tool calls by name and JSON-equal arguments.
+
+    Tool-call ids are ignored: they are the harness's bookkeeping, not something the model saw.
+    """
+    return (
+        a.role is b.role
+        and a.content.strip() == b.content.strip()
+        and (a.reasoning or "").strip() == (b.reasoning or "").strip()
+        and _same_calls(a.tool_calls, b.tool_calls)
+    )
+
+
+def same_tools(a: Sequence[ToolSpec], b: Sequence[ToolSpec]) -> bool:
+    return len(a) == len(b) and all(
+        x.name == y.name and x.description == y.description and x.parameters == y.parameters for x, y in zip(a, b)
+    )
+
+
+def echo_length(messages: Sequence[Message], start: int, reply: Message) -> int | None:
+    """How many messages from ``start`` echo ``reply``; None when they do not.
+
+    The echo is one or more consecutive assistant messages whose texts, joined, equal the reply's text and
+    whose tool calls, concatenated, equal the reply's calls. Reasoning must match when the harness echoes
+    it; a harness that drops reasoning still matches.
+    """
+    end = start
+    while end < len(messages) and messages[end].role is Role.ASSISTANT:
+        end += 1
+    if end == start:
+        return None
+    # Prefer the shortest run that matches: a following assistant message may be a new turn of its own.
+    for stop in range(start + 1, end + 1):
+        run = messages[start:stop]
+        text = "".join(m.content.strip() for m in run)
+        reasoning = "".join((m.reasoning or "").strip() for m in run)
+        calls = [c for m in run for c in m.tool_calls]
+        if (
+            text == reply.content.strip()
+            and _same_calls(calls, reply.tool_calls)
+            and (not reasoning or reasoning == (reply.reasoning or "").strip())
+        ):
+            return stop - start
+    return None
+
+
+def extension_start(
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec],
+    prior_messages: Sequence[Message],
+    prior_tools: Sequence[ToolSpec],
+    prior_reply: Message,
+) -> int | None:
+    """Index of the first new message when ``messages`` = prior messages + echoed reply + new messages.
+
+    Returns None when the request does not extend the prior call (history edited, tools changed, reply not
+    echoed, or nothing new after the echo).
+    """
+    n = len(prior_messages)
+    if len(messages) <= n or not same_tools(tools, prior_tools):
+        return None
+    if not all(same_message(a, b) for a, b in zip(messages[:n], prior_messages)):
+        return None
+    echoed = echo_length(messages, n, prior_reply)
+    if echoed is None or n + echoed >= len(messages):
+        return None
+    return n + echoed

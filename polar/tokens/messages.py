@@ -1,0 +1,74 @@
+"""The canonical chat: what every provider protocol is translated into before rendering.
+
+Tool-call arguments are kept as the JSON text the model (or the harness) wrote; comparisons use the parsed
+value so that re-serialised echoes (``{"a":1}`` vs ``{"a": 1}``) still compare equal.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Role(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: str  # JSON text, as written by the model or echoed by the harness
+    id: str | None = None
+
+    def parsed_arguments(self) -> Any:
+        """The arguments as a JSON value, or the raw text when it is not valid JSON."""
+        try:
+            return json.loads(self.arguments)
+        except (json.JSONDecodeError, TypeError):
+            return self.arguments
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call. ``parameters`` is a JSON schema."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str = ""
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None  # on tool results
+    name: str | None = None  # tool name on tool results, when the protocol gives it
+
+
+def system(text: str) -> Message:
+    return Message(Role.SYSTEM, text)
+
+
+def user(text: str) -> Message:
+    return Message(Role.USER, text)
+
+
+def assistant(text: str = "", *, reasoning: str | None = None, tool_calls: tuple[ToolCall, ...] = ()) -> Message:
+    return Message(Role.ASSISTANT, text, reasoning=reasoning, tool_calls=tool_calls)
+
+
+def tool_result(text: str, call_id: str | None = None, name: str | None = None) -> Message:
+    return Message(Role.TOOL, text, tool_call_id=call_id, name=name)

@@ -1,0 +1,111 @@
+"""Prompt building: canonical renders and append-mode prompts (DESIGN §2.2).
+
+Append mode: when a request extends an earlier call of the same session (its messages, that call's reply
+as the harness echoed it, then new messages), the prompt is
+
+    earlier prompt ids + earlier sampled ids (+ end-of-turn if the reply did not end with one)
+    + tokens of the newly rendered messages only,
+
+so the model conditions on exactly the ids it sampled and the per-turn cost does not grow with the
+conversation. Anything else is rendered canonically (whole conversation, tokenized at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from polar.settings import RenderMode
+from polar.tokens.matching import extension_start
+from polar.tokens.messages import Message, ToolSpec
+from polar.tokens.template import ChatTemplate
+from polar.tokens.tokenizer import ChatTokenizer
+
+
+@dataclass(frozen=True)
+class PriorCall:
+    """An earlier call in the session: what it was asked and the ids it sampled."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...]
+    reply: Message  # the reply as parsed from the sampled text
+    prompt_ids: tuple[int, ...]  # the full prompt
+    output_ids: tuple[int, ...]  # as the backend returned them (end-of-turn included when sampled)
+    ref: Any = None  # the caller's handle (a capture id)
+
+    @property
+    def sequence_length(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Prompt ids plus their place in the capture tree.
+
+    ``ids == (parent.prompt_ids + parent.output_ids)[:prefix_len] + delta_ids``; a root has no parent and
+    ``prefix_len == 0``.
+    """
+
+    ids: tuple[int, ...]
+    mode: RenderMode
+    parent: PriorCall | None = None
+    prefix_len: int = 0
+    fallback_reason: str | None = None  # why append mode did not apply, when it was asked for
+
+    @property
+    def delta_ids(self) -> tuple[int, ...]:
+        return self.ids[self.prefix_len :]
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class PromptBuilder:
+    """Turns canonical messages into prompt ids, reusing earlier calls' ids in append mode."""
+
+    def __init__(self, tokenizer: ChatTokenizer, template: ChatTemplate | None = None):
+        self.tokenizer = tokenizer
+        self.template = template or ChatTemplate()
+
+    def canonical_ids(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(self.template.render(messages, tools)))
+
+    def find_parent(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], candidates: Sequence[PriorCall]
+    ) -> tuple[PriorCall, int] | None:
+        """The deepest earlier call this request extends, and where its new messages start."""
+        best: tuple[PriorCall, int] | None = None
+        for prior in candidates:
+            start = extension_start(messages, tools, prior.messages, prior.tools, prior.reply)
+            if start is not None and (best is None or start > best[1]):
+                best = (prior, start)
+        return best
+
+    def build(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        candidates: Sequence[PriorCall] = (),
+        mode: RenderMode = RenderMode.APPEND,
+    ) -> Prompt:
+        found = self.find_parent(messages, tools, candidates)
+        if found is None:
+            reason = "no earlier call is extended by this request" if candidates else None
+            return Prompt(self.canonical_ids(messages, tools), mode=RenderMode.CANONICAL, fallback_reason=reason)
+        parent, start = found
+        if mode is RenderMode.CANONICAL:
+            # Still a child in the tree; prefix_len says how much of what the model sampled survived.
+            ids = self.canonical_ids(messages, tools)
+            shared = _common_prefix(ids, parent.prompt_ids + parent.output_ids)
+            return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared)
+        glue = [] if parent.output_ids[-1:] == (self.tokenizer.im_end_id,) else [self.tokenizer.im_end_id]
+        # The template puts "\n" after every end-of-turn; it opens the new text.
+        new_ids = self.tokenizer.encode("\n" + self.template.render_tail(messages[start:]))
+        prefix = parent.prompt_ids + parent.output_ids
+        return Prompt(prefix + tuple(glue) + tuple(new_ids), mode=RenderMode.APPEND, parent=parent, prefix_len=len(prefix))

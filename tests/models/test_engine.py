@@ -1,0 +1,158 @@
+"""The local engine: SGLang's sampling and logprob semantics, stops, context limits, weights, pause."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from polar.backends.base import FinishReason, GenerateRequest, LogprobSemantics, SamplingParams, collect
+from polar.errors import ContextLengthExceeded, InvalidRequest, UnknownSamplingParameter
+from polar.models.engine import LocalEngine, PauseMode
+from polar.models.sampling import rescore
+
+
+def prompt(tokenizer, text: str = "hello there") -> tuple[int, ...]:
+    return tuple(tokenizer.encode(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"))
+
+
+async def run(engine, ids, **sampling):
+    return await collect(engine.stream(GenerateRequest(ids, SamplingParams(**sampling))))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.3])
+@pytest.mark.parametrize("semantics", list(LogprobSemantics))
+async def test_logprobs_match_teacher_forced_rescore(tiny_model_dir, small_tokenizer, temperature, semantics):
+    engine = LocalEngine(tiny_model_dir, small_tokenizer, semantics=semantics)
+    ids = prompt(small_tokenizer)
+    result = await run(engine, ids, max_new_tokens=64, temperature=temperature, seed=7, ignore_eos=True)
+    assert len(result.output_ids) == len(result.output_logprobs) == 64
+    expected = rescore(engine.model, list(ids) + list(result.output_ids), len(ids), temperature, semantics)
+    assert max(abs(a - b) for a, b in zip(expected, result.output_logprobs)) < 1e-5
+    assert result.logprob_semantics is semantics
+    engine.close()
+
+
+async def test_seed_makes_sampling_reproducible(engine, small_tokenizer):
+    ids = prompt(small_tokenizer)
+    a = await run(engine, ids, max_new_tokens=32, temperature=1.0, seed=3, ignore_eos=True)
+    b = await run(engine, ids, max_new_tokens=32, temperature=1.0, seed=3, ignore_eos=True)
+    c = await run(engine, ids, max_new_tokens=32, temperature=1.0, seed=4, ignore_eos=True)
+    assert a.output_ids == b.output_ids and a.output_logprobs == b.output_logprobs
+    assert a.output_ids != c.output_ids
+
+
+async def test_stop_token_is_kept_with_its_logprob(engine, small_tokenizer):
+    ids = prompt(small_tokenizer)
+    free = await run(engine, ids, max_new_tokens=40, temperature=0.0)
+    stop_at = free.output_ids[5]
+    result = await run(engine, ids, max_new_tokens=40, temperature=0.0, stop_token_ids=[stop_at])
+    assert result.finish_reason is FinishReason.STOP and result.matched_stop == stop_at
+    assert result.output_ids[-1] == stop_at and len(result.output_logprobs) == len(result.output_ids)
+    assert result.output_ids == free.output_ids[: free.output_ids.index(stop_at) + 1]
+
+
+async def test_stop_string_cuts_after_the_completing_token(engine, small_tokenizer):
+    ids = prompt(small_tokenizer)
+    free = await run(engine, ids, max_new_tokens=40, temperature=0.0)
+    text = small_tokenizer.decode(free.output_ids)
+    stop = text[10:13]
+    result = await run(engine, ids, max_new_tokens=40, temperature=0.0, stop=[stop])
+    assert result.finish_reason is FinishReason.STOP and result.matched_stop == stop
+    decoded = small_tokenizer.decode(result.output_ids)
+    assert stop in decoded and stop not in small_tokenizer.decode(result.output_ids[:-1])
+
+
+async def test_length_and_min_new_tokens(engine, small_tokenizer):
+    ids = prompt(small_tokenizer)
+    result = await run(engine, ids, max_new_tokens=5, temperature=0.0, ignore_eos=True)
+    assert result.finish_reason is FinishReason.LENGTH and len(result.output_ids) == 5
+    eos = next(iter(small_tokenizer.eos_ids))
+    early = await run(engine, ids, max_new_tokens=30, temperature=1.0, seed=1, min_new_tokens=20, stop_token_ids=[eos])
+    assert not set(early.output_ids[:20]) & (small_tokenizer.eos_ids | {eos})
+
+
+async def test_generation_is_capped_by_the_context_window(engine, small_tokenizer):
+    ids = (small_tokenizer.im_start_id,) * (engine.context_length - 3)
+    result = await run(engine, ids, max_new_tokens=50, temperature=0.0, ignore_eos=True)
+    assert result.finish_reason is FinishReason.LENGTH and len(result.output_ids) == 3
+
+
+async def test_bad_input_gets_named_errors(engine, small_tokenizer):
+    with pytest.raises(ContextLengthExceeded, match="context window is 4096"):
+        await run(engine, (1,) * 5000)
+    with pytest.raises(InvalidRequest, match="input_ids must not be empty"):
+        await run(engine, ())
+    with pytest.raises(InvalidRequest, match="outside the vocabulary"):
+        await run(engine, (1, 999_999))
+    with pytest.raises(UnknownSamplingParameter, match="'max_tokens'"):
+        SamplingParams.parse({"max_tokens": 3})
+    with pytest.raises(InvalidRequest, match="'temperature'"):
+        SamplingParams.parse({"temperature": "hot"})
+
+
+async def test_concurrent_generations_interleave(engine, small_tokenizer):
+    ids = prompt(small_tokenizer)
+    alone = await run(engine, ids, max_new_tokens=20, temperature=1.0, seed=11, ignore_eos=True)
+    together = await asyncio.gather(
+        *(run(engine, ids, max_new_tokens=20, temperature=1.0, seed=11, ignore_eos=True) for _ in range(4))
+    )
+    assert all(r.output_ids == alone.output_ids for r in together)
+
+
+def perturbed(model) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    return {k: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in model.state_dict().items()}
+
+
+async def test_weight_update_mid_generation_records_version_spans(tiny_model_dir, small_tokenizer):
+    engine = LocalEngine(tiny_model_dir, small_tokenizer)
+    ids = prompt(small_tokenizer)
+    new_weights = perturbed(engine.model)
+    chunks = engine.stream(GenerateRequest(ids, SamplingParams(max_new_tokens=60, temperature=0.0, ignore_eos=True)))
+    seen = 0
+    async for chunk in chunks:
+        seen += len(chunk.output_ids)
+        if seen == 25:
+            await engine.load_weights(new_weights, "v1")
+        if chunk.final:
+            result = chunk.final
+    spans = [(s.version, s.start, s.end) for s in result.version_spans]
+    assert spans[0][0] == "default" and spans[-1] == ("v1", spans[-1][1], 60)
+    assert spans[0][2] == spans[-1][1] and 25 <= spans[-1][1] <= 27
+    after = await run(engine, ids, max_new_tokens=10, temperature=0.0, ignore_eos=True)
+    assert [s.version for s in after.version_spans] == ["v1"]
+    expected = rescore(engine.model, list(ids) + list(after.output_ids), len(ids), 0.0, engine.semantics)
+    assert max(abs(a - b) for a, b in zip(expected, after.output_logprobs)) < 1e-5
+    engine.close()
+
+
+async def test_pause_abort_returns_partial_output(engine, small_tokenizer):
+    ids = prompt(small_tokenizer)
+    task = asyncio.create_task(run(engine, ids, max_new_tokens=2000, temperature=0.0, ignore_eos=True))
+    await asyncio.sleep(0.2)
+    engine.pause(PauseMode.ABORT)
+    result = await task
+    engine.resume()
+    assert result.finish_reason is FinishReason.ABORT and 0 < len(result.output_ids) < 2000
+    assert len(result.output_logprobs) == len(result.output_ids)
+
+
+@pytest.mark.parametrize("mode", [PauseMode.IN_PLACE, PauseMode.RETRACT])
+async def test_pause_freezes_and_resume_completes(tiny_model_dir, small_tokenizer, mode):
+    engine = LocalEngine(tiny_model_dir, small_tokenizer)
+    ids = prompt(small_tokenizer)
+    reference = await run(engine, ids, max_new_tokens=80, temperature=0.0, ignore_eos=True)
+    task = asyncio.create_task(run(engine, ids, max_new_tokens=80, temperature=0.0, ignore_eos=True))
+    await asyncio.sleep(0.05)
+    engine.pause(mode)
+    await asyncio.sleep(0.1)
+    assert not task.done()
+    engine.resume()
+    result = await task
+    assert result.finish_reason is FinishReason.LENGTH
+    # Same weights: freezing (and, under retract, recomputing the prefix) does not change what is sampled.
+    assert result.output_ids == reference.output_ids
+    assert max(abs(a - b) for a, b in zip(result.output_logprobs, reference.output_logprobs)) < 1e-5
+    engine.close()

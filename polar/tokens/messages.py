@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import StrEnum
 from typing import Any
 
@@ -25,12 +26,16 @@ class ToolCall:
     arguments: str  # JSON text, as written by the model or echoed by the harness
     id: str | None = None
 
-    def parsed_arguments(self) -> Any:
-        """The arguments as a JSON value, or the raw text when it is not valid JSON."""
+    @cached_property
+    def _parsed(self) -> Any:
         try:
             return json.loads(self.arguments)
         except (json.JSONDecodeError, TypeError):
             return self.arguments
+
+    def parsed_arguments(self) -> Any:
+        """The arguments as a JSON value, or the raw text when it is not valid JSON (parsed once)."""
+        return self._parsed
 
 
 @dataclass(frozen=True)

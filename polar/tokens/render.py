@@ -79,13 +79,13 @@ class PromptBuilder:
     def find_parent(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], candidates: Sequence[PriorCall]
     ) -> tuple[PriorCall, int] | None:
-        """The deepest earlier call this request extends, and where its new messages start."""
-        best: tuple[PriorCall, int] | None = None
-        for prior in candidates:
+        """The deepest earlier call this request extends (the latest one among equals), and where its
+        new messages start. Deepest first, so the usual case (the previous turn) costs one comparison."""
+        for prior in sorted(reversed(candidates), key=lambda p: len(p.messages), reverse=True):
             start = extension_start(messages, tools, prior.messages, prior.tools, prior.reply)
-            if start is not None and (best is None or start > best[1]):
-                best = (prior, start)
-        return best
+            if start is not None:
+                return prior, start
+        return None
 
     def build(
         self,

@@ -1,0 +1,33 @@
+# The two commands of README.md: `make demo` (the main job, embedded defaults) and `make test`.
+# Both create the virtual environment on first use.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The tests run against SQLite and, through this URL, against Postgres (the machine's server).
+POLAR_TEST_POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
+export POLAR_TEST_POSTGRES_URL
+
+.PHONY: demo test test-fast venv clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, so the CPU wheel (found via PIP_FIND_LINKS) satisfies the pin before anything else asks.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@
+
+demo: venv
+	$(BIN)/polar demo
+
+test: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -x -p no:cacheprovider -m "not slow"
+
+clean:
+	rm -rf $(VENV)

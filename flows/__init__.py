@@ -1,0 +1,1 @@
+"""Thin Prefect wrappers around ``polar.rollout`` stages (the rollout, batch and maintenance flows)."""

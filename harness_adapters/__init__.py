@@ -1,0 +1,1 @@
+"""One small declarative module per agent harness (Codex, Claude Code, Gemini CLI, ...), behind a registry."""

@@ -1,0 +1,44 @@
+"""Backend registry: settings → a connected Backend. Core code never names a backend directly."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from polar.backends.base import Backend
+from polar.errors import InvalidRequest
+from polar.settings import BackendKind, Settings
+
+
+async def _local(settings: Settings) -> Backend:
+    from polar.backends.local import LocalBackend
+
+    return LocalBackend.from_spec(settings.model, settings.cache_dir, threads=settings.torch_threads)
+
+
+def _require_url(settings: Settings) -> str:
+    if not settings.backend_url:
+        raise InvalidRequest(f"POLAR_BACKEND_URL is required for the {settings.backend} backend", field="backend_url")
+    return settings.backend_url
+
+
+async def _sglang(settings: Settings) -> Backend:
+    from polar.backends.sglang import SGLangBackend
+
+    return await SGLangBackend.connect(_require_url(settings), timeout_s=settings.backend_timeout_s)
+
+
+async def _vllm(settings: Settings) -> Backend:
+    from polar.backends.vllm import VLLMBackend
+
+    return await VLLMBackend.connect(_require_url(settings), timeout_s=settings.backend_timeout_s)
+
+
+BACKENDS: dict[BackendKind, Callable[[Settings], Awaitable[Backend]]] = {
+    BackendKind.LOCAL: _local,
+    BackendKind.SGLANG: _sglang,
+    BackendKind.VLLM: _vllm,
+}
+
+
+async def make_backend(settings: Settings) -> Backend:
+    return await BACKENDS[settings.backend](settings)

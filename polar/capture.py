@@ -1,0 +1,61 @@
+"""Turning one generation into one capture row (the store's unit of record, DESIGN §3)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from db.enums import CaptureStatus
+from db.models import Capture
+from polar.backends.base import GenerateResult, SamplingParams
+from polar.tokens.render import Prompt
+
+
+def capture_row(
+    *,
+    rollout_id: str,
+    seq: int,
+    protocol: str,
+    model: str,
+    backend: str,
+    request_json: dict[str, Any],
+    prompt: Prompt,
+    sampling: SamplingParams,
+    result: GenerateResult | None,
+    response_json: dict[str, Any] | None = None,
+    error: str | None = None,
+) -> Capture:
+    """A Capture holding the prompt as a capture-tree delta and the sampled ids exactly as returned.
+
+    ``prompt.parent.ref`` must be the parent capture's id. A failed generation (``result is None``) is
+    recorded as an ERROR capture with its prompt, so nothing that was asked is lost.
+    """
+    parent = prompt.parent
+    return Capture(
+        rollout_id=rollout_id,
+        seq=seq,
+        protocol=protocol,
+        model=model,
+        backend=backend,
+        request_json=request_json,
+        response_json=response_json,
+        parent_id=parent.ref if parent is not None else None,
+        prefix_len=prompt.prefix_len,
+        prompt_delta_ids=list(prompt.delta_ids),
+        output_ids=list(result.output_ids) if result else [],
+        output_logprobs=list(result.output_logprobs) if result else [],
+        finish_reason=result.finish_reason.value if result else None,
+        matched_stop=result.matched_stop if result else None,
+        weight_version=result.weight_version if result else None,
+        version_spans=[asdict(s) for s in result.version_spans] if result else [],
+        sampling_params=sampling.model_dump(mode="json"),
+        render_mode=prompt.mode.value,
+        logprob_semantics=result.logprob_semantics.value if result else None,
+        status=CaptureStatus.OK if result else CaptureStatus.ERROR,
+        error=error,
+        latency_s=result.e2e_s if result else None,
+        ttft_s=result.ttft_s if result else None,
+        n_prompt=len(prompt.ids),
+        n_prompt_delta=len(prompt.delta_ids),
+        n_output=len(result.output_ids) if result else 0,
+    )

@@ -1,0 +1,102 @@
+"""The ``polar`` command. Each subcommand is a thin shell over a library function."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from polar.errors import PolarError
+from polar.settings import get_settings
+
+
+def _db(args: argparse.Namespace) -> None:
+    from db import migrate
+
+    url = args.url or get_settings().resolved_database_url
+    if args.action == "upgrade":
+        migrate.upgrade(url, args.revision or "head")
+        print(f"database at {url} is at {migrate.current(url)}")
+    elif args.action == "downgrade":
+        migrate.downgrade(url, args.revision or "base")
+        print(f"database at {url} is at {migrate.current(url) or 'base'}")
+    else:
+        print(migrate.current(url) or "base")
+
+
+def _serve_model(args: argparse.Namespace) -> None:
+    from polar.models.engine import LocalEngine
+    from polar.models.tiny import ensure_model_dir, get_spec
+    from polar.serving import serve
+    from polar.tokens.tokenizer import load_tokenizer
+
+    settings = get_settings()
+    model = args.model or settings.model
+    engine = LocalEngine(
+        ensure_model_dir(model, settings.cache_dir),
+        load_tokenizer(get_spec(model).tokenizer, settings.cache_dir),
+        threads=settings.torch_threads,
+    )
+    serve(
+        args.host,
+        args.port,
+        engine,
+        served_model_name=model,
+        incremental_streaming=args.incremental_streaming_output,
+    )
+
+
+def _generate(args: argparse.Namespace) -> None:
+    from polar.generate import generate_reply
+
+    print(json.dumps(asyncio.run(generate_reply(get_settings(), args.prompt, args.max_new_tokens, args.temperature)), indent=1))
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from polar.demo import run_demo
+
+    asyncio.run(run_demo(get_settings(), turns=args.turns))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="polar", description="Polar: token-faithful rollouts for real agent harnesses")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    db = sub.add_parser("db", help="database migrations")
+    db.add_argument("action", choices=["upgrade", "downgrade", "current"])
+    db.add_argument("revision", nargs="?")
+    db.add_argument("--url", help="database URL (default: POLAR_DATABASE_URL or the SQLite file in POLAR_HOME)")
+    db.set_defaults(func=_db)
+
+    serve = sub.add_parser("serve-model", help="serve the local model with SGLang's /generate wire format")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=30000)
+    serve.add_argument("--model", help="local model spec (default: POLAR_MODEL)")
+    serve.add_argument("--incremental-streaming-output", action="store_true", help="stream deltas, not cumulative chunks")
+    serve.set_defaults(func=_serve_model)
+
+    gen = sub.add_parser("generate", help="one chat turn through the configured backend, printed as JSON")
+    gen.add_argument("prompt")
+    gen.add_argument("--max-new-tokens", type=int, default=32)
+    gen.add_argument("--temperature", type=float, default=1.0)
+    gen.set_defaults(func=_generate)
+
+    demo = sub.add_parser("demo", help="the embedded main job (local model, SQLite)")
+    demo.add_argument("--turns", type=int, default=4)
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except PolarError as exc:
+        print(f"polar: error: {exc.message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

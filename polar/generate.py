@@ -1,0 +1,37 @@
+"""One chat turn through the configured backend (``polar generate``): render, generate, parse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from polar.backends.base import GenerateRequest, SamplingParams
+from polar.backends.registry import make_backend
+from polar.models.tiny import get_spec
+from polar.settings import Settings
+from polar.tokens.messages import user
+from polar.tokens.parsers import get_format
+from polar.tokens.render import PromptBuilder
+from polar.tokens.tokenizer import load_tokenizer
+
+
+async def generate_reply(settings: Settings, text: str, max_new_tokens: int, temperature: float) -> dict[str, Any]:
+    tokenizer = load_tokenizer(get_spec(settings.model).tokenizer, settings.cache_dir)
+    prompt = PromptBuilder(tokenizer).build([user(text)])
+    backend = await make_backend(settings)
+    try:
+        result = await backend.generate(
+            GenerateRequest(prompt.ids, SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature))
+        )
+    finally:
+        await backend.aclose()
+    parsed = get_format("hermes").parse(tokenizer.decode(result.output_ids, skip_special_tokens=True))
+    return {
+        "backend": backend.name,
+        "prompt_ids": list(prompt.ids),
+        "output_ids": list(result.output_ids),
+        "output_logprobs": list(result.output_logprobs),
+        "finish_reason": result.finish_reason.value,
+        "weight_version": result.weight_version,
+        "content": parsed.content,
+        "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in parsed.tool_calls],
+    }

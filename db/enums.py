@@ -1,0 +1,47 @@
+"""Status enums of the store's rows.
+
+Values equal names, are upper case, and are stored as plain strings (see ``db.models``), so SQL filters read
+``WHERE status = 'COMPLETED'``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskStatus(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class RolloutStatus(StrEnum):
+    """Where a rollout is: the four stages of its flow, then one terminal outcome."""
+
+    PENDING = "PENDING"
+    INIT = "INIT"
+    RUNNING = "RUNNING"
+    POSTRUN = "POSTRUN"
+    EVALUATING = "EVALUATING"
+    COMPLETED = "COMPLETED"
+    ERROR = "ERROR"
+    TIMEOUT = "TIMEOUT"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL_ROLLOUT_STATUSES
+
+
+_TERMINAL_ROLLOUT_STATUSES = frozenset(
+    {RolloutStatus.COMPLETED, RolloutStatus.ERROR, RolloutStatus.TIMEOUT, RolloutStatus.CANCELLED}
+)
+
+
+class CaptureStatus(StrEnum):
+    """Whether the backend call behind a capture succeeded; failed calls are kept for debugging."""
+
+    OK = "OK"
+    ERROR = "ERROR"

@@ -1,0 +1,251 @@
+"""The store's tables as SQLAlchemy 2 typed models.
+
+Tables: ``weight_versions``, ``tasks``, ``rollouts`` (one sample of a task = one gateway session), ``captures``
+(one backend call, forming a tree per session), ``trajectories`` (training sequences built from captures) and
+``evaluations``. Token arrays use the portable types of ``db.types``; every count a query may want is a plain
+integer column, so SQL never unpacks an array.
+
+Statuses are ``StrEnum``s stored as ``VARCHAR(16)`` without a native enum type or CHECK constraint: adding a
+status is then a code change, not a migration, and autogenerate compares the column exactly like the
+``String(16)`` the migrations create, on both databases. Values are validated when written.
+
+Relationships are ``lazy="raise"``: load them explicitly (``selectinload``) so no query runs by surprise.
+Child rows go with their rollout (``ON DELETE CASCADE``, honoured by the database, not by loading rows).
+Every change here ships an Alembic revision in ``db/migrations/versions``; the test suite checks they agree.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from db.enums import CaptureStatus, RolloutStatus, TaskStatus
+from db.types import FloatArray, IntArray, JSONType, UTCDateTime
+
+# Deterministic constraint names, so migrations can refer to them (and SQLite batch mode can drop them).
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only autoincrements an INTEGER PRIMARY KEY, not a BIGINT one.
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _status(enum_class: type[StrEnum]) -> sa.Enum:
+    return sa.Enum(
+        enum_class,
+        native_enum=False,
+        create_constraint=False,
+        length=16,
+        values_callable=lambda members: [member.value for member in members],
+        validate_strings=True,
+    )
+
+
+def _new_uuid() -> str:
+    return str(uuid.uuid4())
+
+
+def _created_at() -> Mapped[datetime]:
+    return mapped_column(UTCDateTime(), server_default=sa.func.now())
+
+
+def _rollout_fk(*, index: bool) -> Mapped[str]:
+    return mapped_column(sa.String(36), sa.ForeignKey("rollouts.id", ondelete="CASCADE"), index=index)
+
+
+class WeightVersion(Base):
+    """A published policy weight version; the current one is the latest row (highest id)."""
+
+    __tablename__ = "weight_versions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    version: Mapped[str] = mapped_column(sa.String(128), unique=True)
+    created_at: Mapped[datetime] = _created_at()
+    checkpoint_uri: Mapped[str | None] = mapped_column(sa.Text)
+    notes: Mapped[str | None] = mapped_column(sa.Text)
+
+
+class Task(Base):
+    """One task request: run ``num_samples`` rollouts of a harness on an instruction and evaluate them."""
+
+    __tablename__ = "tasks"
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True, default=_new_uuid)
+    instruction: Mapped[str] = mapped_column(sa.Text)
+    harness: Mapped[dict[str, Any]] = mapped_column(JSONType())
+    runtime: Mapped[dict[str, Any]] = mapped_column(JSONType())
+    evaluator: Mapped[dict[str, Any]] = mapped_column(JSONType())
+    builder: Mapped[str] = mapped_column(sa.String(64), server_default="prefix_merge")
+    num_samples: Mapped[int]
+    timeout_s: Mapped[float | None]
+    priority: Mapped[int] = mapped_column(server_default="0")
+    # "metadata" is reserved on declarative classes, hence the attribute name.
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType(), default=dict)
+    status: Mapped[TaskStatus] = mapped_column(_status(TaskStatus), default=TaskStatus.PENDING, index=True)
+    created_at: Mapped[datetime] = _created_at()
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=sa.func.now(), onupdate=sa.func.now())
+
+    rollouts: Mapped[list[Rollout]] = relationship(back_populates="task", lazy="raise", passive_deletes=True)
+
+
+class Rollout(Base):
+    """One sample of a task, which is one gateway session (a session may also exist without a task).
+
+    ``stage`` is the last completed stage and ``stage_results`` holds each completed stage's output, so a retried
+    rollout resumes at the failed stage. The weight-version range spans every capture of the session.
+    """
+
+    __tablename__ = "rollouts"
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True, default=_new_uuid)
+    task_id: Mapped[str | None] = mapped_column(
+        sa.String(36), sa.ForeignKey("tasks.id", ondelete="CASCADE"), index=True
+    )
+    sample_index: Mapped[int] = mapped_column(server_default="0")
+    status: Mapped[RolloutStatus] = mapped_column(_status(RolloutStatus), default=RolloutStatus.PENDING, index=True)
+    stage: Mapped[str | None] = mapped_column(sa.String(32))
+    stage_results: Mapped[dict[str, Any]] = mapped_column(JSONType(), default=dict)
+    stage_timings: Mapped[dict[str, Any]] = mapped_column(JSONType(), default=dict)
+    attempt: Mapped[int] = mapped_column(server_default="0")
+    flow_run_id: Mapped[str | None] = mapped_column(sa.String(64))
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    reward: Mapped[float | None]
+    weight_version_min: Mapped[str | None] = mapped_column(sa.String(128))
+    weight_version_max: Mapped[str | None] = mapped_column(sa.String(128))
+    # SHA-256 hex of the session's secret token; the token itself is never stored.
+    session_token_hash: Mapped[str | None] = mapped_column(sa.String(64), unique=True)
+    # How the session's model replies are produced when not sampled freely (e.g. scripted replies in tests).
+    policy: Mapped[dict[str, Any] | None] = mapped_column(JSONType())
+    created_at: Mapped[datetime] = _created_at()
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    task: Mapped[Task | None] = relationship(back_populates="rollouts", lazy="raise")
+    captures: Mapped[list[Capture]] = relationship(back_populates="rollout", lazy="raise", passive_deletes=True)
+    trajectories: Mapped[list[Trajectory]] = relationship(back_populates="rollout", lazy="raise", passive_deletes=True)
+    evaluations: Mapped[list[Evaluation]] = relationship(back_populates="rollout", lazy="raise", passive_deletes=True)
+
+
+class Capture(Base):
+    """One backend call made through the gateway, with the exact token ids and logprobs it sampled.
+
+    Capture-tree contract. A capture ``c`` with parent ``p`` extends ``p``'s conversation::
+
+        parent_sequence(c) = full_prompt_ids(p) + p.output_ids
+        full_prompt_ids(c) = parent_sequence(c)[:c.prefix_len] + c.prompt_delta_ids
+
+    A root has no parent, ``prefix_len == 0`` and its delta is its whole prompt. In append mode ``prefix_len``
+    is the whole parent sequence; a canonical re-render that shares only part of it has a shorter
+    ``prefix_len``. Storage grows with the tokens of a session, not with turns x context; root-to-leaf
+    paths are the merged trajectories. ``db.capture_tree.full_prompt_ids`` rebuilds a full prompt.
+    Counts are stored: ``n_prompt == len(full_prompt_ids(c))``, ``n_prompt_delta == len(prompt_delta_ids)``,
+    ``n_output == len(output_ids)``; the writer sets them.
+
+    ``version_spans`` lists ``{"version", "start", "end"}`` ranges of output token positions sampled under each
+    weight version (a generation can straddle a weight update); ``weight_version`` is the one it started with.
+    ``logprob_semantics`` says how the backend computed logprobs (e.g. scaled by temperature or not).
+    ``seq`` orders the captures of a rollout; the unique ``(rollout_id, seq)`` index also serves lookups by
+    rollout, so ``rollout_id`` has no index of its own (one index less on the gateway's hot insert path).
+    """
+
+    __tablename__ = "captures"
+    __table_args__ = (sa.UniqueConstraint("rollout_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[str] = _rollout_fk(index=False)
+    seq: Mapped[int]
+    protocol: Mapped[str] = mapped_column(sa.String(32))  # openai_chat | openai_responses | anthropic_messages | ...
+    model: Mapped[str] = mapped_column(sa.String(256))
+    request_json: Mapped[dict[str, Any]] = mapped_column(JSONType())
+    response_json: Mapped[dict[str, Any] | None] = mapped_column(JSONType())
+    parent_id: Mapped[int | None] = mapped_column(BigId, sa.ForeignKey("captures.id"), index=True)
+    prefix_len: Mapped[int] = mapped_column(server_default="0")
+    prompt_delta_ids: Mapped[list[int]] = mapped_column(IntArray())
+    output_ids: Mapped[list[int]] = mapped_column(IntArray())
+    output_logprobs: Mapped[list[float]] = mapped_column(FloatArray())
+    finish_reason: Mapped[str | None] = mapped_column(sa.String(32))
+    matched_stop: Mapped[Any | None] = mapped_column(JSONType())
+    weight_version: Mapped[str | None] = mapped_column(sa.String(128))
+    version_spans: Mapped[list[dict[str, Any]]] = mapped_column(JSONType(), default=list)
+    sampling_params: Mapped[dict[str, Any]] = mapped_column(JSONType(), default=dict)
+    render_mode: Mapped[str] = mapped_column(sa.String(16))  # append | canonical
+    backend: Mapped[str] = mapped_column(sa.String(32))
+    logprob_semantics: Mapped[str | None] = mapped_column(sa.String(32))
+    status: Mapped[CaptureStatus] = mapped_column(_status(CaptureStatus), default=CaptureStatus.OK)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    latency_s: Mapped[float | None]
+    ttft_s: Mapped[float | None]
+    n_prompt: Mapped[int]
+    n_prompt_delta: Mapped[int]
+    n_output: Mapped[int]
+    created_at: Mapped[datetime] = _created_at()
+
+    rollout: Mapped[Rollout] = relationship(back_populates="captures", lazy="raise")
+
+
+class Trajectory(Base):
+    """One training sequence built from a rollout's captures by ``builder`` (one per chain of the tree).
+
+    ``prompt_ids`` is the chain root's prompt; ``response_ids``, ``loss_mask`` and ``response_logprobs`` are
+    aligned (same length): mask 1 on sampled tokens, 0 on inserted ones. ``capture_ids`` lists the chain's
+    captures in order. A trainer claims a row by setting ``consumed_by``/``consumed_at``.
+    """
+
+    __tablename__ = "trajectories"
+    # The unique index leads with rollout_id, so it also serves lookups by rollout.
+    __table_args__ = (sa.UniqueConstraint("rollout_id", "builder", "chain_index"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[str] = _rollout_fk(index=False)
+    builder: Mapped[str] = mapped_column(sa.String(64))
+    chain_index: Mapped[int]
+    capture_ids: Mapped[list[int]] = mapped_column(JSONType())
+    prompt_ids: Mapped[list[int]] = mapped_column(IntArray())
+    response_ids: Mapped[list[int]] = mapped_column(IntArray())
+    loss_mask: Mapped[list[int]] = mapped_column(IntArray())
+    response_logprobs: Mapped[list[float]] = mapped_column(FloatArray())
+    reward: Mapped[float | None]
+    weight_version_min: Mapped[str | None] = mapped_column(sa.String(128))
+    weight_version_max: Mapped[str | None] = mapped_column(sa.String(128))
+    version_spans: Mapped[list[dict[str, Any]]] = mapped_column(JSONType(), default=list)
+    turn_count: Mapped[int]
+    n_prompt: Mapped[int]
+    n_response: Mapped[int]
+    n_loss_tokens: Mapped[int]
+    status: Mapped[str] = mapped_column(sa.String(16))  # the rollout outcome it came from, e.g. COMPLETED, TIMEOUT
+    consumed_by: Mapped[str | None] = mapped_column(sa.String(128))
+    consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = _created_at()
+
+    rollout: Mapped[Rollout] = relationship(back_populates="trajectories", lazy="raise")
+
+
+class Evaluation(Base):
+    """One evaluator's verdict on a rollout."""
+
+    __tablename__ = "evaluations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    rollout_id: Mapped[str] = _rollout_fk(index=True)
+    evaluator: Mapped[str] = mapped_column(sa.String(64))
+    reward: Mapped[float]
+    details: Mapped[dict[str, Any]] = mapped_column(JSONType(), default=dict)
+    duration_s: Mapped[float | None]
+    created_at: Mapped[datetime] = _created_at()
+
+    rollout: Mapped[Rollout] = relationship(back_populates="evaluations", lazy="raise")

@@ -7,6 +7,8 @@ import asyncio
 import json
 import sys
 
+from pydantic import ValidationError
+
 from polar.errors import PolarError
 from polar.settings import get_settings
 
@@ -94,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         args.func(args)
     except PolarError as exc:
         print(f"polar: error: {exc.message}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:  # settings from the environment
+        first = exc.errors()[0]
+        name = "POLAR_" + "_".join(str(p) for p in first["loc"]).upper()
+        print(f"polar: error: invalid setting {name}: {first['msg']}", file=sys.stderr)
         return 2
     return 0
 

@@ -30,6 +30,7 @@ class Settings(BaseSettings):
 
     home: Path = Field(default_factory=lambda: Path.home() / ".polar", description="data and cache folder")
     database_url: str = Field(default="", description="SQLAlchemy URL; empty means a SQLite file in home")
+    cache: Path | None = Field(default=None, description="built tokenizers and models; empty means home/cache")
 
     backend: BackendKind = BackendKind.LOCAL
     backend_url: str = Field(default="", description="base URL of an sglang or vllm server")
@@ -46,7 +47,7 @@ class Settings(BaseSettings):
 
     @property
     def cache_dir(self) -> Path:
-        return self.home / "cache"
+        return self.cache or self.home / "cache"
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,59 @@
+"""The ``polar`` command as a user runs it: migrations, one generation, the embedded demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from polar.cli import main
+
+
+def run_polar(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "polar.cli", *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def polar_env(tmp_path: Path, cache_dir: Path) -> dict[str, str]:
+    return {"POLAR_HOME": str(tmp_path / "home"), "POLAR_CACHE": str(cache_dir)}
+
+
+def test_db_upgrade_current_downgrade(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    assert main(["db", "upgrade", "--url", url]) == 0
+    assert "0001" in capsys.readouterr().out
+    assert main(["db", "downgrade", "base", "--url", url]) == 0
+    assert main(["db", "current", "--url", url]) == 0
+    assert capsys.readouterr().out.strip().endswith("base")
+
+
+def test_generate_prints_ids_and_logprobs(polar_env, tiny_model_dir):
+    proc = run_polar("generate", "Hello there", "--max-new-tokens", "8", env=polar_env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["backend"] == "local" and len(out["output_ids"]) == len(out["output_logprobs"]) <= 8
+    assert out["weight_version"] == "default" and out["finish_reason"] in ("stop", "length")
+
+
+def test_demo_records_one_exact_chain(polar_env, tiny_model_dir):
+    proc = run_polar("demo", "--turns", "3", env=polar_env)
+    assert proc.returncode == 0, proc.stderr
+    assert "captures: 3 in one chain; prompts rebuilt from the capture tree: exact" in proc.stdout
+    assert proc.stdout.count(" append ") == 2
+    assert (Path(polar_env["POLAR_HOME"]) / "polar.db").exists()
+
+
+def test_errors_are_reported_without_a_traceback(polar_env):
+    proc = run_polar("generate", "hi", env={**polar_env, "POLAR_BACKEND": "sglang"})
+    assert proc.returncode == 2
+    assert "POLAR_BACKEND_URL is required for the sglang backend" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_polar("generate", "hi", env={**polar_env, "POLAR_MODEL": "huge"})
+    assert proc.returncode == 2 and "unknown local model 'huge'" in proc.stderr
+    proc = run_polar("generate", "hi", env={**polar_env, "POLAR_BACKEND": "tgi"})
+    assert proc.returncode == 2 and "invalid setting POLAR_BACKEND" in proc.stderr and "Traceback" not in proc.stderr

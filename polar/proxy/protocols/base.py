@@ -1,0 +1,69 @@
+"""The codec contract: one module per wire family implements ``ProtocolCodec``.
+
+A codec is pure translation. It never talks to the backend or the store; it turns a request body into a
+``ChatRequest``, a ``Completion`` into the provider's JSON, parser events into the provider's SSE frames,
+and a ``PolarError`` into the provider's error shape. Streams are driven by the gateway:
+
+    encoder = codec.stream_encoder(meta)
+    frames = encoder.start()
+    for event in parser events (TextDelta, ReasoningDelta, ToolCallParsed): frames += encoder.on_event(event)
+    frames += encoder.finish(completion)        # after the capture is committed
+    # or, on failure after start: frames += encoder.error(err)
+
+Frames are complete SSE strings ("event: x\\ndata: {...}\\n\\n" or "data: {...}\\n\\n").
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from polar.errors import PolarError
+from polar.proxy.canonical import ChatRequest, Completion
+from polar.tokens.parsers import Event
+
+
+@dataclass(frozen=True)
+class StreamMeta:
+    """What a stream needs to know before the first token: ids and the prompt size (for usage)."""
+
+    completion_id: str
+    model: str
+    created: int
+    prompt_tokens: int
+
+
+class StreamEncoder(Protocol):
+    def start(self) -> list[str]: ...
+
+    def on_event(self, event: Event) -> list[str]: ...
+
+    def finish(self, completion: Completion) -> list[str]: ...
+
+    def error(self, error: PolarError) -> list[str]: ...
+
+
+class ProtocolCodec(Protocol):
+    name: str  # stored in captures.protocol: openai_chat | openai_responses | anthropic_messages | gemini
+
+    def parse_request(self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None) -> ChatRequest:
+        """Validate and translate a request body. Raises InvalidRequest naming the offending field.
+
+        ``path_model`` / ``path_stream`` carry what Gemini puts in the URL (model, streamGenerateContent).
+        """
+        ...
+
+    def response(self, completion: Completion) -> dict[str, Any]: ...
+
+    def stream_encoder(self, meta: StreamMeta) -> StreamEncoder: ...
+
+    def error_response(self, error: PolarError) -> tuple[int, dict[str, Any]]:
+        """Status code and body, in the provider's error shape, for an error before any byte was sent."""
+        ...
+
+
+def sse(data: Any, event: str | None = None) -> str:
+    """One SSE frame. Compact JSON, no ASCII escaping (the SDKs read UTF-8)."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"

@@ -49,6 +49,13 @@ def _serve_model(args: argparse.Namespace) -> None:
     )
 
 
+def _gateway(args: argparse.Namespace) -> None:
+    from polar.proxy.server import serve_gateway
+
+    settings = get_settings()
+    asyncio.run(serve_gateway(settings, args.host or settings.gateway_host, args.port or settings.gateway_port))
+
+
 def _generate(args: argparse.Namespace) -> None:
     from polar.generate import generate_reply
 
@@ -77,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", help="local model spec (default: POLAR_MODEL)")
     serve.add_argument("--incremental-streaming-output", action="store_true", help="stream deltas, not cumulative chunks")
     serve.set_defaults(func=_serve_model)
+
+    gateway = sub.add_parser("gateway", help="the model API gateway (OpenAI, Anthropic, Gemini protocols)")
+    gateway.add_argument("--host", help="default: POLAR_GATEWAY_HOST (127.0.0.1)")
+    gateway.add_argument("--port", type=int, help="default: POLAR_GATEWAY_PORT (8700)")
+    gateway.set_defaults(func=_gateway)
 
     gen = sub.add_parser("generate", help="one chat turn through the configured backend, printed as JSON")
     gen.add_argument("prompt")

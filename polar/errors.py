@@ -48,6 +48,30 @@ class TemplateError(InvalidRequest):
     """A message list the chat template cannot render (unknown role, tool result without a call id, ...)."""
 
 
+class AuthenticationError(PolarError):
+    """No credentials, or a key that belongs to no session. Sessions are never auto-created."""
+
+    status_code = 401
+    error_type = "authentication_error"
+
+
+class PermissionDenied(PolarError):
+    """Valid credentials that may not do this: a closed session, another session's data, no control token."""
+
+    status_code = 403
+    error_type = "permission_error"
+
+
+class NotFound(PolarError):
+    status_code = 404
+    error_type = "not_found_error"
+
+
+class PayloadTooLarge(InvalidRequest):
+    status_code = 413
+    error_type = "request_too_large"
+
+
 class BackendError(PolarError):
     """The inference backend failed."""
 

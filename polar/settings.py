@@ -39,6 +39,13 @@ class Settings(BaseSettings):
     torch_threads: int = 1
 
     render_mode: RenderMode = RenderMode.APPEND
+    tool_format: str = Field(default="hermes", description="tool-call syntax of the chat template")
+
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = 8700
+    control_token: str = Field(default="", description="when set, control endpoints need it as a Bearer token")
+    default_max_tokens: int = Field(default=2048, description="reply budget when the caller sets none")
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, description="larger request bodies get a 413")
     runtime: str = "local"
 
     @property

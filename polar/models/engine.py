@@ -175,6 +175,15 @@ class LocalEngine:
             return FinishReason.LENGTH, None
         return None
 
+    async def score(self, prompt_ids: list[int], output_ids: list[int], temperature: float) -> list[float]:
+        """Teacher-forced logprobs of ``output_ids`` after ``prompt_ids`` under the live weights."""
+        from polar.models.sampling import rescore
+
+        ids = [*prompt_ids, *output_ids]
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, rescore, self.model, ids, len(prompt_ids), temperature, self.semantics
+        )
+
     # ---- control ----------------------------------------------------------------------------------
 
     async def load_weights(self, source: Path | dict[str, torch.Tensor], version: str) -> None:

@@ -50,6 +50,7 @@ class Completion:
     finish_reason: FinishReason
     usage: Usage
     matched_stop: int | str | None = None  # a stop *string* the caller asked for, when one matched
+    malformed_tool_calls: int = 0  # tool-call blocks that did not parse (kept as text in ``content``)
 
     @property
     def stopped_on_sequence(self) -> bool:

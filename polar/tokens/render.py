@@ -30,7 +30,7 @@ class PriorCall:
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
     reply: Message  # the reply as parsed from the sampled text
-    prompt_ids: tuple[int, ...]  # the full prompt
+    prompt_ids: Sequence[int]  # the full prompt; may be lazy (len() without materialising it)
     output_ids: tuple[int, ...]  # as the backend returned them (end-of-turn included when sampled)
     ref: Any = None  # the caller's handle (a capture id)
 
@@ -102,10 +102,10 @@ class PromptBuilder:
         if mode is RenderMode.CANONICAL:
             # Still a child in the tree; prefix_len says how much of what the model sampled survived.
             ids = self.canonical_ids(messages, tools)
-            shared = _common_prefix(ids, parent.prompt_ids + parent.output_ids)
+            shared = _common_prefix(ids, (*parent.prompt_ids, *parent.output_ids))
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared)
         glue = [] if parent.output_ids[-1:] == (self.tokenizer.im_end_id,) else [self.tokenizer.im_end_id]
         # The template puts "\n" after every end-of-turn; it opens the new text.
         new_ids = self.tokenizer.encode("\n" + self.template.render_tail(messages[start:]))
-        prefix = parent.prompt_ids + parent.output_ids
+        prefix = (*parent.prompt_ids, *parent.output_ids)
         return Prompt(prefix + tuple(glue) + tuple(new_ids), mode=RenderMode.APPEND, parent=parent, prefix_len=len(prefix))

@@ -8,19 +8,17 @@ selected through the URL's ``options=-csearch_path=...`` (so the URL alone, hand
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, make_url, text
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from db.engine import make_engine, make_session_factory
 from db.migrate import upgrade
+from tests.pg import POSTGRES_URL, postgres_schema, schema_url
 
-POSTGRES_URL = os.environ.get("POLAR_TEST_POSTGRES_URL", "")
 
 DATABASES = [
     pytest.param("sqlite", id="sqlite"),
@@ -32,27 +30,14 @@ DATABASES = [
 ]
 
 
-def _postgres_schema_url(schema: str) -> str:
-    url = make_url(POSTGRES_URL).update_query_dict({"options": f"-csearch_path={schema}"})
-    return url.render_as_string(hide_password=False)
-
-
 @pytest.fixture(params=DATABASES)
 def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The URL of an empty database (a SQLite file, or a fresh Postgres schema)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'store' / 'polar.db'}"
         return
-    schema = f"polar_test_{uuid.uuid4().hex[:12]}"
-    admin = make_engine(POSTGRES_URL)
-    try:
-        with admin.begin() as connection:
-            connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-        yield _postgres_schema_url(schema)
-    finally:
-        with admin.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
+    with postgres_schema() as schema:
+        yield schema_url(schema)
 
 
 @pytest.fixture

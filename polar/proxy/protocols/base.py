@@ -4,7 +4,7 @@ A codec is pure translation. It never talks to the backend or the store; it turn
 ``ChatRequest``, a ``Completion`` into the provider's JSON, parser events into the provider's SSE frames,
 and a ``PolarError`` into the provider's error shape. Streams are driven by the gateway:
 
-    encoder = codec.stream_encoder(meta)
+    encoder = codec.stream_encoder(meta, request=request)
     frames = encoder.start()
     for event in parser events (TextDelta, ReasoningDelta, ToolCallParsed): frames += encoder.on_event(event)
     frames += encoder.finish(completion)        # after the capture is committed
@@ -54,9 +54,11 @@ class ProtocolCodec(Protocol):
         """
         ...
 
-    def response(self, completion: Completion) -> dict[str, Any]: ...
+    def response(self, completion: Completion, *, request: ChatRequest | None = None) -> dict[str, Any]:
+        """``request`` is what ``parse_request`` returned (codecs may carry protocol details in a subclass)."""
+        ...
 
-    def stream_encoder(self, meta: StreamMeta) -> StreamEncoder: ...
+    def stream_encoder(self, meta: StreamMeta, *, request: ChatRequest | None = None) -> StreamEncoder: ...
 
     def error_response(self, error: PolarError) -> tuple[int, dict[str, Any]]:
         """Status code and body, in the provider's error shape, for an error before any byte was sent."""

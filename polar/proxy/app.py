@@ -1,0 +1,272 @@
+"""HTTP surface of the gateway: the four provider protocols plus session control.
+
+Every error leaves through ``_error``: the codec of the route turns a PolarError into its provider's
+status and body. Nothing reaches the harness as a bare 500 traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from db import Capture, full_prompt_ids, session_scope
+from polar.errors import AuthenticationError, InvalidRequest, NotFound, PayloadTooLarge, PermissionDenied, PolarError
+from polar.proxy.gateway import Gateway
+from polar.proxy.policy import ScriptedPolicySpec
+from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
+
+log = logging.getLogger(__name__)
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _error(codec: ProtocolCodec, exc: PolarError) -> JSONResponse:
+    status, body = codec.error_response(exc)
+    return JSONResponse(body, status_code=status)
+
+
+def _api_key(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip() or None
+    return request.headers.get("x-api-key") or request.headers.get("x-goog-api-key") or request.query_params.get("key")
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit", field="body")
+    raw = bytearray()
+    async for part in request.stream():
+        raw += part
+        if len(raw) > limit:
+            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit", field="body")
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}", field="body") from None
+
+
+async def _frames_as_bytes(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    async for frame in frames:
+        yield frame.encode()
+
+
+async def _model_call(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None, stream: bool | None = None) -> Response:
+    try:
+        body = await _read_json(request, gw.settings.max_body_bytes)
+        session = await asyncio.to_thread(gw.sessions.authenticate, _api_key(request))
+        chat = codec.parse_request(body, path_model=model, path_stream=stream)
+        plan = await asyncio.to_thread(gw.calls.plan, session, codec, body, chat, gw.policy_for(session))
+        if not chat.stream:
+            return JSONResponse(await gw.calls.complete(plan))
+        frames = await gw.calls.open_stream(plan)
+        return StreamingResponse(_frames_as_bytes(frames), media_type="text/event-stream", headers=SSE_HEADERS)
+    except PolarError as exc:
+        return _error(codec, exc)
+    except Exception:  # a bug, not the caller's fault: log it, answer in the caller's protocol
+        log.exception("unexpected error in %s call", codec.name)
+        return _error(codec, PolarError("internal error in the gateway; see its log"))
+
+
+async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> tuple[int, Any]:
+    body = await _read_json(request, gw.settings.max_body_bytes)
+    await asyncio.to_thread(gw.sessions.authenticate, _api_key(request))
+    if isinstance(body, dict) and codec is ANTHROPIC:
+        body = {"max_tokens": 1, **body}  # count_tokens bodies carry no max_tokens
+    chat = codec.parse_request(body, path_model=model, path_stream=False)
+    return len(gw.builder.canonical_ids(chat.messages, chat.tools)), body
+
+
+class SessionCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    policy: dict[str, Any] | None = Field(default=None, description="e.g. a scripted policy for tests")
+    models: list[str] | None = Field(default=None, description="model names to accept; default any")
+    rollout_id: str | None = None
+
+
+def _control_error(exc: PolarError) -> JSONResponse:
+    return _error(OPENAI_CHAT, exc)
+
+
+def create_app(gw: Gateway) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await gw.aclose()
+
+    app = FastAPI(title="Polar gateway", lifespan=lifespan)
+    app.state.gateway = gw
+
+    @app.exception_handler(StarletteHTTPException)
+    async def unknown_route(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            return _control_error(NotFound(f"no such endpoint: {request.method} {request.url.path}", field="path"))
+        error = PolarError(f"{request.method} {request.url.path}: {exc.detail}")
+        error.status_code = exc.status_code
+        error.error_type = "invalid_request_error"
+        return _control_error(error)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_parameters(request: Request, exc: RequestValidationError) -> Response:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        return _control_error(InvalidRequest(f"invalid {field}: {first['msg']}", field=field))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await _model_call(gw, request, OPENAI_CHAT)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await _model_call(gw, request, OPENAI_RESPONSES)
+
+    @app.websocket("/v1/responses")
+    async def responses_websocket(websocket: WebSocket) -> None:
+        # Codex tries a WebSocket first; refusing before accept answers 403 at once, and it falls back to HTTP.
+        await websocket.close(code=1008)
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        return await _model_call(gw, request, ANTHROPIC)
+
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens(request: Request) -> Response:
+        try:
+            n, _ = await _count_tokens(gw, request, ANTHROPIC)
+        except PolarError as exc:
+            return _error(ANTHROPIC, exc)
+        return JSONResponse({"input_tokens": n})
+
+    @app.post("/v1beta/models/{target}")
+    async def gemini(target: str, request: Request) -> Response:
+        model, _, method = target.partition(":")
+        if method in ("generateContent", "streamGenerateContent"):
+            return await _model_call(gw, request, GEMINI, model=model, stream=method == "streamGenerateContent")
+        if method == "countTokens":
+            try:
+                n, _ = await _count_tokens(gw, request, GEMINI, model=model)
+            except PolarError as exc:
+                return _error(GEMINI, exc)
+            return JSONResponse({"totalTokens": n})
+        return _error(GEMINI, NotFound(f"unknown method {method!r}; expected generateContent or streamGenerateContent", field="path"))
+
+    @app.api_route("/", methods=["GET", "HEAD"])
+    async def root() -> Response:
+        return JSONResponse({"service": "polar-gateway", "status": "ok"})
+
+    @app.get("/health")
+    async def health() -> Response:
+        return JSONResponse({"status": "ok", "backend": gw.backend.name, "weight_version": await gw.backend.weight_version()})
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": gw.settings.model, "object": "model", "owned_by": "polar"}]})
+
+    # ---- session control ----------------------------------------------------------------------------
+
+    async def authorize_control(request: Request, session_id: str | None = None) -> None:
+        """Control token when configured; a session key may only read its own session."""
+        token = _api_key(request)
+        if gw.settings.control_token and token == gw.settings.control_token:
+            return
+        if token:
+            own = await asyncio.to_thread(gw.sessions.session_of_key, token)
+            if own is not None:
+                if session_id is not None and own == session_id:
+                    return
+                raise PermissionDenied("a session key cannot act on another session or create sessions")
+        if gw.settings.control_token:
+            raise AuthenticationError("this endpoint needs the control token as a Bearer token")
+
+    @app.post("/v1/sessions")
+    async def create_session(request: Request) -> Response:
+        try:
+            await authorize_control(request)
+            raw = await _read_json(request, gw.settings.max_body_bytes)
+            try:
+                spec = SessionCreate.model_validate(raw if raw is not None else {})
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                field = ".".join(str(p) for p in first["loc"]) or "body"
+                raise InvalidRequest(f"invalid session request at {field}: {first['msg']}", field=field) from None
+            if spec.policy is not None:
+                ScriptedPolicySpec.parse(spec.policy)  # reject a bad script now, not at the first call
+            info, key = await asyncio.to_thread(
+                gw.sessions.create, policy=spec.policy, models=spec.models, rollout_id=spec.rollout_id
+            )
+        except PolarError as exc:
+            return _control_error(exc)
+        base = str(request.base_url).rstrip("/")
+        return JSONResponse(
+            {
+                "session_id": info.id,
+                "api_key": key,
+                "base_urls": {"openai": f"{base}/v1", "anthropic": base, "gemini": base},
+            },
+            status_code=201,
+        )
+
+    @app.get("/v1/sessions/{session_id}")
+    async def get_session(session_id: str, request: Request) -> Response:
+        try:
+            await authorize_control(request, session_id)
+            info = await asyncio.to_thread(gw.sessions.get, session_id)
+        except PolarError as exc:
+            return _control_error(exc)
+        return JSONResponse({"session_id": info.id, "closed": info.closed, "models": list(info.models)})
+
+    @app.api_route("/v1/sessions/{session_id}/close", methods=["POST"])
+    @app.delete("/v1/sessions/{session_id}")
+    async def close_session(session_id: str, request: Request) -> Response:
+        try:
+            await authorize_control(request)
+            info = await asyncio.to_thread(gw.sessions.close, session_id)
+        except PolarError as exc:
+            return _control_error(exc)
+        gw.histories.forget(session_id)
+        return JSONResponse({"session_id": info.id, "closed": True})
+
+    @app.get("/v1/sessions/{session_id}/captures")
+    async def list_captures(session_id: str, request: Request, full_prompt: bool = False) -> Response:
+        try:
+            await authorize_control(request, session_id)
+            await asyncio.to_thread(gw.sessions.get, session_id)
+            rows = await asyncio.to_thread(_captures, gw, session_id, full_prompt)
+        except PolarError as exc:
+            return _control_error(exc)
+        return JSONResponse({"session_id": session_id, "captures": rows})
+
+    return app
+
+
+CAPTURE_FIELDS = (
+    "id", "seq", "protocol", "model", "status", "error", "parent_id", "prefix_len", "n_prompt", "n_prompt_delta",
+    "n_output", "prompt_delta_ids", "output_ids", "output_logprobs", "finish_reason", "matched_stop",
+    "weight_version", "version_spans", "sampling_params", "render_mode", "backend", "logprob_semantics",
+    "latency_s", "ttft_s",
+)  # fmt: skip
+
+
+def _captures(gw: Gateway, session_id: str, full_prompt: bool) -> list[dict[str, Any]]:
+    with session_scope(gw.factory) as db:
+        rows = db.scalars(sa.select(Capture).where(Capture.rollout_id == session_id).order_by(Capture.seq)).all()
+        out = []
+        for row in rows:
+            item = {name: getattr(row, name) for name in CAPTURE_FIELDS}
+            item["status"] = row.status.value
+            item["created_at"] = row.created_at.isoformat()
+            if full_prompt:
+                item["prompt_ids"] = full_prompt_ids(db, row)
+            out.append(item)
+        return out

@@ -1,0 +1,101 @@
+"""The gateway's parts, wired once: sessions, policies, prompt building, the call service, capture writes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from db import make_engine, make_session_factory, migrate
+from polar.backends.base import Backend
+from polar.backends.local import LocalBackend
+from polar.models.engine import LocalEngine
+from polar.proxy.history import HistoryCache
+from polar.proxy.policy import BackendPolicy, Policy, ScriptedPolicy, ScriptedPolicySpec
+from polar.proxy.protocols import get_codec
+from polar.proxy.recorder import CaptureWriter
+from polar.proxy.service import CallService
+from polar.proxy.sessions import SessionInfo, SessionStore
+from polar.settings import Settings
+from polar.tokens.messages import Message, Role
+from polar.tokens.parsers import get_format
+from polar.tokens.render import PromptBuilder
+from polar.tokens.template import ChatTemplate
+from polar.tokens.tokenizer import ChatTokenizer
+
+
+class Gateway:
+    def __init__(
+        self,
+        settings: Settings,
+        factory: sessionmaker[Session],
+        backend: Backend,
+        tokenizer: ChatTokenizer,
+        scorer: LocalEngine | None = None,
+        *,
+        owns_backend: bool = True,
+    ):
+        self.settings = settings
+        self.factory = factory
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.template = ChatTemplate(settings.tool_format)
+        self.tool_format = get_format(settings.tool_format)
+        self.sessions = SessionStore(factory)
+        self.writer = CaptureWriter(factory)
+        self.histories = HistoryCache(factory, self._decode_request, self._parse_reply)
+        self.builder = PromptBuilder(tokenizer, self.template)
+        self.calls = CallService(
+            builder=self.builder,
+            tool_format=self.tool_format,
+            histories=self.histories,
+            writer=self.writer,
+            context_length=backend.context_length,
+            default_max_tokens=settings.default_max_tokens,
+            render_mode=settings.render_mode,
+            backend_name=backend.name,
+        )
+        self._backend_policy = BackendPolicy(backend)
+        self._scorer = scorer or (backend.engine if isinstance(backend, LocalBackend) else None)
+        self._policies: dict[str, Policy] = {}
+        self._owns_backend = owns_backend
+
+    @classmethod
+    async def create(cls, settings: Settings, backend: Backend | None = None) -> Gateway:
+        """Migrate the store, connect the configured backend, load the tokenizer."""
+        from polar.backends.registry import make_backend
+        from polar.models.tiny import get_spec
+        from polar.tokens.tokenizer import load_tokenizer
+
+        url = settings.resolved_database_url
+        await asyncio.to_thread(migrate.upgrade, url)
+        factory = make_session_factory(make_engine(url))
+        owns_backend = backend is None
+        backend = backend or await make_backend(settings)
+        tokenizer = load_tokenizer(get_spec(settings.model).tokenizer, settings.cache_dir)
+        return cls(settings, factory, backend, tokenizer, owns_backend=owns_backend)
+
+    def _decode_request(self, protocol: str, body: dict, model: str):
+        """A stored request, decoded again (captures written by another process or before a restart)."""
+        return get_codec(protocol).parse_request(body, path_model=model, path_stream=False)
+
+    def _parse_reply(self, output_ids: Sequence[int]) -> Message:
+        parsed = self.tool_format.parse(self.tokenizer.decode(list(output_ids), skip_special_tokens=True))
+        return Message(Role.ASSISTANT, parsed.content, parsed.reasoning, parsed.tool_calls)
+
+    def policy_for(self, session: SessionInfo) -> Policy:
+        """The backend, or the session's scripted policy (scored by the local model)."""
+        if not session.policy:
+            return self._backend_policy
+        if session.id not in self._policies:
+            if self._scorer is None:
+                self._scorer = LocalBackend.from_spec(self.settings.model, self.settings.cache_dir).engine
+            spec = ScriptedPolicySpec.parse(session.policy)
+            self._policies[session.id] = ScriptedPolicy(spec, self._scorer, self.template)
+        return self._policies[session.id]
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        if self._owns_backend:
+            await self.backend.aclose()

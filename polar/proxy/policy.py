@@ -1,0 +1,126 @@
+"""Who answers a session's calls: the configured backend, or a scripted policy for tests and debugging.
+
+A scripted policy exists only to make a harness take specific actions. Its replies are rendered with our
+template into real token ids and scored by the real local model, so captures still hold true token ids
+and true logprobs of those ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from polar.backends.base import Backend, FinishReason, GenerateChunk, GenerateRequest, GenerateResult, VersionSpan
+from polar.errors import InvalidRequest
+from polar.models.engine import LocalEngine
+from polar.tokens.messages import Message, Role, ToolCall
+from polar.tokens.template import ChatTemplate
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    session_id: str
+    step: int  # calls with tools this session has already been answered
+    has_tools: bool
+
+
+class Policy(Protocol):
+    name: str
+
+    def stream(self, request: GenerateRequest, context: PolicyContext) -> AsyncIterator[GenerateChunk]: ...
+
+
+class BackendPolicy:
+    """The configured inference backend: the real policy."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+        self.name = backend.name
+
+    def stream(self, request: GenerateRequest, context: PolicyContext) -> AsyncIterator[GenerateChunk]:
+        return self.backend.stream(request)
+
+
+class ScriptedToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ScriptedReply(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    content: str = ""
+    reasoning: str | None = None
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+
+    def message(self) -> Message:
+        import json
+
+        calls = tuple(
+            ToolCall(c.name, json.dumps(c.arguments, ensure_ascii=False), f"call_{i}") for i, c in enumerate(self.tool_calls)
+        )
+        return Message(Role.ASSISTANT, self.content, reasoning=self.reasoning, tool_calls=calls)
+
+
+class ScriptedPolicySpec(BaseModel):
+    """``replies`` answer the session's calls that offer tools, in order; calls without tools (title
+    generation, routers, memory extraction) get ``tool_free_reply``; once the script is used up, ``then``."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["scripted"]
+    replies: list[ScriptedReply]
+    tool_free_reply: str = "Polar session"
+    then: str = "Done."
+
+    @classmethod
+    def parse(cls, raw: Any) -> ScriptedPolicySpec:
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InvalidRequest(f"invalid policy at {where or 'policy'}: {first['msg']}", field=f"policy.{where}") from None
+
+
+class ScriptedPolicy:
+    name = "scripted"
+
+    def __init__(self, spec: ScriptedPolicySpec, scorer: LocalEngine, template: ChatTemplate):
+        self.spec = spec
+        self.scorer = scorer
+        self.template = template
+
+    def reply_for(self, context: PolicyContext) -> ScriptedReply:
+        if not context.has_tools:
+            return ScriptedReply(content=self.spec.tool_free_reply)
+        if context.step < len(self.spec.replies):
+            return self.spec.replies[context.step]
+        return ScriptedReply(content=self.spec.then)
+
+    async def stream(self, request: GenerateRequest, context: PolicyContext) -> AsyncIterator[GenerateChunk]:
+        tokenizer = self.scorer.tokenizer
+        body = self.template.assistant_body(self.reply_for(context).message())
+        ids = [*tokenizer.encode(body), tokenizer.im_end_id]
+        self.scorer.validate(request)
+        budget = min(request.sampling.max_new_tokens, self.scorer.context_length - len(request.input_ids))
+        finish, matched = (FinishReason.STOP, tokenizer.im_end_id) if len(ids) <= budget else (FinishReason.LENGTH, None)
+        ids = ids[:budget]
+        logprobs = await self.scorer.score(list(request.input_ids), ids, request.sampling.temperature)
+        for token, logprob in zip(ids, logprobs):
+            yield GenerateChunk((token,), (logprob,))
+        yield GenerateChunk(
+            (),
+            (),
+            final=GenerateResult(
+                output_ids=tuple(ids),
+                output_logprobs=tuple(logprobs),
+                finish_reason=finish,
+                matched_stop=matched,
+                version_spans=(VersionSpan(self.scorer.weight_version, 0, len(ids)),),
+                prompt_tokens=len(request.input_ids),
+                logprob_semantics=self.scorer.semantics,
+            ),
+        )

@@ -1,0 +1,390 @@
+"""OpenAI Responses (``POST /v1/responses``): Codex, OpenCode's openai provider, Pi.
+
+Request → canonical:
+
+- ``instructions`` is a leading system message; ``input`` is a string (one user message) or a list of
+  items. ``system``/``developer`` messages become system messages where they stand.
+- One model reply arrives as several items (reasoning, message, function calls). They are grouped back
+  into one assistant message, because the template renders one assistant turn per reply: a ``reasoning``
+  item or a second text message starts a new reply; calls join the reply being built; anything else (a
+  user message, a tool output) ends it.
+- ``custom_tool_call`` (Codex's freeform tools such as apply_patch) is a call whose arguments are
+  ``{"input": text}``; ``local_shell_call``/``shell_call`` are calls named ``local_shell``/``shell`` whose
+  arguments are the action's JSON. Tool outputs (string or ``input_text`` parts) are tool messages.
+- Reasoning text comes from our own ``encrypted_content`` token (exact), else ``content[].text``, else
+  ``summary[].text``; an opaque token from another provider carries no text we can read.
+- Tools: ``function`` and ``custom`` tools, also inside ``namespace`` tools and ``additional_tools`` items.
+  A namespaced tool is offered as ``namespace.name`` (function names cannot contain a dot, so this never
+  collides). A custom tool takes ``{"input": string}``; its grammar, if any, goes in that field's
+  description. Provider-hosted and built-in tools (web_search, file_search, local_shell, shell, computer,
+  mcp, ...) are skipped: the gateway cannot run them and never emits their calls.
+- ``previous_response_id``/``conversation``/``item_reference`` need server-side state and are refused.
+
+Canonical → response: a ``response`` object whose output is a reasoning item (summary = the text,
+``encrypted_content`` = ``"polar:" + base64(text)``, so the text comes back exactly), a message item, and
+one ``function_call`` (or ``custom_tool_call`` for a custom tool, with the namespace split back out) per
+call. Length and abort both end as status ``incomplete`` (reason ``max_output_tokens``). Streams carry the
+full event sequence with ``sequence_number`` and end with ``response.completed``/``response.incomplete``.
+That half (response object, items, SSE encoder) lives in ``openai_responses_output``.
+
+Per-request context: ``parse_request`` returns an ``OpenAIResponsesRequest`` (a ``ChatRequest`` that also
+maps each offered tool name to its kind and namespace); pass it back as ``request=`` to ``response`` and
+``stream_encoder``. Without it every call is emitted as a plain ``function_call`` under the offered name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field
+
+from polar.errors import InvalidRequest, PolarError
+from polar.proxy.canonical import ChatRequest, Completion
+from polar.proxy.protocols.base import StreamMeta
+from polar.proxy.protocols.openai_common import (
+    Content,
+    MaxTokens,
+    SamplingWire,
+    WireModel,
+    content_text,
+    error_response,
+    index_path,
+    str_or_list,
+    validate,
+)
+from polar.proxy.protocols.openai_responses_output import (
+    ResponsesStreamEncoder,
+    ToolRoute,
+    decode_reasoning,
+    output_items,
+    response_json,
+)
+from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
+
+# ---------------------------------------------------------------------------------------------- wire models
+
+
+Input = str_or_list(Any, "a string or an array of input items")  # items are validated one by one, by type
+ShellOutput = str_or_list(dict[str, Any], "a string or an array of output chunks")
+
+
+class ResponsesBody(SamplingWire):
+    model: str
+    input: Input
+    instructions: str | None = None
+    tools: list[Any] | None = None
+    max_output_tokens: MaxTokens | None = None
+    stream: bool | None = None
+    previous_response_id: str | None = None
+    conversation: Any = None
+
+
+class MessageItem(WireModel):
+    role: Literal["user", "system", "developer", "assistant"]
+    content: Content
+
+
+class FunctionCallItem(WireModel):
+    call_id: str
+    name: str
+    arguments: str  # JSON text; kept verbatim
+    namespace: str | None = None
+
+
+class CustomToolCallItem(WireModel):
+    call_id: str
+    name: str
+    input: str
+    namespace: str | None = None
+
+
+class CallOutputItem(WireModel):
+    call_id: str
+    output: Content
+
+
+class TextPart(WireModel):
+    text: str
+
+
+class ReasoningItem(WireModel):
+    summary: list[TextPart] = Field(default_factory=list)
+    content: list[TextPart] | None = None
+    encrypted_content: str | None = None
+
+
+class ShellCallItem(WireModel):
+    call_id: str
+    action: dict[str, Any]
+
+
+class LocalShellOutputItem(WireModel):
+    id: str | None = None  # the SDK names the call's id ``id`` on this item
+    call_id: str | None = None
+    output: str
+
+
+class ShellOutputItem(WireModel):
+    call_id: str
+    output: ShellOutput
+
+
+class AdditionalToolsItem(WireModel):
+    tools: list[Any]
+
+
+class ToolTypeWire(WireModel):
+    type: str
+
+
+class FunctionToolWire(WireModel):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class GrammarWire(WireModel):
+    type: str
+    syntax: str | None = None
+    definition: str | None = None
+
+
+class CustomToolWire(WireModel):
+    name: str
+    description: str | None = None
+    format: GrammarWire | None = None
+
+
+class NamespaceToolWire(WireModel):
+    name: str
+    description: str | None = None
+    tools: list[Any]
+
+
+@dataclass(frozen=True)
+class OpenAIResponsesRequest(ChatRequest):
+    """A ChatRequest plus the route of each offered tool (needed to emit custom and namespaced calls)."""
+
+    routes: Mapping[str, ToolRoute] = field(default_factory=dict, hash=False)
+
+
+# -------------------------------------------------------------------------------------------------- tools
+
+
+def custom_tool_parameters(grammar: GrammarWire | None) -> dict[str, Any]:
+    """The JSON schema offered for a freeform tool: one string, ``input``, with its grammar if it has one."""
+    doc = "The tool's input, as free-form text."
+    if grammar is not None and grammar.type == "grammar" and grammar.definition:
+        syntax = f"{grammar.syntax} " if grammar.syntax else ""
+        doc = f"The tool's input: text that follows this {syntax}grammar.\n{grammar.definition}"
+    return {
+        "type": "object",
+        "properties": {"input": {"type": "string", "description": doc}},
+        "required": ["input"],
+    }
+
+
+class _Tools:
+    """Offered tools in declaration order, first declaration of a name wins, with their routes."""
+
+    def __init__(self) -> None:
+        self.specs: list[ToolSpec] = []
+        self.routes: dict[str, ToolRoute] = {}
+
+    def add_all(self, tools: list[Any], path: str) -> None:
+        for index, raw in enumerate(tools):
+            self.add(raw, index_path(path, index), namespace=None)
+
+    def add(self, raw: Any, path: str, *, namespace: NamespaceToolWire | None) -> None:
+        kind = validate(ToolTypeWire, raw, prefix=path).type
+        if kind == "function":
+            tool = validate(FunctionToolWire, raw, prefix=path)
+            self._offer(tool.name, tool.description, tool.parameters or {}, "function", namespace)
+        elif kind == "custom":
+            custom = validate(CustomToolWire, raw, prefix=path)
+            self._offer(custom.name, custom.description, custom_tool_parameters(custom.format), "custom", namespace)
+        elif kind == "namespace" and namespace is None:
+            group = validate(NamespaceToolWire, raw, prefix=path)
+            for index, inner in enumerate(group.tools):
+                self.add(inner, f"{path}.tools[{index}]", namespace=group)
+        # Anything else is a hosted or built-in tool: skipped (see the module docstring).
+
+    def _offer(
+        self,
+        name: str,
+        description: str | None,
+        parameters: dict[str, Any],
+        kind: Literal["function", "custom"],
+        namespace: NamespaceToolWire | None,
+    ) -> None:
+        offered = _flat_name(name, namespace.name if namespace is not None else None)
+        if offered in self.routes:
+            return  # a name declared twice (tools and additional_tools): the model can only mean one
+        text = description or ""
+        if namespace is not None and namespace.description:
+            text = f"{text}\n\n(In {namespace.name}: {namespace.description})".strip()
+        self.specs.append(ToolSpec(offered, text, parameters))
+        self.routes[offered] = ToolRoute(kind, name, namespace.name if namespace is not None else None)
+
+
+# ------------------------------------------------------------------------------------------------ history
+
+
+def _reasoning_text(item: ReasoningItem, path: str) -> str | None:
+    if item.encrypted_content is not None:
+        text = decode_reasoning(item.encrypted_content, f"{path}.encrypted_content")
+        if text is not None:
+            return text
+    parts = item.content or item.summary
+    return "\n\n".join(p.text for p in parts) or None
+
+
+def _flat_name(name: str, namespace: str | None) -> str:
+    return f"{namespace}.{name}" if namespace else name
+
+
+class _History:
+    """Input items → canonical messages, one assistant message per model reply."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.tools = _Tools()
+        self._names: dict[str, str] = {}  # call id → tool name, to name tool results
+        self._reasoning: str | None = None
+        self._text: str | None = None
+        self._calls: list[ToolCall] = []
+        self._open = False
+
+    def item(self, raw: Any, path: str) -> None:
+        kind = raw.get("type", "message") if isinstance(raw, dict) else None
+        if kind == "message" or kind is None:
+            self._message(validate(MessageItem, raw, prefix=path), path)
+        elif kind in ("function_call", "custom_tool_call"):
+            model = FunctionCallItem if kind == "function_call" else CustomToolCallItem
+            call = validate(model, raw, prefix=path)
+            arguments = call.arguments if isinstance(call, FunctionCallItem) else _custom_arguments(call.input)
+            self._call(ToolCall(_flat_name(call.name, call.namespace), arguments, call.call_id))
+        elif kind in ("local_shell_call", "shell_call"):
+            shell = validate(ShellCallItem, raw, prefix=path)
+            name = "local_shell" if kind == "local_shell_call" else "shell"
+            self._call(ToolCall(name, json.dumps(shell.action, ensure_ascii=False), shell.call_id))
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            out = validate(CallOutputItem, raw, prefix=path)
+            self._result(content_text(out.output, f"{path}.output"), out.call_id)
+        elif kind == "local_shell_call_output":
+            local = validate(LocalShellOutputItem, raw, prefix=path)
+            self._result(local.output, local.call_id or local.id)
+        elif kind == "shell_call_output":
+            shell_out = validate(ShellOutputItem, raw, prefix=path)
+            text = shell_out.output if isinstance(shell_out.output, str) else json.dumps(shell_out.output)
+            self._result(text, shell_out.call_id)
+        elif kind == "reasoning":
+            self._reason(_reasoning_text(validate(ReasoningItem, raw, prefix=path), path))
+        elif kind == "additional_tools":
+            self.tools.add_all(validate(AdditionalToolsItem, raw, prefix=path).tools, f"{path}.tools")
+        else:
+            self._unsupported(kind, path)
+
+    @staticmethod
+    def _unsupported(kind: Any, path: str) -> None:
+        if not isinstance(kind, str):
+            raise InvalidRequest(f"{path}.type: expected a string", field=f"{path}.type")
+        if kind == "item_reference":
+            raise InvalidRequest(f"{path}: item references need stored responses; send the items", field=path)
+        raise InvalidRequest(f"{path}.type: unsupported input item type {kind!r}", field=f"{path}.type")
+
+    def _message(self, item: MessageItem, path: str) -> None:
+        text = content_text(item.content, f"{path}.content")
+        if item.role == "assistant":
+            if self._text is not None or self._calls:
+                self.flush()  # a second text message (or text after calls) is a reply of its own
+            self._open, self._text = True, text
+        else:
+            self.flush()
+            self.messages.append(Message(Role.USER if item.role == "user" else Role.SYSTEM, text))
+
+    def _call(self, call: ToolCall) -> None:
+        self._open = True
+        self._calls.append(call)
+        if call.id is not None:
+            self._names[call.id] = call.name
+
+    def _result(self, text: str, call_id: str | None) -> None:
+        self.flush()
+        self.messages.append(Message(Role.TOOL, text, tool_call_id=call_id, name=self._names.get(call_id or "")))
+
+    def _reason(self, text: str | None) -> None:
+        if self._text is not None or self._calls:
+            self.flush()  # reasoning opens the next reply
+        self._open = True
+        if text:
+            self._reasoning = text if self._reasoning is None else f"{self._reasoning}\n\n{text}"
+
+    def flush(self) -> None:
+        if self._open:
+            calls = tuple(self._calls)
+            self.messages.append(Message(Role.ASSISTANT, self._text or "", reasoning=self._reasoning, tool_calls=calls))
+        self._reasoning, self._text, self._calls, self._open = None, None, [], False
+
+
+def _custom_arguments(text: str) -> str:
+    return json.dumps({"input": text}, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------------------------- codec
+
+
+def _routes(request: ChatRequest | None) -> Mapping[str, ToolRoute]:
+    return request.routes if isinstance(request, OpenAIResponsesRequest) else {}
+
+
+class OpenAIResponsesCodec:
+    """The ``openai_responses`` codec. ``response``/``stream_encoder`` take an optional ``request=`` (the
+    parsed request) so custom and namespaced tool calls go back in the shape the harness declared."""
+
+    name = "openai_responses"
+
+    def parse_request(
+        self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None
+    ) -> OpenAIResponsesRequest:
+        wire = validate(ResponsesBody, body)
+        for stateful in ("previous_response_id", "conversation"):
+            if getattr(wire, stateful) is not None:
+                raise InvalidRequest(
+                    f"{stateful}: the gateway keeps no response state; send the whole input", field=stateful
+                )
+        history = _History()
+        if wire.instructions:
+            history.messages.append(Message(Role.SYSTEM, wire.instructions))
+        history.tools.add_all(wire.tools or [], "tools")
+        if isinstance(wire.input, str):
+            history.messages.append(Message(Role.USER, wire.input))
+        else:
+            for index, item in enumerate(wire.input):
+                history.item(item, index_path("input", index))
+            history.flush()
+        return OpenAIResponsesRequest(
+            model=wire.model,
+            messages=tuple(history.messages),
+            tools=tuple(history.tools.specs),
+            max_tokens=wire.max_output_tokens,
+            sampling=wire.sampling(),
+            stream=bool(wire.stream),
+            routes=history.tools.routes,
+        )
+
+    def response(self, completion: Completion, *, request: ChatRequest | None = None) -> dict[str, Any]:
+        output = output_items(completion, _routes(request))
+        return response_json(completion.id, completion.created, completion.model, output, completion)
+
+    def stream_encoder(self, meta: StreamMeta, *, request: ChatRequest | None = None) -> ResponsesStreamEncoder:
+        return ResponsesStreamEncoder(meta, _routes(request))
+
+    def error_response(self, error: PolarError) -> tuple[int, dict[str, Any]]:
+        return error_response(error, context_param="input")
+
+
+CODEC = OpenAIResponsesCodec()

@@ -1,0 +1,16 @@
+"""``polar gateway``: run the gateway with uvicorn on the configured backend and store."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from polar.proxy.app import create_app
+from polar.proxy.gateway import Gateway
+from polar.settings import Settings
+
+
+async def serve_gateway(settings: Settings, host: str, port: int) -> None:
+    gateway = await Gateway.create(settings)
+    config = uvicorn.Config(create_app(gateway), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    print(f"polar gateway on http://{host}:{port} (backend={gateway.backend.name}, store={settings.resolved_database_url})", flush=True)
+    await uvicorn.Server(config).serve()

@@ -1,0 +1,229 @@
+"""One model call through the gateway, whatever its protocol.
+
+    authenticate → decode (codec) → earlier calls of the session → prompt ids (append mode)
+    → generate (stream) → detokenize + parse incrementally → encode (codec)
+    → commit the capture → only then the final event / the response body
+
+A failed generation is recorded as an ERROR capture before the error reaches the harness. If the store
+cannot commit, the harness gets a provider-shaped 503 and never a finished reply.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, SamplingParams
+from polar.capture import capture_row
+from polar.errors import ContextLengthExceeded, NotFound, PolarError, StoreError
+from polar.proxy.canonical import ChatRequest, Completion, Usage
+from polar.proxy.history import CallNode, HistoryCache
+from polar.proxy.policy import Policy, PolicyContext
+from polar.proxy.protocols.base import ProtocolCodec, StreamMeta
+from polar.proxy.recorder import CaptureWriter
+from polar.proxy.sessions import SessionInfo
+from polar.settings import RenderMode
+from polar.tokens.detokenize import IncrementalDecoder
+from polar.tokens.messages import Message, Role
+from polar.tokens.parsers import MalformedToolCall, ToolCallFormat, collect
+from polar.tokens.render import Prompt, PromptBuilder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """Everything decided before generation starts."""
+
+    session: SessionInfo
+    codec: ProtocolCodec
+    body: dict[str, Any]
+    request: ChatRequest
+    prompt: Prompt
+    sampling: SamplingParams
+    policy: Policy
+    context: PolicyContext
+    meta: StreamMeta
+
+
+class CallService:
+    def __init__(
+        self,
+        *,
+        builder: PromptBuilder,
+        tool_format: ToolCallFormat,
+        histories: HistoryCache,
+        writer: CaptureWriter,
+        context_length: int,
+        default_max_tokens: int,
+        render_mode: RenderMode,
+        backend_name: str,
+    ):
+        self.builder = builder
+        self.tool_format = tool_format
+        self.histories = histories
+        self.writer = writer
+        self.context_length = context_length
+        self.default_max_tokens = default_max_tokens
+        self.render_mode = render_mode
+        self.backend_name = backend_name
+
+    # ---- planning ---------------------------------------------------------------------------------
+
+    def plan(self, session: SessionInfo, codec: ProtocolCodec, body: Any, request: ChatRequest, policy: Policy) -> CallPlan:
+        """Build the prompt and sampling parameters (blocking: runs in a worker thread)."""
+        if session.models and request.model not in session.models:
+            raise NotFound(f"model {request.model!r} is not served for this session; use one of {list(session.models)}", field="model")
+        history = self.histories.load(session.id)
+        prompt = self.builder.build(request.messages, request.tools, history.prior_calls(), self.render_mode)
+        budget = self.context_length - len(prompt.ids)
+        if budget <= 0:
+            raise ContextLengthExceeded(len(prompt.ids), self.context_length)
+        wanted = request.max_tokens if request.max_tokens is not None else self.default_max_tokens
+        sampling = SamplingParams.parse({**request.sampling, "max_new_tokens": min(wanted, budget)})
+        meta = StreamMeta(uuid.uuid4().hex[:24], request.model, int(time.time()), len(prompt.ids))
+        context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
+        return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta)
+
+    def _generate(self, plan: CallPlan) -> AsyncIterator[GenerateChunk]:
+        return plan.policy.stream(GenerateRequest(plan.prompt.ids, plan.sampling, request_id=plan.meta.completion_id), plan.context)
+
+    # ---- non-streaming ----------------------------------------------------------------------------
+
+    async def complete(self, plan: CallPlan) -> dict[str, Any]:
+        final: GenerateResult | None = None
+        try:
+            async for chunk in self._generate(plan):
+                final = chunk.final or final
+        except PolarError as exc:
+            await self._record_error(plan, exc)
+            raise
+        if final is None:
+            raise StoreError("the backend ended without a result")  # pragma: no cover - backends always finish
+        parsed_events = self._parse_all(final.output_ids)
+        completion = self._completion(plan, final, parsed_events)
+        response = plan.codec.response(completion, request=plan.request)
+        await self._record(plan, final, completion, response)
+        return response
+
+    # ---- streaming --------------------------------------------------------------------------------
+
+    async def open_stream(self, plan: CallPlan) -> AsyncIterator[str]:
+        """Start generating; errors before the first token raise here (a normal error response)."""
+        chunks = self._generate(plan)
+        try:
+            first = await anext(chunks)
+        except StopAsyncIteration:  # pragma: no cover - backends always send a final chunk
+            raise StoreError("the backend ended without a result") from None
+        except PolarError as exc:
+            await self._record_error(plan, exc)
+            raise
+        return self._frames(plan, first, chunks)
+
+    async def _frames(self, plan: CallPlan, first: GenerateChunk, chunks: AsyncIterator[GenerateChunk]) -> AsyncIterator[str]:
+        encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
+        decoder = IncrementalDecoder(self.builder.tokenizer)
+        parser = self.tool_format.stream_parser(tools=plan.request.tools)
+        events: list = []
+        final: GenerateResult | None = None
+        for frame in encoder.start():
+            yield frame
+        try:
+            chunk: GenerateChunk | None = first
+            while chunk is not None:
+                if chunk.output_ids:
+                    for event in parser.feed(decoder.feed(chunk.output_ids)):
+                        events.append(event)
+                        if not isinstance(event, MalformedToolCall):
+                            for frame in encoder.on_event(event):
+                                yield frame
+                final = chunk.final or final
+                chunk = await anext(chunks, None)
+            tail = parser.feed(decoder.flush()) + parser.finish()
+            for event in tail:
+                events.append(event)
+                if not isinstance(event, MalformedToolCall):
+                    for frame in encoder.on_event(event):
+                        yield frame
+            assert final is not None
+            parsed = collect(events, reasoning_opened=parser.reasoning_opened)
+            completion = self._completion(plan, final, parsed)
+            await self._record(plan, final, completion, plan.codec.response(completion, request=plan.request))
+        except PolarError as exc:
+            if final is None:
+                await self._record_error(plan, exc)
+            for frame in encoder.error(exc):
+                yield frame
+            return
+        finally:
+            await chunks.aclose()  # a disconnected client stops the generation
+        for frame in encoder.finish(completion):
+            yield frame
+
+    # ---- shared -----------------------------------------------------------------------------------
+
+    def _parse_all(self, output_ids):
+        text = self.builder.tokenizer.decode(output_ids, skip_special_tokens=True)
+        return self.tool_format.parse(text)
+
+    def _completion(self, plan: CallPlan, final: GenerateResult, parsed) -> Completion:
+        return Completion(
+            id=plan.meta.completion_id,
+            model=plan.request.model,
+            created=plan.meta.created,
+            content=parsed.content,
+            reasoning=parsed.reasoning,
+            tool_calls=tuple(parsed.tool_calls),
+            finish_reason=final.finish_reason,
+            usage=Usage(len(plan.prompt.ids), len(final.output_ids)),
+            matched_stop=final.matched_stop,
+            malformed_tool_calls=len(parsed.malformed),
+        )
+
+    async def _record(self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict) -> None:
+        row = capture_row(
+            rollout_id=plan.session.id,
+            seq=-1,  # assigned by the writer
+            protocol=plan.codec.name,
+            model=plan.request.model,
+            backend=plan.policy.name,
+            request_json=plan.body,
+            prompt=plan.prompt,
+            sampling=plan.sampling,
+            result=final,
+            response_json=response,
+        )
+        row.n_malformed_tool_calls = completion.malformed_tool_calls
+        capture_id = await self.writer.write(row)
+        reply = Message(Role.ASSISTANT, completion.content, completion.reasoning, completion.tool_calls)
+        parent = plan.prompt.parent
+        self.histories.add(
+            plan.session.id,
+            CallNode(
+                id=capture_id,
+                parent_id=parent.ref if parent is not None else None,
+                prefix_len=plan.prompt.prefix_len,
+                prompt_delta_ids=plan.prompt.delta_ids,
+                output_ids=final.output_ids,
+                n_prompt=len(plan.prompt.ids),
+                messages=plan.request.messages,
+                tools=plan.request.tools,
+                reply=reply,
+            ),
+        )
+
+    async def _record_error(self, plan: CallPlan, error: PolarError) -> None:
+        """Record a failed generation. If even that fails, the original error still reaches the caller."""
+        row = capture_row(
+            rollout_id=plan.session.id, seq=-1, protocol=plan.codec.name, model=plan.request.model,
+            backend=plan.policy.name, request_json=plan.body, prompt=plan.prompt, sampling=plan.sampling,
+            result=None, error=f"{error.error_type}: {error.message}",
+        )  # fmt: skip
+        try:
+            await self.writer.write(row)
+        except PolarError:
+            log.warning("could not record the failed call of session %s", plan.session.id)

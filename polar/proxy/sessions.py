@@ -1,0 +1,102 @@
+"""Gateway sessions: one per rollout, reached with a secret key that the harness uses as its API key.
+
+Only a hash of the key is stored. Unknown keys are rejected (401) and closed sessions refused (403);
+nothing is ever auto-created.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
+
+from db import Rollout, session_scope
+from db.enums import RolloutStatus
+from polar.errors import AuthenticationError, NotFound, PermissionDenied
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    id: str  # the rollout id
+    policy: dict[str, Any] | None
+    models: tuple[str, ...]  # model names this session accepts; empty accepts any
+    closed: bool
+
+
+def _info(row: Rollout) -> SessionInfo:
+    policy = row.policy or {}
+    return SessionInfo(
+        id=row.id,
+        policy=policy.get("policy"),
+        models=tuple(policy.get("models") or ()),
+        closed=row.closed_at is not None,
+    )
+
+
+class SessionStore:
+    def __init__(self, factory: sessionmaker[Session]):
+        self._factory = factory
+
+    def create(
+        self,
+        *,
+        policy: dict[str, Any] | None = None,
+        models: list[str] | None = None,
+        rollout_id: str | None = None,
+    ) -> tuple[SessionInfo, str]:
+        """A new session (or a key for an existing rollout that has none yet); returns it and its key."""
+        key = "sk-polar-" + secrets.token_urlsafe(32)
+        with session_scope(self._factory) as db:
+            row = db.get(Rollout, rollout_id) if rollout_id else None
+            if rollout_id and row is None:
+                raise NotFound(f"rollout {rollout_id!r} does not exist", field="rollout_id")
+            if row is None:
+                row = Rollout(status=RolloutStatus.RUNNING, started_at=datetime.now(UTC))
+                db.add(row)
+            elif row.session_token_hash is not None:
+                raise PermissionDenied(f"rollout {rollout_id!r} already has a session", field="rollout_id")
+            row.session_token_hash = hash_key(key)
+            row.policy = {"policy": policy, "models": models or []}
+            db.flush()
+            return _info(row), key
+
+    def authenticate(self, key: str | None) -> SessionInfo:
+        if not key:
+            raise AuthenticationError("missing API key: send the session key as a Bearer token, x-api-key or x-goog-api-key")
+        with session_scope(self._factory) as db:
+            row = db.scalar(sa.select(Rollout).where(Rollout.session_token_hash == hash_key(key)))
+            if row is None:
+                raise AuthenticationError("invalid API key: no session has this key")
+            info = _info(row)
+        if info.closed:
+            raise PermissionDenied(f"session {info.id} is closed")
+        return info
+
+    def session_of_key(self, key: str) -> str | None:
+        """The id of the session this key opens, if any (closed sessions included)."""
+        with session_scope(self._factory) as db:
+            return db.scalar(sa.select(Rollout.id).where(Rollout.session_token_hash == hash_key(key)))
+
+    def get(self, session_id: str) -> SessionInfo:
+        with session_scope(self._factory) as db:
+            row = db.get(Rollout, session_id)
+            if row is None or row.session_token_hash is None:
+                raise NotFound(f"session {session_id!r} does not exist", field="session_id")
+            return _info(row)
+
+    def close(self, session_id: str) -> SessionInfo:
+        with session_scope(self._factory) as db:
+            row = db.get(Rollout, session_id)
+            if row is None or row.session_token_hash is None:
+                raise NotFound(f"session {session_id!r} does not exist", field="session_id")
+            row.closed_at = row.closed_at or datetime.now(UTC)
+            return _info(row)

@@ -1,0 +1,36 @@
+"""A throw-away Postgres schema for a test, on the server named by POLAR_TEST_POSTGRES_URL."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import make_url, text
+
+from db.engine import make_engine
+
+POSTGRES_URL = os.environ.get("POLAR_TEST_POSTGRES_URL", "")
+needs_postgres = pytest.mark.skipif(not POSTGRES_URL, reason="POLAR_TEST_POSTGRES_URL is not set")
+
+
+def schema_url(schema: str, base: str = "") -> str:
+    url = make_url(base or POSTGRES_URL).update_query_dict({"options": f"-csearch_path={schema}"})
+    return url.render_as_string(hide_password=False)
+
+
+@contextmanager
+def postgres_schema() -> Iterator[str]:
+    """Yields the schema name; it is dropped (with everything in it) afterwards."""
+    schema = f"polar_test_{uuid.uuid4().hex[:12]}"
+    admin = make_engine(POSTGRES_URL)
+    try:
+        with admin.begin() as connection:
+            connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+        yield schema
+    finally:
+        with admin.begin() as connection:
+            connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()

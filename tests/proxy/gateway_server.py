@@ -1,0 +1,84 @@
+"""A live gateway on a free loopback port, in a background thread, for tests that use real clients."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from polar.backends.base import Backend
+from polar.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class GatewayServer:
+    """``with GatewayServer(settings, backend) as gw: gw.url`` — stopped and joined on exit."""
+
+    def __init__(self, settings: Settings, backend: Backend | None = None):
+        self.settings = settings
+        self.backend = backend
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.gateway = None
+        self._server: uvicorn.Server | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # surfaced by __enter__
+            self._error = exc
+
+    async def _main(self) -> None:
+        from polar.proxy.app import create_app
+        from polar.proxy.gateway import Gateway
+
+        self.gateway = await Gateway.create(self.settings, backend=self.backend)
+        config = uvicorn.Config(create_app(self.gateway), host="127.0.0.1", port=self.port, log_level="warning")
+        self._server = uvicorn.Server(config)
+        await self._server.serve()
+
+    def __enter__(self) -> GatewayServer:
+        self._thread.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self._error:
+                raise self._error
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError("gateway did not start")
+
+    def __exit__(self, *exc) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        self._thread.join(timeout=20)
+
+    def session(self, policy: dict | None = None, **extra) -> dict:
+        reply = httpx.post(self.url + "/v1/sessions", json={"policy": policy, **extra}, timeout=10)
+        reply.raise_for_status()
+        return reply.json()
+
+    def captures(self, session_id: str, key: str | None = None, full_prompt: bool = True) -> list[dict]:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        reply = httpx.get(f"{self.url}/v1/sessions/{session_id}/captures", params={"full_prompt": full_prompt}, headers=headers, timeout=10)
+        reply.raise_for_status()
+        return reply.json()["captures"]
+
+
+def settings_for(tmp: Path, cache: Path, database_url: str | None = None, **overrides) -> Settings:
+    return Settings(home=tmp, cache=cache, database_url=database_url or f"sqlite:///{tmp / 'gateway.db'}", **overrides)

@@ -30,7 +30,9 @@ async def _sglang(settings: Settings) -> Backend:
 async def _vllm(settings: Settings) -> Backend:
     from polar.backends.vllm import VLLMBackend
 
-    return await VLLMBackend.connect(_require_url(settings), timeout_s=settings.backend_timeout_s)
+    return await VLLMBackend.connect(
+        _require_url(settings), endpoint=settings.vllm_endpoint, timeout_s=settings.backend_timeout_s
+    )
 
 
 BACKENDS: dict[BackendKind, Callable[[Settings], Awaitable[Backend]]] = {

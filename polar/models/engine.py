@@ -34,6 +34,7 @@ from polar.backends.base import (
     spans_from_events,
 )
 from polar.errors import ContextLengthExceeded, InvalidRequest
+from polar.models.prefix_cache import PrefixCache
 from polar.models.sampling import sample_next
 from polar.tokens.tokenizer import ChatTokenizer
 
@@ -90,6 +91,7 @@ class LocalEngine:
         self._running.set()
         self._pause_mode: PauseMode | None = None
         self._seeds = itertools.count(random.SystemRandom().randrange(2**31))
+        self.prefix_cache = PrefixCache()
         self.requests_served = 0
 
     # ---- generation -------------------------------------------------------------------------------
@@ -124,11 +126,19 @@ class LocalEngine:
                     ttft = ttft if ttft is not None else time.perf_counter() - started
                     yield GenerateChunk((job.output[-1],), (job.logprobs[-1],))
                 if finish is not None:
+                    await loop.run_in_executor(self._executor, self._keep_prefix, job)
                     self.requests_served += 1
                     yield GenerateChunk((), (), final=self._result(job, *finish, ttft, started))
                     return
         finally:
             self._jobs.discard(job)
+
+    def _keep_prefix(self, job: _Job) -> None:
+        """Leave a finished job's cache for later requests that extend it (worker thread)."""
+        if job.cache is not None and job.aborted is None and job.pending:
+            covered = [*job.request.input_ids, *job.output][: job.cache.get_seq_length()]
+            self.prefix_cache.store(covered, job.cache)
+        job.cache = None
 
     def _result(self, job: _Job, reason: FinishReason, matched, ttft, started) -> GenerateResult:
         return GenerateResult(
@@ -151,8 +161,11 @@ class LocalEngine:
         budget = min(params.max_new_tokens, self.context_length - len(job.request.input_ids))
         if len(job.output) >= budget:
             return FinishReason.LENGTH, None
+        if job.cache is None:  # first step, or recomputation after a retract: reuse a shared prefix if any
+            job.cache, reused = self.prefix_cache.lookup(job.pending)
+            job.pending = job.pending[reused:]
         with torch.no_grad():
-            out = self.model(input_ids=torch.tensor([job.pending]), cache=job.cache, use_cache=True)
+            out = self.model(input_ids=torch.tensor([job.pending]), cache=job.cache, use_cache=True, logits_to_keep=1)
         job.cache = out.cache
         logits = out.logits[0, -1]
         stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.tokenizer.eos_ids))
@@ -177,12 +190,21 @@ class LocalEngine:
 
     async def score(self, prompt_ids: list[int], output_ids: list[int], temperature: float) -> list[float]:
         """Teacher-forced logprobs of ``output_ids`` after ``prompt_ids`` under the live weights."""
-        from polar.models.sampling import rescore
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._score, prompt_ids, output_ids, temperature)
 
+    def _score(self, prompt_ids: list[int], output_ids: list[int], temperature: float) -> list[float]:
         ids = [*prompt_ids, *output_ids]
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, rescore, self.model, ids, len(prompt_ids), temperature, self.semantics
-        )
+        cache, reused = self.prefix_cache.lookup(prompt_ids)
+        with torch.no_grad():
+            out = self.model(
+                input_ids=torch.tensor([ids[reused:]]), cache=cache, use_cache=True, logits_to_keep=len(output_ids) + 1
+            )
+        logits = out.logits[0, :-1].float()
+        if self.semantics is LogprobSemantics.TEMPERATURE_SCALED and temperature >= 1e-6:
+            logits = logits / temperature
+        logprobs = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(output_ids)[:, None])[:, 0].tolist()
+        self.prefix_cache.store(ids, out.cache)
+        return logprobs
 
     # ---- control ----------------------------------------------------------------------------------
 
@@ -220,6 +242,7 @@ class LocalEngine:
 
     def _set_version(self, version: str) -> None:
         """Running generations record the change at their current length (worker thread)."""
+        self.prefix_cache.clear()
         for job in list(self._jobs):
             job.version_events.append((self.weight_version, len(job.output)))
             if self._pause_mode is PauseMode.RETRACT:

@@ -46,8 +46,9 @@ def sample_next(
 
 def rescore(model, ids: list[int], prompt_len: int, temperature: float, semantics: LogprobSemantics) -> list[float]:
     """Teacher-forced logprobs of ids[prompt_len:] in one forward pass, with the given semantics."""
+    keep = len(ids) - prompt_len + 1  # only the positions that predict ids[prompt_len:] (and one past)
     with torch.no_grad():
-        logits = model(torch.tensor([ids])).logits[0, prompt_len - 1 : len(ids) - 1].float()
+        logits = model(torch.tensor([ids]), logits_to_keep=keep).logits[0, :-1].float()
     if semantics is LogprobSemantics.TEMPERATURE_SCALED and temperature >= 1e-6:
         logits = logits / temperature
     logprobs = torch.log_softmax(logits, dim=-1)

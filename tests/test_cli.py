@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from db.migrate import head
 from polar.cli import main
 
 
@@ -27,7 +28,7 @@ def polar_env(tmp_path: Path, cache_dir: Path) -> dict[str, str]:
 def test_db_upgrade_current_downgrade(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'x.db'}"
     assert main(["db", "upgrade", "--url", url]) == 0
-    assert "0001" in capsys.readouterr().out
+    assert head() in capsys.readouterr().out
     assert main(["db", "downgrade", "base", "--url", url]) == 0
     assert main(["db", "current", "--url", url]) == 0
     assert capsys.readouterr().out.strip().endswith("base")
@@ -46,6 +47,7 @@ def test_demo_records_one_exact_chain(polar_env, tiny_model_dir):
     assert proc.returncode == 0, proc.stderr
     assert "captures: 3 in one chain; prompts rebuilt from the capture tree: exact" in proc.stdout
     assert proc.stdout.count(" append ") == 2
+    assert "prefix_merge: 3 captures -> 1 trajectory, 2 exact merges, 0 breaks" in proc.stdout
     assert (Path(polar_env["POLAR_HOME"]) / "polar.db").exists()
 
 
@@ -57,3 +59,12 @@ def test_errors_are_reported_without_a_traceback(polar_env):
     assert proc.returncode == 2 and "unknown local model 'huge'" in proc.stderr
     proc = run_polar("generate", "hi", env={**polar_env, "POLAR_BACKEND": "tgi"})
     assert proc.returncode == 2 and "invalid setting POLAR_BACKEND" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_trajectories_rebuild_after_the_demo(polar_env, tiny_model_dir):
+    assert run_polar("demo", "--turns", "3", env=polar_env).returncode == 0
+    proc = run_polar("trajectories", "rebuild", "--builder", "per_request", "--since", "2000-01-01", env=polar_env)
+    assert proc.returncode == 0, proc.stderr
+    assert "per_request: rebuilt 1 rollouts (3 captures -> 3 trajectories)" in proc.stdout
+    proc = run_polar("trajectories", "rebuild", "--builder", "nope", "--since", "2000-01-01", env=polar_env)
+    assert proc.returncode == 2 and "nope" in proc.stderr

@@ -13,15 +13,15 @@ from sqlalchemy.orm import Session
 
 from db.capture_tree import full_prompt_ids
 from db.engine import make_engine
-from db.migrate import MIGRATIONS_DIR, current, make_config
+from db.migrate import MIGRATIONS_DIR, current, head, make_config
 from db.models import Capture
 
 BROKEN_REVISION = """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "extra"
+down_revision = "{head}"
 
 
 def upgrade():
@@ -35,8 +35,8 @@ REBUILD_REVISION = """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "extra"
+down_revision = "{head}"
 
 
 def upgrade():
@@ -51,7 +51,8 @@ def upgrade():
 def _apply_extra_revision(url: str, tmp_path: Path, source: str) -> None:
     scripts = tmp_path / "migrations"
     shutil.copytree(MIGRATIONS_DIR, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0002_extra.py").write_text(source)
+    # The extra revision goes on top of whatever this code ships, so the test survives new revisions.
+    (scripts / "versions" / "9999_extra.py").write_text(source.replace("{head}", head()))
     config = make_config(url)
     config.set_main_option("script_location", str(scripts))
     command.upgrade(config, "head")
@@ -69,7 +70,7 @@ def test_a_failed_migration_leaves_the_schema_as_it_was(database_url: str, tmp_p
     with pytest.raises(sa.exc.DBAPIError, match="no_such_table"):
         _apply_extra_revision(database_url, tmp_path, BROKEN_REVISION)
 
-    assert current(database_url) == "0001"
+    assert current(database_url) == head()
     engine = make_engine(database_url)
     try:
         assert "scratch" not in sa.inspect(engine).get_table_names()
@@ -90,7 +91,7 @@ def test_rebuilding_a_table_keeps_its_rows_and_foreign_keys(database_url: str, t
 
     _apply_extra_revision(database_url, tmp_path, REBUILD_REVISION)
 
-    assert current(database_url) == "0002"
+    assert current(database_url) == "extra"
     assert "scratch_note" in _columns(database_url, "captures")
     engine = make_engine(database_url)
     try:

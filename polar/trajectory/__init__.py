@@ -1,0 +1,76 @@
+"""Training trajectories rebuilt from a rollout's captures (DESIGN §5).
+
+Builders are pure functions over ``CaptureRecord``s that return ``Trace``s and ``MergeStats``; reach them by
+name through ``BUILDERS`` / ``get_builder`` (``per_request``, ``prefix_merge``), or import them from their
+modules (the package does not re-export them, so ``polar.trajectory.prefix_merge`` stays the module). Around
+them: reward assignment and group/session normalisation (``rewards``), the fail-closed training filter
+(``training_filter``), storage in the ``trajectories`` and ``merge_stats`` tables (``store``), ``rebuild`` of
+stored trajectories with another builder, and a per-harness summary (``report``). Modules:
+
+- ``records``: the frozen records; ``tree``: the capture tree over records;
+- ``per_request``, ``prefix_merge``: the builders; ``registry``: ``BUILDERS`` and ``get_builder``;
+- ``rewards``, ``training_filter``: what trains and with which reward;
+- ``store``, ``rebuild``, ``report``: the database side; ``synthetic``: generated sessions for tests and benchmarks.
+"""
+
+from polar.trajectory.prefix_merge import BreakCause, detect_end_of_turn
+from polar.trajectory.rebuild import RebuildReport, RolloutRebuild, rebuild
+from polar.trajectory.records import (
+    PLACEHOLDER_LOGPROB,
+    Builder,
+    BuildResult,
+    CaptureRecord,
+    MergeStats,
+    Trace,
+    VersionRange,
+)
+from polar.trajectory.registry import BUILDERS, get_builder
+from polar.trajectory.report import HarnessSummary, format_summary, summarize_by_harness
+from polar.trajectory.rewards import Normalization, RewardKey, assign_trace_rewards, broadcast_reward, normalize
+from polar.trajectory.store import (
+    TrajectoriesConsumed,
+    build_and_store,
+    load_capture_records,
+    load_traces,
+    write_build,
+)
+from polar.trajectory.training_filter import (
+    AGENT_BUDGET_EXPIRED,
+    FilterReason,
+    aligned_timeout_from_stage_results,
+    apply_training_filter,
+)
+
+__all__ = [
+    "AGENT_BUDGET_EXPIRED",
+    "BUILDERS",
+    "PLACEHOLDER_LOGPROB",
+    "BreakCause",
+    "BuildResult",
+    "Builder",
+    "CaptureRecord",
+    "FilterReason",
+    "HarnessSummary",
+    "MergeStats",
+    "Normalization",
+    "RebuildReport",
+    "RewardKey",
+    "RolloutRebuild",
+    "Trace",
+    "TrajectoriesConsumed",
+    "VersionRange",
+    "aligned_timeout_from_stage_results",
+    "apply_training_filter",
+    "assign_trace_rewards",
+    "broadcast_reward",
+    "build_and_store",
+    "detect_end_of_turn",
+    "format_summary",
+    "get_builder",
+    "load_capture_records",
+    "load_traces",
+    "normalize",
+    "rebuild",
+    "summarize_by_harness",
+    "write_build",
+]

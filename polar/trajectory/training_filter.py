@@ -1,0 +1,73 @@
+"""The fail-closed training filter: which traces of a rollout may train, and with what reward.
+
+Only a COMPLETED rollout trains as evaluated. Any other status (ERROR, TIMEOUT, CANCELLED, or a rollout not
+finished yet, whose outcome is unknown) zeroes every trace's loss mask and reward: the traces stay in the store
+for diagnosis but cannot move the policy. One exception, as in the anchor: a TIMEOUT where the agent's own
+budget ran out during the run, cleanly (``aligned_agent_timeout``), keeps its traces trainable as reward-0
+negatives; their tokens and logprobs are aligned by construction, and the model did spend the budget. A
+verifier or infrastructure timeout is never trainable. Independently, a trace holding a tool call the gateway
+could not parse gets reward 0 even in a COMPLETED rollout, so malformed calls are never rewarded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Any
+
+from db.enums import RolloutStatus
+from polar.trajectory.records import Trace
+
+AGENT_BUDGET_EXPIRED = "agent_budget_expired"
+"""Key in ``rollouts.stage_results["run"]`` that the run stage sets to ``true`` when the harness was stopped
+because the agent budget ran out (not the session deadline, not a crash)."""
+
+
+class FilterReason(StrEnum):
+    """Why the filter changed a trace (``trajectories.filter_reason``)."""
+
+    ROLLOUT_ERROR = "rollout_error"  # mask and reward zeroed
+    ROLLOUT_TIMEOUT = "rollout_timeout"  # mask and reward zeroed
+    ROLLOUT_CANCELLED = "rollout_cancelled"  # mask and reward zeroed
+    ROLLOUT_UNFINISHED = "rollout_unfinished"  # mask and reward zeroed: the outcome is not known yet
+    AGENT_TIMEOUT = "agent_timeout"  # kept trainable as a reward-0 negative
+    MALFORMED_TOOL_CALL = "malformed_tool_call"  # reward 0, mask kept
+
+
+_ZEROED = {
+    RolloutStatus.ERROR: FilterReason.ROLLOUT_ERROR,
+    RolloutStatus.TIMEOUT: FilterReason.ROLLOUT_TIMEOUT,
+    RolloutStatus.CANCELLED: FilterReason.ROLLOUT_CANCELLED,
+}
+
+
+def aligned_timeout_from_stage_results(stage_results: Mapping[str, Any] | None) -> bool:
+    """Whether the run stage reported an agent-budget expiry (``stage_results["run"]["agent_budget_expired"]``)."""
+    run = (stage_results or {}).get("run")
+    return isinstance(run, Mapping) and run.get(AGENT_BUDGET_EXPIRED) is True
+
+
+def apply_training_filter(
+    traces: Sequence[Trace], *, status: RolloutStatus | str, aligned_agent_timeout: bool = False
+) -> list[Trace]:
+    """``traces`` of one rollout whose outcome is ``status``, masked and rewarded fail-closed (module docstring).
+
+    A trace that keeps its mask and has no reward yet keeps ``reward=None`` (to be assigned after evaluation),
+    unless it is a negative or holds a malformed tool call, which get 0.
+    """
+    status = RolloutStatus(status)
+    if status is RolloutStatus.TIMEOUT and aligned_agent_timeout:
+        return [_with(trace, reward=0.0, reason=FilterReason.AGENT_TIMEOUT) for trace in traces]
+    if status is not RolloutStatus.COMPLETED:
+        reason = _ZEROED.get(status, FilterReason.ROLLOUT_UNFINISHED)
+        return [_with(trace, reward=0.0, reason=reason, zero_mask=True) for trace in traces]
+    return [
+        _with(trace, reward=0.0, reason=FilterReason.MALFORMED_TOOL_CALL) if trace.n_malformed_tool_calls else trace
+        for trace in traces
+    ]
+
+
+def _with(trace: Trace, *, reward: float, reason: FilterReason, zero_mask: bool = False) -> Trace:
+    mask = (0,) * len(trace.loss_mask) if zero_mask else trace.loss_mask
+    return dataclasses.replace(trace, reward=reward, loss_mask=mask, filter_reason=reason.value)

@@ -1,0 +1,186 @@
+"""Helpers for the trajectory tests: a record-level capture-tree builder, a hypothesis-backed chooser for the
+session simulator, and the invariants every build must satisfy, checked against the simulator's truth."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+from hypothesis import strategies as st
+
+from db.enums import CaptureStatus
+from polar.tokens.tokenizer import ChatTokenizer
+from polar.trajectory.records import PLACEHOLDER_LOGPROB, BuildResult, CaptureRecord, VersionRange
+from polar.trajectory.synthetic import SyntheticSession
+
+EOT = 2  # the end-of-turn id in hand-made trees
+
+
+class RecordTree:
+    """Hand-made capture records: give each capture's full prompt; prefix and delta follow from the parent.
+
+    ``prefix_len`` defaults to the longest prefix shared with the parent's sequence (what the gateway stores).
+    """
+
+    def __init__(self) -> None:
+        self.records: list[CaptureRecord] = []
+        self.full_prompts: dict[int, tuple[int, ...]] = {}
+
+    def sequence(self, record: CaptureRecord) -> tuple[int, ...]:
+        return self.full_prompts[record.id] + record.output_ids
+
+    def add(
+        self,
+        prompt: list[int] | tuple[int, ...],
+        output: list[int] | tuple[int, ...],
+        parent: CaptureRecord | None = None,
+        *,
+        prefix_len: int | None = None,
+        **fields: Any,
+    ) -> CaptureRecord:
+        prompt = tuple(prompt)
+        if prefix_len is None:
+            prefix_len = 0
+            if parent is not None:
+                for a, b in zip(self.sequence(parent), prompt, strict=False):
+                    if a != b:
+                        break
+                    prefix_len += 1
+        capture_id = len(self.records) + 1
+        status = fields.pop("status", CaptureStatus.OK)
+        logprobs = fields.pop("logprobs", None)
+        if logprobs is None:
+            logprobs = (
+                []
+                if status is CaptureStatus.ERROR
+                else [-(capture_id * 100 + i + 1) / 1024 for i in range(len(output))]
+            )
+        record = CaptureRecord(
+            id=capture_id,
+            seq=capture_id - 1,
+            parent_id=parent.id if parent else None,
+            prefix_len=prefix_len,
+            prompt_delta_ids=prompt[prefix_len:],
+            output_ids=tuple(output),
+            output_logprobs=tuple(logprobs),
+            finish_reason=fields.pop("finish_reason", "stop" if tuple(output[-1:]) == (EOT,) else "length"),
+            status=status,
+            **fields,
+        )
+        self.records.append(record)
+        self.full_prompts[record.id] = prompt
+        return record
+
+
+class DrawChooser:
+    """The simulator's choices drawn from hypothesis, shrinking towards a plain session (no events)."""
+
+    def __init__(self, data: st.DataObject):
+        self.data = data
+
+    def integer(self, low: int, high: int) -> int:
+        return self.data.draw(st.integers(low, high))
+
+    def chance(self, p: float) -> bool:
+        if p <= 0:
+            return False
+        return self.data.draw(st.integers(0, 99)) >= round(100 * (1 - p))
+
+
+def sampled_tokens(session: SyntheticSession) -> Counter[tuple[int, float]]:
+    """(token id, logprob) of every sampled token of the OK captures; logprobs are unique per token."""
+    return Counter(
+        (token, logprob)
+        for record in session.captures
+        if record.ok
+        for token, logprob in zip(record.output_ids, record.output_logprobs, strict=True)
+    )
+
+
+def expected_versions(session: SyntheticSession) -> dict[float, str | None]:
+    """logprob -> the weight version its token was sampled under."""
+    versions: dict[float, str | None] = {}
+    for record in session.captures:
+        per_token: list[str | None] = [None] * len(record.output_ids)
+        for span in record.sampled_versions():
+            per_token[span.start : span.end] = [span.version] * (span.end - span.start)
+        versions.update(zip(record.output_logprobs, per_token, strict=True))
+    return versions
+
+
+def check_common(session: SyntheticSession, result: BuildResult) -> None:
+    """What holds for every builder: aligned arrays, every sampled token trained exactly once with its own
+    logprob and version, every OK capture in some trace, placeholders exactly on inserted tokens."""
+    ok_ids = {record.id for record in session.captures if record.ok}
+    trained: Counter[tuple[int, float]] = Counter()
+    versions = expected_versions(session)
+    for trace in result.traces:
+        assert len(trace.response_ids) == len(trace.loss_mask) == len(trace.response_logprobs)
+        assert set(trace.loss_mask) <= {0, 1}
+        token_versions = trace.token_versions()
+        for token, mask, logprob, version in zip(
+            trace.response_ids, trace.loss_mask, trace.response_logprobs, token_versions, strict=True
+        ):
+            if logprob == PLACEHOLDER_LOGPROB:  # an inserted token: never trained, no version
+                assert mask == 0 and version is None
+                continue
+            assert version == versions[logprob]
+            if mask:
+                trained[(token, logprob)] += 1
+        sampled = [v for v in token_versions if v is not None]
+        assert (trace.weight_version_min, trace.weight_version_max) == (
+            (sampled[0], sampled[-1]) if sampled else (None, None)
+        )
+        assert all(isinstance(span, VersionRange) for span in trace.version_spans)
+    assert trained == sampled_tokens(session)
+    assert {i for trace in result.traces for i in trace.capture_ids} == ok_ids
+    assert result.stats.ok_captures == len(ok_ids)
+    assert result.stats.loss_tokens == result.stats.sampled_tokens == sum(trained.values())
+    assert [trace.chain_index for trace in result.traces] == list(range(len(result.traces)))
+
+
+def check_prefix_merge(session: SyntheticSession, result: BuildResult, tokenizer: ChatTokenizer) -> None:
+    """prefix_merge: chains follow tree edges, and each trace reproduces its leaf's conversation: token for
+    token when every merge was exact, and as text when a reply was re-rendered (same text, other ids)."""
+    check_common(session, result)
+    by_id = {record.id: record for record in session.captures}
+    stats = result.stats
+    assert stats.ok_captures == stats.roots + stats.breaks + stats.merges
+    assert stats.traces_out == len(result.traces)
+    for trace in result.traces:
+        for parent_id, child_id in itertools.pairwise(trace.capture_ids):
+            ancestor = by_id[child_id].parent_id
+            while ancestor is not None and not by_id[ancestor].ok:  # merges step over failed calls
+                ancestor = by_id[ancestor].parent_id
+            assert ancestor == parent_id
+        leaf = trace.capture_ids[-1]
+        truth = session.full_prompts[leaf] + by_id[leaf].output_ids
+        merged = trace.prompt_ids + trace.response_ids
+        assert trace.prompt_ids == session.full_prompts[trace.capture_ids[0]]
+        if trace.n_inexact_merges == 0:
+            assert merged == truth
+        assert tokenizer.decode(merged) == tokenizer.decode(truth)
+    # Each capture's tokens are trained in the first chain through it (depth first, children by seq).
+    first_chain: dict[int, int] = {}
+    for trace in result.traces:
+        for capture_id in trace.capture_ids:
+            first_chain.setdefault(capture_id, trace.chain_index)
+    for trace in result.traces:
+        owned = {i for i in trace.capture_ids if first_chain[i] == trace.chain_index}
+        assert trace.n_loss_tokens == sum(len(by_id[i].output_ids) for i in owned)
+
+
+def check_per_request(session: SyntheticSession, result: BuildResult) -> None:
+    """per_request: the traces are the OK captures, one each, as sampled."""
+    check_common(session, result)
+    ok = [record for record in session.captures if record.ok]
+    assert len(result.traces) == len(ok)
+    for trace, record in zip(result.traces, ok, strict=True):
+        assert trace.capture_ids == (record.id,)
+        assert trace.prompt_ids == session.full_prompts[record.id]
+        assert trace.response_ids == record.output_ids
+        assert trace.response_logprobs == record.output_logprobs
+        assert trace.loss_mask == (1,) * len(record.output_ids)
+        assert trace.finish_reason == record.finish_reason
+        assert trace.n_malformed_tool_calls == record.n_malformed_tool_calls

@@ -27,28 +27,6 @@ def _db(args: argparse.Namespace) -> None:
         print(migrate.current(url) or "base")
 
 
-def _serve_model(args: argparse.Namespace) -> None:
-    from polar.models.engine import LocalEngine
-    from polar.models.tiny import ensure_model_dir, get_spec
-    from polar.serving import serve
-    from polar.tokens.tokenizer import load_tokenizer
-
-    settings = get_settings()
-    model = args.model or settings.model
-    engine = LocalEngine(
-        ensure_model_dir(model, settings.cache_dir),
-        load_tokenizer(get_spec(model).tokenizer, settings.cache_dir),
-        threads=settings.torch_threads,
-    )
-    serve(
-        args.host,
-        args.port,
-        engine,
-        served_model_name=model,
-        incremental_streaming=args.incremental_streaming_output,
-    )
-
-
 def _gateway(args: argparse.Namespace) -> None:
     from polar.proxy.server import serve_gateway
 
@@ -92,12 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--url", help="database URL (default: POLAR_DATABASE_URL or the SQLite file in POLAR_HOME)")
     db.set_defaults(func=_db)
 
+    from polar.serving import command as serve_model
+
     serve = sub.add_parser("serve-model", help="serve the local model with SGLang's /generate wire format")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=30000)
-    serve.add_argument("--model", help="local model spec (default: POLAR_MODEL)")
-    serve.add_argument("--incremental-streaming-output", action="store_true", help="stream deltas, not cumulative chunks")
-    serve.set_defaults(func=_serve_model)
+    serve_model.add_arguments(serve)
+    serve.set_defaults(func=serve_model.run)
 
     gateway = sub.add_parser("gateway", help="the model API gateway (OpenAI, Anthropic, Gemini protocols)")
     gateway.add_argument("--host", help="default: POLAR_GATEWAY_HOST (127.0.0.1)")
@@ -126,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         args.func(args)
     except PolarError as exc:
         print(f"polar: error: {exc.message}", file=sys.stderr)

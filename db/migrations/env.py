@@ -61,6 +61,10 @@ def run_migrations_online() -> None:
                 compare_type=True,
             )
             with context.begin_transaction():
+                if engine.dialect.name == "postgresql":
+                    # Several processes (gateways, workers) may start at once: the first migrates, the others
+                    # wait here and then find nothing to do. Released at commit.
+                    connection.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('polar-migrations'))")
                 context.run_migrations()
                 if is_sqlite:
                     _check_sqlite_foreign_keys(connection)

@@ -228,12 +228,18 @@ class LocalEngine:
                 state.update(load_file(f))
         else:
             state = source
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        if unexpected or missing:
+        # Check everything before touching the model: load_state_dict copies tensors one by one, so a bad
+        # checkpoint would otherwise leave mixed weights under the old version label.
+        live = self.model.state_dict()
+        missing, unexpected = sorted(live.keys() - state.keys()), sorted(state.keys() - live.keys())
+        wrong = sorted(k for k in live.keys() & state.keys() if tuple(state[k].shape) != tuple(live[k].shape))
+        if missing or unexpected or wrong:
             raise InvalidRequest(
-                f"weights do not fit the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}",
+                f"weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}, "
+                f"wrong shape {wrong[:5]}",
                 field="model_path",
             )
+        self.model.load_state_dict(state, strict=True)
         self._set_version(version)
 
     async def relabel(self, version: str) -> None:

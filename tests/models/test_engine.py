@@ -176,3 +176,19 @@ async def test_prefix_cache_reuses_earlier_turns_exactly(tiny_model_dir, small_t
     expected = rescore(engine.model, list(follow) + list(after.output_ids), len(follow), 0.0, engine.semantics)
     assert max(abs(a - b) for a, b in zip(expected, after.output_logprobs)) < 1e-5
     engine.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "shape"])
+async def test_bad_checkpoints_change_nothing(tiny_model_dir, small_tokenizer, damage):
+    engine = LocalEngine(tiny_model_dir, small_tokenizer)
+    before = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    bad = perturbed(engine.model)
+    if damage == "missing":
+        bad.pop("lm_head.weight")
+    else:
+        bad["model.norm.weight"] = torch.ones(3)
+    with pytest.raises(InvalidRequest, match="weights do not fit"):
+        await engine.load_weights(bad, "broken")
+    assert engine.weight_version == "default"
+    assert all(torch.equal(v, before[k]) for k, v in engine.model.state_dict().items())
+    engine.close()

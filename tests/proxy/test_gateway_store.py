@@ -83,8 +83,12 @@ def test_two_gateway_processes_share_a_session(tmp_path, cache_dir, tiny_model_d
                         if httpx.get(u + "/health", timeout=1).status_code == 200:
                             break
                     except httpx.HTTPError:
-                        if time.monotonic() > deadline:
-                            raise
+                        dead = [p for p in procs if p.poll() is not None]
+                        if dead or time.monotonic() > deadline:
+                            for p in procs:
+                                p.kill()
+                            output = "\n".join(p.communicate()[0].decode(errors="replace")[-3000:] for p in procs)
+                            raise AssertionError(f"a gateway did not start:\n{output}") from None
                     time.sleep(0.2)
             session = httpx.post(urls[0] + "/v1/sessions", json={"policy": SCRIPT}).json()
             messages: list = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]

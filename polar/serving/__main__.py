@@ -1,0 +1,5 @@
+"""``python -m polar.serving``: the same as ``polar serve-model``."""
+
+from polar.serving.command import main
+
+main()

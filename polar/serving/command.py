@@ -1,0 +1,58 @@
+"""``polar serve-model``: serve a local model with SGLang's native wire format.
+
+``add_arguments`` / ``run`` let the top-level ``polar`` CLI mount this as a sub-command; ``main`` runs it
+alone (``python -m polar.serving``). Flags follow SGLang's names where one exists
+(``--served-model-name``, ``--weight-version``, ``--incremental-streaming-output``); defaults come from
+:class:`polar.settings.Settings`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from polar.settings import get_settings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    settings = get_settings()
+    parser.add_argument("--model", default=settings.model, help="local model spec name (polar.models.tiny)")
+    parser.add_argument("--model-path", type=Path, default=None, help="serve this checkpoint folder instead")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer name for --model-path (default: the spec's)")
+    parser.add_argument("--served-model-name", default=None, help="name in /v1/models (default: --model)")
+    parser.add_argument("--weight-version", default="default")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--threads", type=int, default=settings.torch_threads)
+    parser.add_argument("--cache-dir", type=Path, default=settings.cache_dir)
+    parser.add_argument("--incremental-streaming-output", action="store_true", help="stream deltas, not totals")
+    parser.add_argument("--log-level", default="info")
+
+
+def run(args: argparse.Namespace) -> None:
+    from polar.models.engine import LocalEngine
+    from polar.models.tiny import ensure_model_dir, get_spec
+    from polar.serving.sglang_app import serve
+    from polar.tokens.tokenizer import load_tokenizer
+
+    model_dir = args.model_path or ensure_model_dir(args.model, args.cache_dir)
+    tokenizer = load_tokenizer(args.tokenizer or get_spec(args.model).tokenizer, args.cache_dir)
+    engine = LocalEngine(model_dir, tokenizer, threads=args.threads, weight_version=args.weight_version)
+    try:
+        serve(
+            args.host,
+            args.port,
+            engine,
+            served_model_name=args.served_model_name or args.model,
+            incremental_streaming=args.incremental_streaming_output,
+            log_level=args.log_level,
+        )
+    finally:
+        engine.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="polar serve-model", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    run(parser.parse_args(argv))

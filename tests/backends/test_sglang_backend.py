@@ -1,0 +1,276 @@
+"""The sglang backend client against polar's SGLang-shaped server, over real HTTP.
+
+Logprobs are checked against an independent teacher-forced rescore of the same model; weight updates
+land in the middle of a streamed generation and must show up as version spans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from polar.backends.base import (
+    Backend,
+    FinishReason,
+    GenerateRequest,
+    GenerateResult,
+    LogprobSemantics,
+    SamplingParams,
+    VersionSpan,
+    collect,
+)
+from polar.backends.sglang import SGLangBackend
+from polar.errors import ContextLengthExceeded, InvalidRequest, UnknownSamplingParameter
+from polar.models.engine import LocalEngine
+from polar.models.sampling import rescore
+from polar.serving import ServerThread, create_app
+
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def cumulative_url(engine: LocalEngine) -> Iterator[str]:
+    with ServerThread(create_app(engine, served_model_name="tiny")) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def incremental_url(engine: LocalEngine) -> Iterator[str]:
+    with ServerThread(create_app(engine, served_model_name="tiny", incremental_streaming=True)) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def weights_engine(tiny_model_dir: Path, small_tokenizer) -> Iterator[LocalEngine]:
+    """An engine whose weights, labels and pause state the tests below change."""
+    eng = LocalEngine(tiny_model_dir, small_tokenizer)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def weights_url(weights_engine: LocalEngine) -> Iterator[str]:
+    with ServerThread(create_app(weights_engine, served_model_name="tiny")) as server:
+        yield server.url
+
+
+@pytest.fixture
+async def client(cumulative_url: str) -> AsyncIterator[SGLangBackend]:
+    backend = await SGLangBackend.connect(cumulative_url)
+    yield backend
+    await backend.aclose()
+
+
+@pytest.fixture
+async def weights_client(weights_url: str) -> AsyncIterator[SGLangBackend]:
+    backend = await SGLangBackend.connect(weights_url)
+    yield backend
+    await backend.aclose()
+
+
+@pytest.fixture(scope="module")
+def prompt(small_tokenizer) -> tuple[int, ...]:
+    return tuple(small_tokenizer.encode("<|im_start|>user\nWrite a loop.<|im_end|>\n<|im_start|>assistant\n"))
+
+
+def assert_matches_rescore(model, prompt: tuple[int, ...], result: GenerateResult, temperature: float) -> None:
+    ids = list(prompt) + list(result.output_ids)
+    expected = rescore(model, ids, len(prompt), temperature, LogprobSemantics.TEMPERATURE_SCALED)
+    assert len(expected) == len(result.output_logprobs)
+    assert max(abs(a - b) for a, b in zip(expected, result.output_logprobs, strict=True)) < TOLERANCE
+
+
+def same_output(a: GenerateResult, b: GenerateResult) -> bool:
+    timing = {"ttft_s": None, "e2e_s": None}
+    return replace(a, **timing) == replace(b, **timing)
+
+
+# §1 generation and logprobs ----------------------------------------------------------------------------------
+
+
+async def test_connect_reads_model_info(client: SGLangBackend, engine: LocalEngine):
+    assert isinstance(client, Backend)
+    assert client.name == "sglang"
+    assert client.context_length == engine.context_length
+    assert await client.weight_version() == engine.weight_version
+
+
+@pytest.mark.parametrize(("temperature", "seed"), [(0.0, None), (0.7, 1234)], ids=["greedy", "sampled"])
+async def test_logprobs_match_a_teacher_forced_rescore(client, engine, prompt, temperature, seed):
+    params = SamplingParams(max_new_tokens=24, temperature=temperature, seed=seed, ignore_eos=True)
+    result = await client.generate(GenerateRequest(prompt, params))
+    assert result.finish_reason is FinishReason.LENGTH and len(result.output_ids) == 24
+    assert result.prompt_tokens == len(prompt)
+    assert result.logprob_semantics is LogprobSemantics.TEMPERATURE_SCALED
+    assert result.version_spans == (VersionSpan(engine.weight_version, 0, 24),)
+    assert result.e2e_s is not None and result.e2e_s > 0
+    assert_matches_rescore(engine.model, prompt, result, temperature)
+
+
+async def test_stream_gives_the_same_result_as_generate(client, prompt):
+    request = GenerateRequest(prompt, SamplingParams(max_new_tokens=16, temperature=0.8, seed=99), "same-seed")
+    whole = await client.generate(request)
+    chunks = [chunk async for chunk in client.stream(request)]
+    streamed = chunks[-1].final
+    assert streamed is not None and all(c.final is None for c in chunks[:-1])
+    assert same_output(whole, streamed)
+    assert tuple(i for c in chunks for i in c.output_ids) == whole.output_ids
+    assert tuple(lp for c in chunks for lp in c.output_logprobs) == whole.output_logprobs
+    assert streamed.ttft_s is not None and whole.ttft_s is None
+
+
+async def test_cumulative_and_incremental_servers_agree(cumulative_url, incremental_url, prompt):
+    request = GenerateRequest(prompt, SamplingParams(max_new_tokens=12, temperature=0.9, seed=5))
+    results = []
+    for url in (cumulative_url, incremental_url):
+        backend = await SGLangBackend.connect(url)
+        try:
+            results.append(await collect(backend.stream(request)))
+            results.append(await backend.generate(request))
+        finally:
+            await backend.aclose()
+    assert all(same_output(results[0], other) for other in results[1:])
+
+
+async def test_stop_token_is_the_last_output_id(client, prompt):
+    greedy = await client.generate(GenerateRequest(prompt, SamplingParams(max_new_tokens=8, temperature=0)))
+    target = greedy.output_ids[4]
+    first = greedy.output_ids.index(target)
+    params = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=(target,))
+    stopped = await collect(client.stream(GenerateRequest(prompt, params)))
+    assert stopped.finish_reason is FinishReason.STOP and stopped.matched_stop == target
+    assert stopped.output_ids == greedy.output_ids[: first + 1]
+    assert stopped.output_logprobs == greedy.output_logprobs[: first + 1]
+
+
+# §2 errors carrying the server's message -------------------------------------------------------------------
+
+
+async def test_unknown_sampling_key_is_rejected_with_the_servers_message(cumulative_url, prompt):
+    backend = await SGLangBackend.connect(cumulative_url, extra_sampling_params={"max_tokens": 4})
+    try:
+        for call in (backend.generate, lambda r: collect(backend.stream(r))):
+            with pytest.raises(UnknownSamplingParameter) as info:
+                await call(GenerateRequest(prompt, SamplingParams(max_new_tokens=2)))
+            assert "unknown sampling parameter 'max_tokens'" in info.value.message
+            assert info.value.field == "sampling_params.max_tokens"
+    finally:
+        await backend.aclose()
+
+
+async def test_context_overflow_is_context_length_exceeded(client, engine):
+    window = engine.context_length
+    with pytest.raises(ContextLengthExceeded) as info:
+        await client.generate(GenerateRequest((5,) * window, SamplingParams(max_new_tokens=1)))
+    assert f"context length ({window} tokens)" in info.value.message  # the server's own words
+    assert info.value.context_length == window and info.value.prompt_tokens == window
+    with pytest.raises(ContextLengthExceeded):
+        await collect(client.stream(GenerateRequest((5,) * (window - 4), SamplingParams(max_new_tokens=8))))
+
+
+# §3 weights, versions and pauses ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def perturbed_weights(engine: LocalEngine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model's weights plus seeded noise, saved as a checkpoint folder."""
+    folder = tmp_path_factory.mktemp("perturbed")
+    noise = torch.Generator().manual_seed(7)
+    state = {
+        k: (v + 0.01 * torch.randn(v.shape, generator=noise)).contiguous() for k, v in engine.model.state_dict().items()
+    }
+    save_file(state, folder / "model.safetensors")
+    return folder
+
+
+async def test_weight_update_mid_stream_splits_the_version_spans(
+    weights_client, weights_engine, engine, perturbed_weights, prompt
+):
+    old = await weights_client.weight_version()
+    request = GenerateRequest(prompt, SamplingParams(max_new_tokens=400, ignore_eos=True, temperature=0))
+    seen = 0
+    updated = False
+    final = None
+    async for chunk in weights_client.stream(request):
+        seen += len(chunk.output_ids)
+        if seen >= 20 and not updated:
+            reply = await weights_client.update_weights_from_disk(perturbed_weights, "v1")
+            assert reply["success"] is True
+            updated = True
+        final = chunk.final or final
+    assert final is not None and len(final.output_ids) == 400
+    first, second = final.version_spans
+    assert (first.version, second.version) == (old, "v1")
+    assert first.start == 0 and 20 <= first.end == second.start < 400 and second.end == 400
+    # Tokens before the update were sampled by the old weights (the session engine still has them).
+    head = replace(final, output_ids=final.output_ids[: first.end], output_logprobs=final.output_logprobs[: first.end])
+    assert_matches_rescore(engine.model, prompt, head, 0.0)
+
+    assert await weights_client.weight_version() == "v1"
+    after = await weights_client.generate(
+        GenerateRequest(prompt, SamplingParams(max_new_tokens=16, temperature=0.7, seed=3, ignore_eos=True))
+    )
+    assert after.weight_version == "v1" and after.version_spans == (VersionSpan("v1", 0, 16),)
+    assert_matches_rescore(weights_engine.model, prompt, after, 0.7)  # the reloaded (perturbed) weights
+    fresh = await weights_client.generate(GenerateRequest(prompt, SamplingParams(max_new_tokens=16, temperature=0)))
+    assert fresh.output_logprobs != head.output_logprobs[:16]  # the weights really changed
+
+
+async def test_a_bad_checkpoint_is_refused_with_the_servers_message(weights_client, tmp_path: Path):
+    with pytest.raises(InvalidRequest, match="no \\*.safetensors files"):
+        await weights_client.update_weights_from_disk(tmp_path / "missing", "never")
+    assert await weights_client.weight_version() != "never"
+
+
+async def test_update_weight_version_relabels(weights_client):
+    reply = await weights_client.update_weight_version("v2")
+    assert reply["new_version"] == "v2"
+    assert await weights_client.weight_version() == "v2"
+    result = await weights_client.generate(GenerateRequest((1, 2, 3), SamplingParams(max_new_tokens=3)))
+    assert result.weight_version == "v2"
+
+
+async def test_pause_abort_returns_an_abort_result_with_partial_output(weights_client, prompt):
+    request = GenerateRequest(prompt, SamplingParams(max_new_tokens=400, ignore_eos=True))
+    seen = 0
+    final = None
+    try:
+        async for chunk in weights_client.stream(request):
+            seen += len(chunk.output_ids)
+            if seen == 5:
+                await weights_client.pause("abort")
+            final = chunk.final or final
+    finally:
+        await weights_client.resume()
+    assert final is not None and final.finish_reason is FinishReason.ABORT and final.matched_stop is None
+    assert 5 <= len(final.output_ids) < 400 and len(final.output_logprobs) == len(final.output_ids)
+    # Non-streaming as well: the abort is a result, not an exception.
+    result = await weights_client.generate(GenerateRequest(prompt, SamplingParams(max_new_tokens=3)))
+    assert result.finish_reason is FinishReason.LENGTH
+
+
+async def test_pause_in_place_then_resume_completes(weights_client, prompt):
+    request = GenerateRequest(prompt, SamplingParams(max_new_tokens=50, ignore_eos=True, temperature=0))
+    reference = await weights_client.generate(request)
+    seen = 0
+    final = None
+    resumer = None
+
+    async def resume_soon() -> None:
+        await asyncio.sleep(0.2)
+        await weights_client.resume()
+
+    async for chunk in weights_client.stream(request):
+        seen += len(chunk.output_ids)
+        if seen == 5:
+            await weights_client.pause("in_place")
+            resumer = asyncio.create_task(resume_soon())
+        final = chunk.final or final
+    assert resumer is not None and resumer.done()  # the stream could only end after the resume
+    assert final is not None and same_output(final, reference)

@@ -151,10 +151,19 @@ async def test_pause_freezes_and_resume_completes(tiny_model_dir, small_tokenize
     assert not task.done()
     engine.resume()
     result = await task
-    assert result.finish_reason is FinishReason.LENGTH
-    # Same weights: freezing (and, under retract, recomputing the prefix) does not change what is sampled.
-    assert result.output_ids == reference.output_ids
-    assert max(abs(a - b) for a, b in zip(result.output_logprobs, reference.output_logprobs)) < 1e-5
+    assert result.finish_reason is FinishReason.LENGTH and len(result.output_ids) == 80
+    # Freezing (and, under retract, recomputing the prefix) keeps greedy decoding greedy and logprobs true. The
+    # ids may differ from an uninterrupted run only where two logits tie within float noise.
+    ids = list(ids) + list(result.output_ids)
+    expected = rescore(engine.model, ids, len(ids) - 80, 0.0, engine.semantics)
+    assert max(abs(a - b) for a, b in zip(expected, result.output_logprobs)) < 1e-5
+    with torch.no_grad():
+        logits = engine.model(torch.tensor([ids])).logits[0, len(ids) - 81 : -1]
+    best = torch.log_softmax(logits.float(), -1).max(-1).values.tolist()
+    assert all(lp >= top - 1e-5 for lp, top in zip(result.output_logprobs, best))
+    if result.output_ids != reference.output_ids:
+        first = next(i for i, (a, b) in enumerate(zip(result.output_ids, reference.output_ids)) if a != b)
+        assert abs(result.output_logprobs[first] - reference.output_logprobs[first]) < 1e-4
     engine.close()
 
 

@@ -133,8 +133,13 @@ def create_app(gw: Gateway) -> FastAPI:
 
     @app.websocket("/v1/responses")
     async def responses_websocket(websocket: WebSocket) -> None:
-        # Codex tries a WebSocket first; refusing before accept answers 403 at once, and it falls back to HTTP.
-        await websocket.close(code=1008)
+        # Codex's built-in provider tries a WebSocket first. 426 Upgrade Required makes it fall back to HTTP
+        # at once; a 403 (a plain close before accept) costs five retries with backoff (~7 s) first.
+        _, body = OPENAI_RESPONSES.error_response(InvalidRequest("this gateway serves /v1/responses over HTTP POST only"))
+        try:
+            await websocket.send_denial_response(JSONResponse(body, status_code=426))
+        except RuntimeError:  # a server without the WebSocket denial-response extension
+            await websocket.close(code=1008)
 
     @app.post("/v1/messages")
     async def messages(request: Request) -> Response:

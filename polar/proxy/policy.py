@@ -7,6 +7,7 @@ and true logprobs of those ids.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -101,6 +102,7 @@ class ScriptedPolicy:
         return ScriptedReply(content=self.spec.then)
 
     async def stream(self, request: GenerateRequest, context: PolicyContext) -> AsyncIterator[GenerateChunk]:
+        started = time.perf_counter()
         tokenizer = self.scorer.tokenizer
         body = self.template.assistant_body(self.reply_for(context).message())
         ids = [*tokenizer.encode(body), tokenizer.im_end_id]
@@ -109,6 +111,7 @@ class ScriptedPolicy:
         finish, matched = (FinishReason.STOP, tokenizer.im_end_id) if len(ids) <= budget else (FinishReason.LENGTH, None)
         ids = ids[:budget]
         logprobs = await self.scorer.score(list(request.input_ids), ids, request.sampling.temperature)
+        ttft = time.perf_counter() - started  # the whole reply is ready once it is scored
         for token, logprob in zip(ids, logprobs):
             yield GenerateChunk((token,), (logprob,))
         yield GenerateChunk(
@@ -122,5 +125,7 @@ class ScriptedPolicy:
                 version_spans=(VersionSpan(self.scorer.weight_version, 0, len(ids)),),
                 prompt_tokens=len(request.input_ids),
                 logprob_semantics=self.scorer.semantics,
+                ttft_s=ttft,
+                e2e_s=time.perf_counter() - started,
             ),
         )

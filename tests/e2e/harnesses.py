@@ -1,0 +1,456 @@
+"""The six agent CLIs, declared: where they are installed, the config files they read, the environment that
+points them at a gateway session with telemetry, update checks and login flows off, the headless command,
+and the scripted replies that make each take specific actions with its own tool names and argument shapes.
+After the six come variants: the same CLIs through their other providers, protocols and model names.
+
+Everything here is data. Strings may hold placeholders that the runner fills in:
+
+    {home}     the per-run HOME           {workdir}  the directory the CLI runs in (absolute)
+    {gateway}  http://127.0.0.1:PORT      {key}      the session's API key
+    {model}    the model name the CLI asks for        {prompt}   the task
+
+Config files are written with real serialisers (``json`` or ``tests.e2e.tomlwrite``), never by hand.
+Sources for every switch: ../shared/reference/harnesses.md. Versions are those scripts/install_harnesses.sh
+pins (the newest that run on Node 20).
+
+Every script is: turn 1 writes {workdir}/hello.txt (with reasoning), turn 2 runs a shell command whose
+output proves it ran, turn 3 is the final text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROMPT = "Create the file hello.txt containing exactly `hi` in the current directory, then show it with cat."
+FINAL = "All done: hello.txt holds hi."
+# The second tool turn runs this; its output holds "marker-42", which only the shell can produce (the
+# arguments hold "marker-%d" and "42"), so finding it in the next prompt proves the tool ran and its output
+# came back. (No $(...) or $((...)): Gemini CLI blocks command substitution.)
+SHELL_CHECK = "cat {workdir}/hello.txt && printf ' marker-%d\\n' 42"
+MARKER = "marker-42"
+# The first reply carries reasoning too: each CLI gets it as its protocol's thinking/reasoning block and
+# echoes it back (or drops it); either way the next call must still extend the chain in append mode.
+THINK = "The user wants hello.txt with hi in it; I will write it, then check it."
+
+
+def tools_dir() -> Path:
+    """Where scripts/install_harnesses.sh put the CLIs (POLAR_TOOLS overrides)."""
+    return Path(os.environ.get("POLAR_TOOLS") or REPO / ".polar-tools")
+
+
+@dataclass(frozen=True)
+class Harness:
+    name: str  # the test id; variants of one CLI share ``tool``
+    package: str
+    version: str
+    binary: str
+    protocol: str  # captures.protocol the CLI's calls arrive as
+    model: str  # the name the CLI asks for (the session accepts any)
+    files: dict[str, tuple[str, Any]]  # path under HOME -> ("json" | "toml", data)
+    env: dict[str, str]
+    argv: list[str]  # after the binary
+    replies: list[dict[str, Any]]  # the scripted policy's replies to calls that offer tools
+    tool_free_reply: str = "Polar session"
+    # Calls outside the main loop that this CLI makes, each a separate root of the capture tree: the kinds
+    # named in test_harnesses.AUX_CALLS (for example "title": OpenCode's title generation, no tools).
+    aux_calls: tuple[str, ...] = ()
+    expected_content: str = "hi"  # of {workdir}/hello.txt after the run
+    dns_allowed: tuple[str, ...] = ()  # names the CLI may try to resolve with every switch off (see notes)
+    websocket_first: bool = False  # tries a WebSocket upgrade before POSTing (Codex's built-in provider)
+    tool: str = ""  # install folder under the tools dir; default: name
+    notes: str = ""
+
+    @property
+    def prefix(self) -> Path:
+        return tools_dir() / (self.tool or self.name) / self.version
+
+    @property
+    def executable(self) -> Path:
+        return self.prefix / "node_modules" / ".bin" / self.binary
+
+    @property
+    def installed(self) -> bool:
+        return (self.prefix / ".installed").is_file() and self.executable.exists()
+
+    def policy(self) -> dict[str, Any]:
+        return {"type": "scripted", "replies": self.replies, "tool_free_reply": self.tool_free_reply, "then": FINAL}
+
+
+def reply(
+    text: str, name: str | None = None, arguments: dict[str, Any] | None = None, reasoning: str | None = None
+) -> dict[str, Any]:
+    calls = [{"name": name, "arguments": arguments or {}}] if name else []
+    return {"content": text, "reasoning": reasoning, "tool_calls": calls}
+
+
+# Switches every CLI gets (harmless where unused).
+COMMON_ENV = {
+    "DO_NOT_TRACK": "1",
+    "NO_UPDATE_NOTIFIER": "1",
+    "NPM_CONFIG_UPDATE_NOTIFIER": "false",
+    "NO_COLOR": "1",
+    "TERM": "dumb",
+}
+
+CODEX = Harness(
+    name="codex",
+    package="@openai/codex",
+    version="0.171.0",
+    binary="codex",
+    protocol="openai_responses",
+    # An uncatalogued name: Codex then declares plain function tools (exec_command, ...) at the top level.
+    model="polar-tiny",
+    files={
+        ".codex/config.toml": (
+            "toml",
+            {
+                "model": "{model}",
+                "model_provider": "polar",
+                "check_for_update_on_startup": False,
+                "model_providers": {
+                    "polar": {
+                        "name": "Polar gateway",
+                        "base_url": "{gateway}/v1",
+                        "env_key": "POLAR_SESSION_KEY",
+                        "wire_api": "responses",
+                        "request_max_retries": 0,
+                        "stream_max_retries": 0,
+                    }
+                },
+                "analytics": {"enabled": False},
+                "feedback": {"enabled": False},
+                "history": {"persistence": "none"},
+            },
+        )
+    },
+    env={"CODEX_HOME": "{home}/.codex", "POLAR_SESSION_KEY": "{key}"},
+    argv=[
+        "exec", "--skip-git-repo-check", "--ephemeral", "-s", "workspace-write",
+        "--disable", "plugins", "--disable", "remote_plugin", "--disable", "apps",
+        "-C", "{workdir}", "-m", "{model}", "{prompt}",
+    ],
+    replies=[
+        reply("I will create the file.", "exec_command", {"cmd": "printf hi > {workdir}/hello.txt", "workdir": "{workdir}"}, reasoning=THINK),
+        reply("Now I check it.", "exec_command", {"cmd": SHELL_CHECK, "workdir": "{workdir}"}),
+    ],
+)
+
+CLAUDE = Harness(
+    name="claude",
+    package="@anthropic-ai/claude-code",
+    version="2.1.197",
+    binary="claude",
+    protocol="anthropic_messages",
+    model="polar-tiny",
+    files={},
+    env={
+        "ANTHROPIC_BASE_URL": "{gateway}",
+        "ANTHROPIC_API_KEY": "{key}",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_BUG_COMMAND": "1",
+        "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
+    },
+    argv=[
+        "-p", "--model", "{model}", "--permission-mode", "acceptEdits", "--allowedTools", "Bash",
+        "--output-format", "json", "{prompt}",
+    ],
+    replies=[
+        reply("I will create the file.", "Write", {"file_path": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK),
+        reply("Now I check it.", "Bash", {"command": SHELL_CHECK, "description": "Show hello.txt"}),
+    ],
+)
+
+GEMINI = Harness(
+    name="gemini",
+    package="@google/gemini-cli",
+    version="0.61.0",
+    binary="gemini",
+    protocol="gemini",
+    model="polar-tiny",  # -m: no router calls
+    files={
+        ".gemini/settings.json": (
+            "json",
+            {
+                "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+                "privacy": {"usageStatisticsEnabled": False},
+                "telemetry": {"enabled": False},
+                "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+            },
+        )
+    },
+    env={
+        "GEMINI_API_KEY": "{key}",
+        "GOOGLE_GEMINI_BASE_URL": "{gateway}",
+        "GEMINI_CLI_NO_RELAUNCH": "1",
+        "GEMINI_TELEMETRY_ENABLED": "false",
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+    },
+    argv=["-m", "{model}", "--approval-mode", "yolo", "-o", "json", "-p", "{prompt}"],
+    replies=[
+        reply("I will create the file.", "write_file", {"file_path": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK),
+        reply("Now I check it.", "run_shell_command", {"command": SHELL_CHECK, "description": "Show hello.txt"}),
+    ],
+)
+
+QWEN = Harness(
+    name="qwen",
+    package="@qwen-code/qwen-code",
+    version="0.15.10",
+    binary="qwen",
+    protocol="openai_chat",
+    model="polar-tiny",
+    files={
+        ".qwen/settings.json": (
+            "json",
+            {
+                "modelProviders": {
+                    "openai": [{"id": "{model}", "name": "{model}", "baseUrl": "{gateway}/v1", "envKey": "POLAR_SESSION_KEY"}]
+                },
+                "security": {"auth": {"selectedType": "openai"}, "folderTrust": {"enabled": False}},
+                "model": {"name": "{model}"},
+                "general": {"enableAutoUpdate": False, "disableAutoUpdate": True},
+                "privacy": {"usageStatisticsEnabled": False},
+                "telemetry": {"enabled": False},
+            },
+        )
+    },
+    env={"POLAR_SESSION_KEY": "{key}", "QWEN_CODE_NO_RELAUNCH": "1"},
+    argv=["--approval-mode", "yolo", "-o", "json", "{prompt}"],
+    replies=[
+        reply("I will create the file.", "write_file", {"file_path": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK),
+        reply("Now I check it.", "run_shell_command", {"command": SHELL_CHECK, "description": "Show hello.txt"}),
+    ],
+)
+
+OPENCODE = Harness(
+    name="opencode",
+    package="opencode-ai",
+    version="1.18.33",
+    binary="opencode",
+    protocol="openai_chat",
+    model="polar-tiny",
+    files={
+        ".config/opencode/opencode.json": (
+            "json",
+            {
+                "$schema": "https://opencode.ai/config.json",
+                "autoupdate": False,
+                "share": "disabled",
+                "model": "polar/{model}",
+                "small_model": "polar/{model}",
+                "provider": {
+                    "polar": {
+                        "npm": "@ai-sdk/openai-compatible",
+                        "name": "Polar gateway",
+                        "options": {"baseURL": "{gateway}/v1", "apiKey": "{env:POLAR_SESSION_KEY}"},
+                        "models": {"{model}": {"name": "{model}", "tool_call": True}},
+                    }
+                },
+                "permission": {"edit": "allow", "bash": "allow"},
+            },
+        )
+    },
+    env={
+        "POLAR_SESSION_KEY": "{key}",
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        "OPENCODE_DISABLE_SHARE": "1",
+        "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+    },
+    argv=["run", "--print-logs", "--auto", "-m", "polar/{model}", "{prompt}"],
+    replies=[
+        reply("I will create the file.", "write", {"filePath": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK),
+        reply("Now I check it.", "bash", {"command": SHELL_CHECK, "description": "Show hello.txt"}),
+    ],
+    aux_calls=("title",),
+    # A fresh config dir makes it install @opencode-ai/plugin in the background (bun, registry.npmjs.org);
+    # no switch turns that off in 1.18.33 (not --pure either); it fails harmlessly without a network.
+    dns_allowed=("registry.npmjs.org",),
+    notes="The first call of every run is title generation (no tools): a separate root.",
+)
+
+PI = Harness(
+    name="pi",
+    package="@mariozechner/pi-coding-agent",
+    version="0.73.1",
+    binary="pi",
+    protocol="openai_chat",
+    model="polar-tiny",
+    files={
+        ".pi/agent/models.json": (
+            "json",
+            {
+                "providers": {
+                    "polar": {
+                        "baseUrl": "{gateway}/v1",
+                        "api": "openai-completions",
+                        "apiKey": "POLAR_SESSION_KEY",
+                        "models": [{"id": "{model}", "name": "{model}"}],
+                    }
+                }
+            },
+        ),
+        ".pi/agent/settings.json": ("json", {"enableInstallTelemetry": False}),
+    },
+    env={
+        "PI_CODING_AGENT_DIR": "{home}/.pi/agent",
+        "POLAR_SESSION_KEY": "{key}",
+        "PI_OFFLINE": "1",
+        "PI_SKIP_VERSION_CHECK": "1",
+        "PI_TELEMETRY": "0",
+    },
+    argv=["-p", "--provider", "polar", "--model", "{model}", "{prompt}"],
+    replies=[
+        reply("I will create the file.", "write", {"path": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK),
+        reply("Now I check it.", "bash", {"command": SHELL_CHECK}),
+    ],
+)
+
+def fill(value: Any, values: dict[str, str]) -> Any:
+    """Replace ``{name}`` placeholders in every string of a nested structure (keys included)."""
+    if isinstance(value, str):
+        for name, text in values.items():
+            value = value.replace("{" + name + "}", text)
+        return value
+    if isinstance(value, dict):
+        return {fill(k, values): fill(v, values) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [fill(v, values) for v in value]
+    return value
+
+
+def placeholders(*, home: Path, workdir: Path, gateway: str, key: str, model: str) -> dict[str, str]:
+    # {prompt} first: the prompt itself holds no placeholders, but SHELL_CHECK (inside replies) does.
+    return {"prompt": PROMPT, "home": str(home), "workdir": str(workdir), "gateway": gateway, "key": key, "model": model}
+
+
+# ---- variants: other provider paths, protocols and model names of the same CLIs ---------------------------
+
+CODEX_OPENAI = replace(
+    CODEX,
+    name="codex-openai",
+    tool="codex",
+    # The built-in openai provider, redirected with openai_base_url: it tries a WebSocket on /v1/responses
+    # first; the gateway refuses the upgrade with 426 and Codex falls back to HTTP at once.
+    files={
+        ".codex/config.toml": (
+            "toml",
+            {
+                "model": "{model}",
+                "openai_base_url": "{gateway}/v1",
+                "check_for_update_on_startup": False,
+                "analytics": {"enabled": False},
+                "feedback": {"enabled": False},
+                "history": {"persistence": "none"},
+            },
+        )
+    },
+    env={"CODEX_HOME": "{home}/.codex", "CODEX_API_KEY": "{key}"},
+    websocket_first=True,
+)
+
+# A catalogued model name: no top-level tools; an additional_tools input item holds namespaces, and the
+# model answers with a custom_tool_call to the freeform "functions.exec" tool whose input is JavaScript
+# that Codex runs in its code-mode V8 host.
+CODEX_CODE_MODE = replace(
+    CODEX,
+    name="codex-code-mode",
+    tool="codex",
+    model="gpt-6.1-sol",
+    replies=[
+        reply(
+            "I will create the file.",
+            "functions.exec",
+            {"input": "await tools.exec_command({cmd: 'printf hi > {workdir}/hello.txt'})"},
+            reasoning=THINK,
+        ),
+        # text(...) hands the nested tool's result back to the model as the script's output.
+        reply("Now I check it.", "functions.exec", {"input": "text(await tools.exec_command({cmd: " + json.dumps(SHELL_CHECK) + "}))"}),
+    ],
+)
+
+# A catalogued model name: Claude Code then sends a 26k-char system prompt, 82k chars of tools and
+# thinking {type: enabled, budget_tokens}, and folds the agent list into the user turn (41k tokens).
+CLAUDE_SONNET = replace(CLAUDE, name="claude-sonnet", tool="claude", model="claude-sonnet-4-5")
+
+# No -m: "auto" routing. Before the first turn a tool-free, non-streaming, JSON-mode router call picks the
+# model; the scripted tool-free reply is a schema-valid routing decision. The router call is its own root.
+GEMINI_AUTO = replace(
+    GEMINI,
+    name="gemini-auto",
+    tool="gemini",
+    argv=["--approval-mode", "yolo", "-o", "json", "-p", "{prompt}"],
+    tool_free_reply=json.dumps({"complexity_reasoning": "a simple file task", "complexity_score": 1}),
+    aux_calls=("router",),
+)
+
+
+def _opencode(provider: str, model: str, protocol: str, replies: list[dict[str, Any]], **changes: Any) -> Harness:
+    config = dict(OPENCODE.files[".config/opencode/opencode.json"][1])
+    config.update(
+        model=f"{provider}/{model}",
+        small_model=f"{provider}/{model}",
+        provider={provider: {"options": {"baseURL": "{gateway}/v1", "apiKey": "{env:POLAR_SESSION_KEY}"}}},
+    )
+    return replace(
+        OPENCODE,
+        name=f"opencode-{provider}",
+        tool="opencode",
+        protocol=protocol,
+        model=model,
+        files={".config/opencode/opencode.json": ("json", config)},
+        argv=["run", "--print-logs", "--auto", "-m", f"{provider}/{model}", "{prompt}"],
+        replies=replies,
+        **changes,
+    )
+
+
+OPENCODE_ANTHROPIC = _opencode("anthropic", "claude-sonnet-4-5", "anthropic_messages", OPENCODE.replies)
+# The built-in openai provider speaks Responses, and apply_patch replaces edit/write there.
+OPENCODE_OPENAI = _opencode(
+    "openai",
+    "gpt-5.1",
+    "openai_responses",
+    [
+        reply(
+            "I will create the file.",
+            "apply_patch",
+            {"patchText": "*** Begin Patch\n*** Add File: {workdir}/hello.txt\n+hi\n*** End Patch"},
+            reasoning=THINK,
+        ),
+        OPENCODE.replies[1],
+    ],
+    expected_content="hi\n",
+)
+
+
+def _pi(api: str, base: str, protocol: str) -> Harness:
+    provider = {"baseUrl": base, "api": api, "apiKey": "POLAR_SESSION_KEY", "models": [{"id": "{model}", "name": "{model}"}]}
+    files = {**PI.files, ".pi/agent/models.json": ("json", {"providers": {"polar": provider}})}
+    return replace(PI, name=f"pi-{api}", tool="pi", protocol=protocol, files=files)
+
+
+PI_ANTHROPIC = _pi("anthropic-messages", "{gateway}", "anthropic_messages")  # Pi appends /v1/messages
+PI_RESPONSES = _pi("openai-responses", "{gateway}/v1", "openai_responses")
+PI_GEMINI = _pi("google-generative-ai", "{gateway}/v1beta", "gemini")
+
+# The six CLIs of the issue, then the variants.
+HARNESSES: dict[str, Harness] = {
+    h.name: h
+    for h in (
+        CODEX, CLAUDE, GEMINI, QWEN, OPENCODE, PI,
+        CODEX_OPENAI, CODEX_CODE_MODE, CLAUDE_SONNET, GEMINI_AUTO, OPENCODE_ANTHROPIC, OPENCODE_OPENAI,
+        PI_ANTHROPIC, PI_RESPONSES, PI_GEMINI,
+    )
+}  # fmt: skip

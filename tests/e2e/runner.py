@@ -1,0 +1,157 @@
+"""One harness run, meant to execute inside a fresh network namespace (``unshare -n``):
+
+    unshare -n -- bash -c 'ip link set lo up && exec .venv/bin/python -m tests.e2e.runner --harness pi --run-dir D'
+
+It starts a gateway on 127.0.0.1 (SQLite store in the run dir, the local ``tiny-long`` model, whose
+64k-position range fits the CLIs' 6k-40k-token prompts), creates a session with the harness's scripted
+policy, writes the harness's config files into a fresh HOME, runs the CLI headless with a timeout, and
+writes ``result.json``. The CLI's stdout/stderr and the gateway log are files in the run dir.
+Assertions are the outer test's job (tests/e2e/test_harnesses.py); this only runs and records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from tests.e2e.dnslog import DnsLogger
+from tests.e2e.harnesses import COMMON_ENV, HARNESSES, Harness, fill, placeholders
+from tests.e2e.tomlwrite import dumps as toml_dumps
+
+MODEL = "tiny-long"
+
+
+def write_configs(harness: Harness, values: dict[str, str], home: Path) -> list[str]:
+    written = []
+    for rel, (fmt, template) in harness.files.items():
+        path = home / fill(rel, values)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = fill(template, values)
+        path.write_text(json.dumps(data, indent=2) if fmt == "json" else toml_dumps(data))
+        written.append(str(path))
+    return written
+
+
+def harness_env(harness: Harness, values: dict[str, str], home: Path, tmp: Path) -> dict[str, str]:
+    """A clean environment: nothing from the caller's (no stray API keys or proxies) but PATH basics."""
+    node = shutil.which("node")
+    path = [str(harness.executable.parent)] + ([os.path.dirname(node)] if node else []) + ["/usr/local/bin", "/usr/bin", "/bin"]
+    env = {
+        "PATH": os.pathsep.join(dict.fromkeys(path)),
+        "HOME": str(home),
+        "USER": os.environ.get("USER", "root"),
+        "LANG": "C.UTF-8",
+        "TMPDIR": str(tmp),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_STATE_HOME": str(home / ".local/state"),
+        **COMMON_ENV,
+    }
+    env.update(fill(harness.env, values))
+    return env
+
+
+def run_cli(harness: Harness, argv: list[str], env: dict[str, str], cwd: Path, run_dir: Path, timeout: float) -> dict:
+    started = time.monotonic()
+    with open(run_dir / "cli.stdout", "wb") as out, open(run_dir / "cli.stderr", "wb") as err:
+        proc = subprocess.Popen(
+            [str(harness.executable), *argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            start_new_session=True,
+        )
+        timed_out = False
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                code = proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                code = proc.wait()
+    # Background children the CLI left behind (its process group) end with the run.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return {"exit_code": code, "timed_out": timed_out, "cli_s": round(time.monotonic() - started, 2)}
+
+
+def probe_dns(dns: DnsLogger) -> bool:
+    """Resolve a name through the system resolver: True when the logger saw it (the logging is real)."""
+    import socket
+
+    probe = "polar-dns-probe.invalid"
+    try:
+        socket.getaddrinfo(probe, 80)
+    except OSError:
+        pass
+    seen = probe in dns.names
+    dns.names[:] = [n for n in dns.names if n != probe]
+    return seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--harness", required=True, choices=sorted(HARNESSES))
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--cache", required=True, type=Path, help="POLAR_CACHE: built tokenizers and models")
+    parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("POLAR_E2E_THREADS", "2")))
+    parser.add_argument("--dns-log", action="store_true", help="serve DNS on 127.0.0.1:53 and log the names asked for")
+    args = parser.parse_args(argv)
+
+    t0 = time.monotonic()
+    harness = HARNESSES[args.harness]
+    run_dir = args.run_dir.resolve()
+    home, work, tmp, gwdir = (run_dir / n for n in ("home", "work", "tmp", "gateway"))
+    for d in (home, work, tmp, gwdir):
+        d.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(filename=run_dir / "gateway.log", level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    result: dict = {"harness": harness.name, "version": harness.version}
+    result["ip_link"] = subprocess.run(["ip", "-o", "link"], check=False, capture_output=True, text=True).stdout
+
+    from polar.backends.local import LocalBackend
+    from tests.e2e.gateway import LoggingGatewayServer
+    from tests.proxy.gateway_server import settings_for
+
+    dns = DnsLogger() if args.dns_log else nullcontext()
+    settings = settings_for(gwdir, args.cache, model=MODEL, torch_threads=args.threads)
+    backend = LocalBackend.from_spec(MODEL, args.cache, threads=args.threads)
+    with dns, LoggingGatewayServer(settings, backend) as server:
+        if args.dns_log:
+            result["dns_probe_logged"] = probe_dns(dns)
+        values = placeholders(home=home, workdir=work, gateway=server.url, key="", model=harness.model)
+        session = server.session(fill(harness.policy(), values))
+        values["key"] = session["api_key"]
+        result.update(
+            session_id=session["session_id"],
+            database_url=settings.resolved_database_url,
+            gateway=server.url,
+            workdir=str(work),
+            config_files=write_configs(harness, values, home),
+            startup_s=round(time.monotonic() - t0, 2),
+        )
+        env = harness_env(harness, values, home, tmp)
+        argv_filled = fill(harness.argv, values)
+        result["argv"] = argv_filled
+        result.update(run_cli(harness, argv_filled, env, work, run_dir, args.timeout))
+    result["dns_lookups"] = dns.names if args.dns_log else None
+    result["total_s"] = round(time.monotonic() - t0, 2)
+    (run_dir / "result.json").write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

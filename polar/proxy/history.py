@@ -12,6 +12,7 @@ delta (full prompts are rebuilt from the tree on demand) and shares its history 
 from __future__ import annotations
 
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -49,8 +50,8 @@ class CallNode:
     id: int  # the capture id
     parent_id: int | None
     prefix_len: int
-    prompt_delta_ids: tuple[int, ...]
-    output_ids: tuple[int, ...]
+    prompt_delta_ids: array  # int32: a session's ids can be many; 4 bytes each, not a tuple of ints
+    output_ids: array
     n_prompt: int
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
@@ -150,8 +151,8 @@ class HistoryCache:
             id=row.id,
             parent_id=row.parent_id,
             prefix_len=row.prefix_len,
-            prompt_delta_ids=tuple(row.prompt_delta_ids),
-            output_ids=tuple(row.output_ids),
+            prompt_delta_ids=array("i", row.prompt_delta_ids),
+            output_ids=array("i", row.output_ids),
             n_prompt=row.n_prompt,
             messages=request.messages,
             tools=request.tools,

@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from polar.backends.base import Backend, FinishReason, GenerateChunk, GenerateRequest, GenerateResult, VersionSpan
+from polar.backends.base import Backend, FinishReason, GenerateChunk, GenerateRequest, GenerateResult, VersionSpan, collect
 from polar.errors import InvalidRequest
 from polar.models.engine import LocalEngine
 from polar.tokens.messages import Message, Role, ToolCall
@@ -31,6 +31,8 @@ class PolicyContext:
 class Policy(Protocol):
     name: str
 
+    async def generate(self, request: GenerateRequest, context: PolicyContext) -> GenerateResult: ...
+
     def stream(self, request: GenerateRequest, context: PolicyContext) -> AsyncIterator[GenerateChunk]: ...
 
 
@@ -40,6 +42,10 @@ class BackendPolicy:
     def __init__(self, backend: Backend):
         self.backend = backend
         self.name = backend.name
+
+    async def generate(self, request: GenerateRequest, context: PolicyContext) -> GenerateResult:
+        # Not a drained stream: SGLang's default stream resends everything so far in every chunk.
+        return await self.backend.generate(request)
 
     def stream(self, request: GenerateRequest, context: PolicyContext) -> AsyncIterator[GenerateChunk]:
         return self.backend.stream(request)
@@ -100,6 +106,9 @@ class ScriptedPolicy:
         if context.step < len(self.spec.replies):
             return self.spec.replies[context.step]
         return ScriptedReply(content=self.spec.then)
+
+    async def generate(self, request: GenerateRequest, context: PolicyContext) -> GenerateResult:
+        return await collect(self.stream(request, context))
 
     async def stream(self, request: GenerateRequest, context: PolicyContext) -> AsyncIterator[GenerateChunk]:
         started = time.perf_counter()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from array import array
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -89,21 +90,18 @@ class CallService:
         context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
         return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta)
 
-    def _generate(self, plan: CallPlan) -> AsyncIterator[GenerateChunk]:
-        return plan.policy.stream(GenerateRequest(plan.prompt.ids, plan.sampling, request_id=plan.meta.completion_id), plan.context)
+    @staticmethod
+    def _request(plan: CallPlan) -> GenerateRequest:
+        return GenerateRequest(plan.prompt.ids, plan.sampling, request_id=plan.meta.completion_id)
 
     # ---- non-streaming ----------------------------------------------------------------------------
 
     async def complete(self, plan: CallPlan) -> dict[str, Any]:
-        final: GenerateResult | None = None
         try:
-            async for chunk in self._generate(plan):
-                final = chunk.final or final
+            final = await plan.policy.generate(self._request(plan), plan.context)
         except PolarError as exc:
             await self._record_error(plan, exc)
             raise
-        if final is None:
-            raise StoreError("the backend ended without a result")  # pragma: no cover - backends always finish
         parsed_events = self._parse_all(final.output_ids)
         completion = self._completion(plan, final, parsed_events)
         response = plan.codec.response(completion, request=plan.request)
@@ -114,7 +112,7 @@ class CallService:
 
     async def open_stream(self, plan: CallPlan) -> AsyncIterator[str]:
         """Start generating; errors before the first token raise here (a normal error response)."""
-        chunks = self._generate(plan)
+        chunks = plan.policy.stream(self._request(plan), plan.context)
         try:
             first = await anext(chunks)
         except StopAsyncIteration:  # pragma: no cover - backends always send a final chunk
@@ -207,8 +205,8 @@ class CallService:
                 id=capture_id,
                 parent_id=parent.ref if parent is not None else None,
                 prefix_len=plan.prompt.prefix_len,
-                prompt_delta_ids=plan.prompt.delta_ids,
-                output_ids=final.output_ids,
+                prompt_delta_ids=array("i", plan.prompt.delta_ids),
+                output_ids=array("i", final.output_ids),
                 n_prompt=len(plan.prompt.ids),
                 messages=plan.request.messages,
                 tools=plan.request.tools,

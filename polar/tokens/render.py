@@ -31,7 +31,7 @@ class PriorCall:
     tools: tuple[ToolSpec, ...]
     reply: Message  # the reply as parsed from the sampled text
     prompt_ids: Sequence[int]  # the full prompt; may be lazy (len() without materialising it)
-    output_ids: tuple[int, ...]  # as the backend returned them (end-of-turn included when sampled)
+    output_ids: Sequence[int]  # as the backend returned them (end-of-turn included when sampled)
     ref: Any = None  # the caller's handle (a capture id)
 
     @property
@@ -104,7 +104,8 @@ class PromptBuilder:
             ids = self.canonical_ids(messages, tools)
             shared = _common_prefix(ids, (*parent.prompt_ids, *parent.output_ids))
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared)
-        glue = [] if parent.output_ids[-1:] == (self.tokenizer.im_end_id,) else [self.tokenizer.im_end_id]
+        ended_turn = len(parent.output_ids) > 0 and parent.output_ids[-1] == self.tokenizer.im_end_id
+        glue = [] if ended_turn else [self.tokenizer.im_end_id]
         # The template puts "\n" after every end-of-turn; it opens the new text.
         new_ids = self.tokenizer.encode("\n" + self.template.render_tail(messages[start:]))
         prefix = (*parent.prompt_ids, *parent.output_ids)

@@ -1,0 +1,94 @@
+"""Prefix merging on sessions recorded from the real CLIs (issue: trajectories), one row per harness.
+
+Each CLI runs its scripted tool loop through the gateway inside a network namespace (the e2e runner in
+tests/e2e), recording captures in a SQLite store; then both builders run over each session:
+
+    .venv/bin/python -m benchmarks.bench_harness_merge [--harnesses codex,claude,...] [--runs-dir DIR]
+
+Columns: captures (OK model calls), per_request traces, merged traces, merge ratio (captures per merged
+trace), conditioning-exact rate (merges where the sampled ids appear verbatim in the next prompt), breaks
+and their causes, and which calls started new roots (title calls, routers). Needs scripts/install_harnesses.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from db import make_engine, make_session_factory, session_scope
+from polar.settings import get_settings
+from polar.trajectory import get_builder, load_capture_records
+from tests.e2e.harnesses import HARNESSES
+from tests.e2e.sandbox import isolation
+
+MAIN = ("codex", "claude", "gemini", "qwen", "opencode", "pi")
+
+
+def record(name: str, runs: Path, cache: Path) -> dict:
+    iso = isolation()
+    if iso is None:
+        raise SystemExit("no network namespace can be made here (unshare -n)")
+    run_dir = runs / name
+    args = ["--harness", name, "--run-dir", str(run_dir), "--cache", str(cache), "--timeout", "300"]
+    started = time.monotonic()
+    proc = subprocess.run(iso.command(args, run_dir), capture_output=True, text=True, timeout=420)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name}: runner failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    result = json.loads((run_dir / "result.json").read_text())
+    result["wall_s"] = time.monotonic() - started
+    return result
+
+
+def merge_row(name: str, result: dict) -> dict:
+    factory = make_session_factory(make_engine(result["database_url"]))
+    with session_scope(factory) as session:
+        records = load_capture_records(session, result["session_id"])
+    per_request = get_builder("per_request")(records)
+    merged = get_builder("prefix_merge")(records)
+    stats = merged.stats
+    merges = stats.exact_merges + stats.inexact_merges
+    return {
+        "harness": name,
+        "captures": stats.ok_captures,
+        "per_request": len(per_request.traces),
+        "merged": len(merged.traces),
+        "ratio": stats.ok_captures / max(len(merged.traces), 1),
+        "exact": stats.exact_merges / merges if merges else float("nan"),
+        "breaks": dict(stats.break_causes),
+        "roots": stats.roots,
+        "wall_s": result["wall_s"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--harnesses", default=",".join(MAIN))
+    parser.add_argument("--runs-dir", type=Path, default=None)
+    args = parser.parse_args()
+    names = [n for n in args.harnesses.split(",") if n]
+    missing = [n for n in names if not HARNESSES[n].installed]
+    if missing:
+        raise SystemExit(f"not installed: {missing}; run scripts/install_harnesses.sh")
+    from polar.models.tiny import ensure_model_dir
+
+    cache = get_settings().cache_dir
+    ensure_model_dir("tiny-long", cache)
+    runs = args.runs_dir or Path(tempfile.mkdtemp(prefix="polar-harness-merge-"))
+    rows = [merge_row(name, record(name, runs, cache)) for name in names]
+    print(f"sessions recorded under {runs}")
+    print(f"{'harness':<10} {'captures':>8} {'per_request':>11} {'merged':>6} {'ratio':>6} {'exact':>6} {'roots':>5}  breaks")
+    for r in rows:
+        print(
+            f"{r['harness']:<10} {r['captures']:>8} {r['per_request']:>11} {r['merged']:>6} {r['ratio']:>6.2f} "
+            f"{r['exact']:>6.0%} {r['roots']:>5}  {r['breaks'] or '-'}"
+        )
+    captures, merged = sum(r["captures"] for r in rows), sum(r["merged"] for r in rows)
+    print(f"{'total':<10} {captures:>8} {sum(r['per_request'] for r in rows):>11} {merged:>6} {captures / max(merged, 1):>6.2f}")
+
+
+if __name__ == "__main__":
+    main()

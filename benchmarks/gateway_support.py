@@ -1,0 +1,188 @@
+"""Helpers for bench_gateway.py: server subprocesses (stopped by their process group), the agent
+conversation the clients send, a closed-loop load generator and percentiles.
+
+Every subprocess starts in a session of its own, so stopping it signals exactly that process group (the
+server and anything it forked) and nothing else on the machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "instant"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A server subprocess on a loopback port, its output in ``log_dir/<name>.log``."""
+
+    def __init__(self, name: str, argv: Sequence[str], *, env: dict[str, str], log_dir: Path, port: int, ready_path: str):
+        self.name = name
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.ready_path = ready_path
+        self.log_path = log_dir / f"{name}.log"
+        self._log = self.log_path.open("wb")
+        self.popen = subprocess.Popen(
+            list(argv), env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.url + self.ready_path, timeout=2).status_code < 500:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} did not answer {self.ready_path} within {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 30) -> str:
+        self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def rss_kib(self) -> int:
+        """Resident set size of the server process, from /proc/<pid>/status."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise RuntimeError(f"no VmRSS for pid {self.pid}")
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            with _suppress_gone():
+                os.killpg(self.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with _suppress_gone():
+                    os.killpg(self.pid, signal.SIGKILL)
+                self.popen.wait(timeout=10)
+        with _suppress_gone():  # children left in the group after the leader exited
+            os.killpg(self.pid, signal.SIGKILL)
+        self._log.close()
+
+
+class _suppress_gone:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        return exc_type is ProcessLookupError
+
+
+# ---- the agent conversation ------------------------------------------------------------------------------
+
+SYSTEM = (
+    "You are a coding agent working inside a git repository. Use the bash tool to inspect files, run the "
+    "tests and edit code. Keep changes small, explain what you did, and stop when the tests pass. "
+) * 10
+TASK = "The test suite fails on tests/test_parser.py; find the cause and fix it."
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a shell command in the repository and return its output",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+        },
+    }
+]
+
+
+def tool_output(turn: int) -> str:
+    """A few hundred characters of directory listing, different every turn."""
+    return "\n".join(f"-rw-r--r-- 1 root root {turn * 37 + i:>6} Nov 29 12:00 src/pkg_{turn}/mod_{i}.py" for i in range(7))
+
+
+def tool_turn(turn: int, assistant: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """An assistant tool call (the given echo, or a canned one) and its tool result."""
+    call_id = assistant["tool_calls"][0]["id"] if assistant else f"call_{turn}"
+    assistant = assistant or {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": "ls -la"})}}],
+    }
+    return [assistant, {"role": "tool", "tool_call_id": call_id, "content": tool_output(turn)}]
+
+
+def conversation(turns: int) -> list[dict[str, Any]]:
+    """System + task + ``turns`` tool round trips: 2 + 2 * turns messages."""
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+    for turn in range(turns):
+        messages += tool_turn(turn)
+    return messages
+
+
+def chat_body(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"model": MODEL, "messages": messages, "tools": TOOLS, **extra}
+
+
+def echo(response: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message of a chat completion, as a harness sends it back."""
+    message = response["choices"][0]["message"]
+    if not message.get("tool_calls"):
+        raise RuntimeError(f"expected a tool call, got {message!r}")
+    return {"role": "assistant", "content": message.get("content"), "tool_calls": message["tool_calls"]}
+
+
+# ---- load ---------------------------------------------------------------------------------------------
+
+
+async def closed_loop(
+    concurrency: int, n_requests: int, call: Callable[[int], Awaitable[None]]
+) -> tuple[list[float], float]:
+    """``n_requests`` calls from ``concurrency`` workers, each starting its next call when one returns.
+    ``call(worker)`` raises on a bad answer. Returns per-call latencies (s) and the wall time (s)."""
+    remaining = n_requests
+    latencies: list[float] = []
+
+    async def worker(index: int) -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            started = time.perf_counter()
+            await call(index)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    return latencies, time.perf_counter() - started
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def post_json(client: httpx.AsyncClient, url: str, body: bytes, key: str | None = None) -> Awaitable[httpx.Response]:
+    headers = {"content-type": "application/json"}
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    return client.post(url, content=body, headers=headers)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from db import Capture, full_prompt_ids, session_scope
+from db.request_json import full_request_json
 from polar.errors import AuthenticationError, InvalidRequest, NotFound, PayloadTooLarge, PermissionDenied, PolarError
 from polar.proxy.gateway import Gateway
 from polar.proxy.policy import ScriptedPolicySpec
@@ -93,6 +94,7 @@ class SessionCreate(BaseModel):
     policy: dict[str, Any] | None = Field(default=None, description="e.g. a scripted policy for tests")
     models: list[str] | None = Field(default=None, description="model names to accept; default any")
     rollout_id: str | None = None
+    replace_key: bool = Field(default=False, description="a new key for rollout_id's existing session")
 
 
 def _control_error(exc: PolarError) -> JSONResponse:
@@ -208,7 +210,8 @@ def create_app(gw: Gateway) -> FastAPI:
             if spec.policy is not None:
                 ScriptedPolicySpec.parse(spec.policy)  # reject a bad script now, not at the first call
             info, key = await asyncio.to_thread(
-                gw.sessions.create, policy=spec.policy, models=spec.models, rollout_id=spec.rollout_id
+                gw.sessions.create, policy=spec.policy, models=spec.models, rollout_id=spec.rollout_id,
+                replace_key=spec.replace_key,
             )
         except PolarError as exc:
             return _control_error(exc)
@@ -243,11 +246,11 @@ def create_app(gw: Gateway) -> FastAPI:
         return JSONResponse({"session_id": info.id, "closed": True})
 
     @app.get("/v1/sessions/{session_id}/captures")
-    async def list_captures(session_id: str, request: Request, full_prompt: bool = False) -> Response:
+    async def list_captures(session_id: str, request: Request, full_prompt: bool = False, requests: bool = False) -> Response:
         try:
             await authorize_control(request, session_id)
             await asyncio.to_thread(gw.sessions.get, session_id)
-            rows = await asyncio.to_thread(_captures, gw, session_id, full_prompt)
+            rows = await asyncio.to_thread(_captures, gw, session_id, full_prompt, requests)
         except PolarError as exc:
             return _control_error(exc)
         return JSONResponse({"session_id": session_id, "captures": rows})
@@ -263,7 +266,7 @@ CAPTURE_FIELDS = (
 )  # fmt: skip
 
 
-def _captures(gw: Gateway, session_id: str, full_prompt: bool) -> list[dict[str, Any]]:
+def _captures(gw: Gateway, session_id: str, full_prompt: bool, requests: bool) -> list[dict[str, Any]]:
     with session_scope(gw.factory) as db:
         rows = db.scalars(sa.select(Capture).where(Capture.rollout_id == session_id).order_by(Capture.seq)).all()
         out = []
@@ -273,5 +276,7 @@ def _captures(gw: Gateway, session_id: str, full_prompt: bool) -> list[dict[str,
             item["created_at"] = row.created_at.isoformat()
             if full_prompt:
                 item["prompt_ids"] = full_prompt_ids(db, row)
+            if requests:
+                item["request"] = full_request_json(db, row)  # as the harness sent it
             out.append(item)
         return out

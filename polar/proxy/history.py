@@ -16,12 +16,14 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import Capture, session_scope
 from db.capture_tree import prompt_from_chain
+from db.request_json import expand_request, full_request_json
 from db.enums import CaptureStatus
 from polar.proxy.canonical import ChatRequest
 from polar.tokens.messages import Message, ToolSpec
@@ -62,6 +64,14 @@ class CallNode:
 class SessionHistory:
     nodes: dict[int, CallNode] = field(default_factory=dict)  # in seq order
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Full request bodies of the latest calls: the next call is stored relative to its parent's (db.request_json);
+    # older ones are rebuilt from the store when needed, so memory does not grow with the turns.
+    bodies: OrderedDict[int, Any] = field(default_factory=OrderedDict)
+
+    def remember_body(self, capture_id: int, body: Any, keep: int = 4) -> None:
+        self.bodies[capture_id] = body
+        while len(self.bodies) > keep:
+            self.bodies.popitem(last=False)
 
     def chain(self, capture_id: int) -> list[CallNode]:
         """Root-first chain ending at ``capture_id``."""
@@ -138,15 +148,24 @@ class HistoryCache:
             with history.lock:
                 missing = [i for i in ids if i not in history.nodes]
                 if missing:
-                    rows = db.scalars(sa.select(Capture).where(Capture.id.in_(missing))).all()
+                    # Bodies are stored relative to their parents: rebuild them in seq order (parents first).
+                    rows = db.scalars(
+                        sa.select(Capture).where(Capture.rollout_id == session_id).order_by(Capture.seq)
+                    ).all()
+                    bodies: dict[int, Any] = {}
+                    for row in rows:
+                        parent = bodies.get(row.parent_id) if row.parent_id is not None else None
+                        bodies[row.id] = expand_request(row.request_json, parent)
                     by_id = {row.id: row for row in rows}
                     known = dict(history.nodes)
-                    known.update({i: self._node(by_id[i]) for i in missing})
+                    known.update({i: self._node(by_id[i], bodies[i]) for i in missing})
                     history.nodes = {i: known[i] for i in ids}
+                    if ids:
+                        history.remember_body(ids[-1], bodies[ids[-1]])
         return history
 
-    def _node(self, row: Capture) -> CallNode:
-        request = self._decode_request(row.protocol, row.request_json, row.model)
+    def _node(self, row: Capture, body: Any) -> CallNode:
+        request = self._decode_request(row.protocol, body, row.model)
         return CallNode(
             id=row.id,
             parent_id=row.parent_id,
@@ -164,6 +183,21 @@ class HistoryCache:
         with history.lock:
             node.messages = history.messages_sharing_parent(node.parent_id, node.messages)
             history.nodes[node.id] = node
+
+    def parent_body(self, session_id: str, parent_id: int) -> Any:
+        """The full request of capture ``parent_id`` (from memory, else rebuilt from the store)."""
+        history = self._history(session_id)
+        with history.lock:
+            if parent_id in history.bodies:
+                return history.bodies[parent_id]
+        with session_scope(self._factory) as db:
+            capture = db.get(Capture, parent_id)
+            return full_request_json(db, capture) if capture is not None else None
+
+    def remember_body(self, session_id: str, capture_id: int, body: Any) -> None:
+        history = self._history(session_id)
+        with history.lock:
+            history.remember_body(capture_id, body)
 
     def forget(self, session_id: str) -> None:
         with self._lock:

@@ -10,6 +10,7 @@ cannot commit, the harness gets a provider-shaped 503 and never a finished reply
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from array import array
@@ -18,6 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from db.request_json import compact_request
 from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, SamplingParams
 from polar.capture import capture_row
 from polar.errors import ContextLengthExceeded, NotFound, PolarError, StoreError
@@ -182,6 +184,14 @@ class CallService:
             malformed_tool_calls=len(parsed.malformed),
         )
 
+    async def _stored_request(self, plan: CallPlan) -> Any:
+        """The request as stored: relative to the parent capture's (db.request_json)."""
+        parent = plan.prompt.parent
+        if parent is None or parent.ref is None:
+            return compact_request(plan.body, None)
+        parent_body = await asyncio.to_thread(self.histories.parent_body, plan.session.id, parent.ref)
+        return compact_request(plan.body, parent_body)
+
     async def _record(self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict) -> None:
         row = capture_row(
             rollout_id=plan.session.id,
@@ -189,7 +199,7 @@ class CallService:
             protocol=plan.codec.name,
             model=plan.request.model,
             backend=plan.policy.name,
-            request_json=plan.body,
+            request_json=await self._stored_request(plan),
             prompt=plan.prompt,
             sampling=plan.sampling,
             result=final,
@@ -197,6 +207,7 @@ class CallService:
         )
         row.n_malformed_tool_calls = completion.malformed_tool_calls
         capture_id = await self.writer.write(row)
+        self.histories.remember_body(plan.session.id, capture_id, plan.body)
         reply = Message(Role.ASSISTANT, completion.content, completion.reasoning, completion.tool_calls)
         parent = plan.prompt.parent
         self.histories.add(
@@ -216,12 +227,12 @@ class CallService:
 
     async def _record_error(self, plan: CallPlan, error: PolarError) -> None:
         """Record a failed generation. If even that fails, the original error still reaches the caller."""
-        row = capture_row(
-            rollout_id=plan.session.id, seq=-1, protocol=plan.codec.name, model=plan.request.model,
-            backend=plan.policy.name, request_json=plan.body, prompt=plan.prompt, sampling=plan.sampling,
-            result=None, error=f"{error.error_type}: {error.message}",
-        )  # fmt: skip
         try:
+            row = capture_row(
+                rollout_id=plan.session.id, seq=-1, protocol=plan.codec.name, model=plan.request.model,
+                backend=plan.policy.name, request_json=await self._stored_request(plan), prompt=plan.prompt,
+                sampling=plan.sampling, result=None, error=f"{error.error_type}: {error.message}",
+            )  # fmt: skip
             await self.writer.write(row)
         except PolarError:
             log.warning("could not record the failed call of session %s", plan.session.id)

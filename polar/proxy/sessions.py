@@ -52,8 +52,13 @@ class SessionStore:
         policy: dict[str, Any] | None = None,
         models: list[str] | None = None,
         rollout_id: str | None = None,
+        replace_key: bool = False,
     ) -> tuple[SessionInfo, str]:
-        """A new session (or a key for an existing rollout that has none yet); returns it and its key."""
+        """A new session (or a key for an existing rollout that has none yet); returns it and its key.
+
+        ``replace_key`` gives an existing rollout's session a new key (a retried run stage: the old key, held by
+        a harness of the failed attempt, stops working at once) and reopens it if it was closed.
+        """
         key = "sk-polar-" + secrets.token_urlsafe(32)
         with session_scope(self._factory) as db:
             row = db.get(Rollout, rollout_id) if rollout_id else None
@@ -62,8 +67,10 @@ class SessionStore:
             if row is None:
                 row = Rollout(status=RolloutStatus.RUNNING, started_at=datetime.now(UTC))
                 db.add(row)
-            elif row.session_token_hash is not None:
+            elif row.session_token_hash is not None and not replace_key:
                 raise PermissionDenied(f"rollout {rollout_id!r} already has a session", field="rollout_id")
+            else:
+                row.closed_at = None
             row.session_token_hash = hash_key(key)
             row.policy = {"policy": policy, "models": models or []}
             db.flush()

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from db import Capture, full_prompt_ids, make_engine, make_session_factory, session_scope
+from db import (
+    Capture,
+    full_prompt_ids,
+    make_engine,
+    make_session_factory,
+    session_scope,
+)
+from db.request_json import full_request_json
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,8 @@ def load_calls(database_url: str, session_id: str) -> list[Call]:
             rows = db.scalars(sa.select(Capture).where(Capture.rollout_id == session_id).order_by(Capture.seq)).all()
             calls = []
             for row in rows:
-                request = get_codec(row.protocol).parse_request(row.request_json, path_model=row.model, path_stream=False)
+                body = full_request_json(db, row)  # stored relative to the parent's request
+                request = get_codec(row.protocol).parse_request(body, path_model=row.model, path_stream=False)
                 system = next((m.content for m in request.messages if m.role.value in ("system", "developer")), "")
                 calls.append(
                     Call(
@@ -54,7 +62,7 @@ def load_calls(database_url: str, session_id: str) -> list[Call]:
                         error=row.error, protocol=row.protocol, model=row.model, prefix_len=row.prefix_len,
                         n_prompt=row.n_prompt, prompt_ids=full_prompt_ids(db, row), output_ids=list(row.output_ids),
                         output_logprobs=list(row.output_logprobs), finish_reason=row.finish_reason, latency_s=row.latency_s,
-                        tools=tuple(t.name for t in request.tools), system=str(system)[:200], request_json=row.request_json,
+                        tools=tuple(t.name for t in request.tools), system=str(system)[:200], request_json=body,
                     )
                 )
             return calls

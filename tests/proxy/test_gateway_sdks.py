@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 
 import anthropic
+import sqlalchemy as sa
 import openai
 import pytest
 from google import genai
 from google.genai import types as gtypes
+
+from db import Capture, session_scope
+from db.request_json import is_delta
 
 WRITE = {"name": "write_file", "arguments": {"path": "hello.txt", "content": "hi"}}
 SCRIPT = {"type": "scripted", "replies": [{"content": "I will write it.", "tool_calls": [WRITE]}, {"content": "Done: hello.txt written."}]}
@@ -16,7 +20,7 @@ TOOL_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}, "con
 
 
 def check_chain(gateway, session, n):
-    captures = gateway.captures(session["session_id"])
+    captures = gateway.captures(session["session_id"], requests=True)
     assert [c["status"] for c in captures] == ["OK"] * n
     for c in captures:
         assert c["n_output"] == len(c["output_ids"]) == len(c["output_logprobs"]) > 0
@@ -25,6 +29,12 @@ def check_chain(gateway, session, n):
         assert child["parent_id"] == parent["id"] and child["render_mode"] == "append"
         sequence = parent["prompt_ids"] + parent["output_ids"]
         assert child["prompt_ids"][: len(sequence)] == sequence  # sampled ids of turn k inside turn k+1
+    # Requests are stored relative to the parent's, and come back whole.
+    with session_scope(gateway.gateway.factory) as db:
+        stored = db.scalars(sa.select(Capture.request_json).where(Capture.rollout_id == session["session_id"]).order_by(Capture.seq)).all()
+    assert not is_delta(stored[0]) and all(is_delta(s) for s in stored[1:])
+    assert all(json.dumps(s) != json.dumps(c["request"]) for s, c in zip(stored[1:], captures[1:]))
+    assert len(json.dumps(stored[-1])) < len(json.dumps(captures[-1]["request"]))
     return captures
 
 

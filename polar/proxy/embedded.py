@@ -1,0 +1,84 @@
+"""A gateway inside the current process: uvicorn on a loopback port, in a background thread with its own loop.
+
+The embedded set-up (``polar demo``, a flow process without ``POLAR_GATEWAY_URL``) and tests use it; harnesses
+reach it over real HTTP like any gateway. The socket is bound before the server starts (port 0 picks a free
+one), so there is no window in which another process can take the port.
+
+    with EmbeddedGateway(settings) as gateway:
+        gateway.url  # http://127.0.0.1:PORT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import httpx
+import uvicorn
+
+from polar.backends.base import Backend
+from polar.settings import Settings
+
+STARTUP_TIMEOUT_S = 120.0
+
+
+class EmbeddedGateway:
+    def __init__(self, settings: Settings, backend: Backend | None = None, *, host: str = "127.0.0.1", port: int = 0):
+        self.settings = settings
+        self.backend = backend
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, port))
+        self.host, self.port = self._socket.getsockname()[:2]
+        self.url = f"http://{self.host}:{self.port}"
+        self.gateway = None  # the Gateway, once started
+        self._server: uvicorn.Server | None = None
+        self._thread = threading.Thread(target=self._run, name="polar-embedded-gateway", daemon=True)
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # handed to start()
+            self._error = exc
+
+    async def _serve(self) -> None:
+        from polar.proxy.app import create_app
+        from polar.proxy.gateway import Gateway
+
+        self.gateway = await Gateway.create(self.settings, backend=self.backend)
+        config = uvicorn.Config(create_app(self.gateway), log_level="warning", timeout_graceful_shutdown=5)
+        self._server = uvicorn.Server(config)
+        await self._server.serve(sockets=[self._socket])
+
+    def start(self) -> EmbeddedGateway:
+        """Start serving and wait until ``/health`` answers; raises what stopped the gateway from starting."""
+        self._thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._error is not None:
+                raise self._error
+            if not self._thread.is_alive():
+                raise RuntimeError("the embedded gateway stopped while starting")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"the embedded gateway did not answer on {self.url} within {STARTUP_TIMEOUT_S:g} s")
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout=20)
+        self._socket.close()
+
+    def __enter__(self) -> EmbeddedGateway:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -7,7 +7,8 @@ tests/e2e), recording captures in a SQLite store; then both builders run over ea
 
 Columns: captures (OK model calls), per_request traces, merged traces, merge ratio (captures per merged
 trace), conditioning-exact rate (merges where the sampled ids appear verbatim in the next prompt), breaks
-and their causes, and which calls started new roots (title calls, routers). Needs scripts/install_harnesses.sh.
+and their causes, and which calls started new roots (title calls, routers); then builder throughput on a
+200-turn synthetic session. Needs scripts/install_harnesses.sh.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 from db import make_engine, make_session_factory, session_scope
+from benchmarks.bench_trajectories import throughput
 from polar.settings import get_settings
 from polar.trajectory import get_builder, load_capture_records
 from tests.e2e.harnesses import HARNESSES
@@ -88,6 +90,8 @@ def main() -> None:
         )
     captures, merged = sum(r["captures"] for r in rows), sum(r["merged"] for r in rows)
     print(f"{'total':<10} {captures:>8} {sum(r['per_request'] for r in rows):>11} {merged:>6} {captures / max(merged, 1):>6.2f}")
+    print()
+    throughput(200)
 
 
 if __name__ == "__main__":

@@ -69,17 +69,21 @@ def main() -> None:
             parser.error("--rollouts needs --database-url")
         print_harness_table(args.database_url, args.rollouts)
         return
+    throughput(args.turns, args.tokenizer, args.repeat)
 
-    tokenizer = load_tokenizer(args.tokenizer, get_settings().cache_dir)
+
+def throughput(n_turns: int = 200, tokenizer_name: str = "small", repeat: int = 5) -> None:
+    """Builder throughput on one synthetic append-mode session of ``n_turns`` tool turns."""
+    tokenizer = load_tokenizer(tokenizer_name, get_settings().cache_dir)
     started = time.perf_counter()
-    session = SessionSimulator(tokenizer, RandomChooser(0), shape=LINEAR_TOOL_SESSION).run(args.turns)
+    session = SessionSimulator(tokenizer, RandomChooser(0), shape=LINEAR_TOOL_SESSION).run(n_turns)
     setup_s = time.perf_counter() - started
     turns = len(session.captures)
     last = session.captures[-1]
     context = len(session.full_prompts[last.id]) + len(last.output_ids)
     stored = sum(len(c.prompt_delta_ids) + len(c.output_ids) for c in session.captures)
     print(
-        f"session: {turns} turns, tokenizer={args.tokenizer}, final context {context} tokens, {stored} tokens stored "
+        f"session: {turns} turns, tokenizer={tokenizer_name}, final context {context} tokens, {stored} tokens stored "
         f"as capture deltas (generated in {setup_s:.1f} s)"
     )
 
@@ -102,15 +106,15 @@ def main() -> None:
             with session_scope(factory) as db:
                 build_and_store(db, rollout_id, builder=name)
 
-        print(f"median of {args.repeat}; store = load captures + build + replace rows + stats + commit (SQLite file)")
+        print(f"median of {repeat}; store = load captures + build + replace rows + stats + commit (SQLite file)")
         header = f"{'traces':>6} {'trace tokens':>13} {'memory ms':>10} {'turns/s':>9} {'store ms':>9} {'turns/s':>9}"
         print(f"{'builder':<13} {header}")
         for name in BUILDERS:
             build = get_builder(name)
             result = build(session.captures)
             tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in result.traces)
-            memory_s = timed(functools.partial(build, session.captures), args.repeat)
-            store_s = timed(functools.partial(store, name), args.repeat)
+            memory_s = timed(functools.partial(build, session.captures), repeat)
+            store_s = timed(functools.partial(store, name), repeat)
             print(
                 f"{name:<13} {len(result.traces):>6} {tokens:>13} {memory_s * 1e3:>10.1f} {turns / memory_s:>9.0f} "
                 f"{store_s * 1e3:>9.1f} {turns / store_s:>9.0f}"

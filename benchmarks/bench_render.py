@@ -13,7 +13,6 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 from polar.settings import RenderMode, get_settings
 from polar.tokens.messages import Message, ToolCall, ToolSpec, assistant, system, tool_result, user

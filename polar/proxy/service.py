@@ -22,7 +22,7 @@ from typing import Any
 from db.request_json import compact_request
 from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, SamplingParams
 from polar.capture import capture_row
-from polar.errors import ContextLengthExceeded, NotFound, PolarError, StoreError
+from polar.errors import BackendProtocolError, ContextLengthExceeded, NotFound, PolarError
 from polar.proxy.canonical import ChatRequest, Completion, Usage
 from polar.proxy.history import CallNode, HistoryCache
 from polar.proxy.policy import Policy, PolicyContext
@@ -118,7 +118,7 @@ class CallService:
         try:
             first = await anext(chunks)
         except StopAsyncIteration:  # pragma: no cover - backends always send a final chunk
-            raise StoreError("the backend ended without a result") from None
+            raise BackendProtocolError("the backend ended its stream without a result") from None
         except PolarError as exc:
             await self._record_error(plan, exc)
             raise
@@ -136,20 +136,14 @@ class CallService:
             chunk: GenerateChunk | None = first
             while chunk is not None:
                 if chunk.output_ids:
-                    for event in parser.feed(decoder.feed(chunk.output_ids)):
-                        events.append(event)
-                        if not isinstance(event, MalformedToolCall):
-                            for frame in encoder.on_event(event):
-                                yield frame
+                    for frame in _encode(encoder, events, parser.feed(decoder.feed(chunk.output_ids))):
+                        yield frame
                 final = chunk.final or final
                 chunk = await anext(chunks, None)
-            tail = parser.feed(decoder.flush()) + parser.finish()
-            for event in tail:
-                events.append(event)
-                if not isinstance(event, MalformedToolCall):
-                    for frame in encoder.on_event(event):
-                        yield frame
-            assert final is not None
+            for frame in _encode(encoder, events, parser.feed(decoder.flush()) + parser.finish()):
+                yield frame
+            if final is None:
+                raise BackendProtocolError("the backend ended its stream without a result")
             parsed = collect(events, reasoning_opened=parser.reasoning_opened)
             completion = self._completion(plan, final, parsed)
             await self._record(plan, final, completion, plan.codec.response(completion, request=plan.request))
@@ -236,3 +230,13 @@ class CallService:
             await self.writer.write(row)
         except PolarError:
             log.warning("could not record the failed call of session %s", plan.session.id)
+
+
+def _encode(encoder, events: list, new: list) -> list[str]:
+    """Frames for newly parsed events; every event is also kept for the final parse."""
+    frames: list[str] = []
+    for event in new:
+        events.append(event)
+        if not isinstance(event, MalformedToolCall):  # its text already left as a TextDelta; counted at the end
+            frames += encoder.on_event(event)
+    return frames

@@ -86,13 +86,15 @@ class Task(Base):
     __tablename__ = "tasks"
 
     id: Mapped[str] = mapped_column(sa.String(36), primary_key=True, default=_new_uuid)
+    name: Mapped[str | None] = mapped_column(sa.String(128))
     instruction: Mapped[str] = mapped_column(sa.Text)
     harness: Mapped[dict[str, Any]] = mapped_column(JSONType())
     runtime: Mapped[dict[str, Any]] = mapped_column(JSONType())
     evaluator: Mapped[dict[str, Any]] = mapped_column(JSONType())
     builder: Mapped[str] = mapped_column(sa.String(64), server_default="prefix_merge")
     num_samples: Mapped[int]
-    timeout_s: Mapped[float | None]
+    timeout_s: Mapped[float | None]  # the shared deadline of init and run
+    agent_timeout_s: Mapped[float | None]  # the agent budget, counted from the harness launch
     priority: Mapped[int] = mapped_column(server_default="0")
     # "metadata" is reserved on declarative classes, hence the attribute name.
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType(), default=dict)
@@ -108,6 +110,8 @@ class Rollout(Base):
 
     ``stage`` is the last completed stage and ``stage_results`` holds each completed stage's output, so a retried
     rollout resumes at the failed stage. The weight-version range spans every capture of the session.
+    ``flow_run_id`` names the flow run that owns the rollout (``polar.rollout.state.claim``); ``deadline_at`` is
+    the shared deadline of init and run, ``heartbeat_at`` the owner's last sign of life.
     """
 
     __tablename__ = "rollouts"
@@ -135,6 +139,8 @@ class Rollout(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    deadline_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     task: Mapped[Task | None] = relationship(back_populates="rollouts", lazy="raise")
     captures: Mapped[list[Capture]] = relationship(back_populates="rollout", lazy="raise", passive_deletes=True)

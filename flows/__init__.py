@@ -1,1 +1,12 @@
-"""Thin Prefect wrappers around ``polar.rollout`` stages (the rollout, batch and maintenance flows)."""
+"""Thin Prefect wrappers around ``polar.rollout`` (DESIGN §6), one flow per module:
+
+- ``rollout``: ``rollout(rollout_id)``, one flow run per rollout with four task runs (init, run, postrun,
+  evaluate); ``build_rollout_flow`` builds it over other stage functions (benchmarks);
+- ``batch``: ``rollout_batch(tasks, dispatch)`` submits tasks and runs every sample concurrently, in this process
+  or as deployment runs on the work pool (``dispatch``);
+- ``retry``: ``retry_failed(...)`` resumes failed rollouts and takes over ones whose flow run died;
+- ``maintenance``: ``rebuild_trajectories(...)``;
+- ``limits``: stage limits counted fleet-wide by the Prefect server (``POLAR_STAGE_LIMITS=prefect``).
+
+The deployments are in the repository's ``prefect.yaml``.
+"""

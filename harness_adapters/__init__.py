@@ -1,1 +1,29 @@
-"""One small declarative module per agent harness (Codex, Claude Code, Gemini CLI, ...), behind a registry."""
+"""One small declarative module per agent harness, behind a registry (``ADAPTERS``, ``get_adapter``).
+
+Built in, needing no npm: ``agent`` (Polar's small Python agent: OpenAI SDK, a bash tool, a turn limit) and
+``command`` (any program, pointed at its session through the environment). The contract is in ``base``.
+"""
+
+from __future__ import annotations
+
+from harness_adapters.base import (
+    HarnessAdapter,
+    HarnessContext,
+    LaunchSpec,
+    SessionAccess,
+)
+from harness_adapters.builtin import BuiltinAgent
+from harness_adapters.command import CommandHarness
+from polar.errors import InvalidRequest
+
+ADAPTERS: dict[str, HarnessAdapter] = {adapter.name: adapter for adapter in (BuiltinAgent(), CommandHarness())}
+
+
+def get_adapter(name: str) -> HarnessAdapter:
+    try:
+        return ADAPTERS[name]
+    except KeyError:
+        raise InvalidRequest(f"unknown harness {name!r}; known: {sorted(ADAPTERS)}", field="harness.name") from None
+
+
+__all__ = ["ADAPTERS", "HarnessAdapter", "HarnessContext", "LaunchSpec", "SessionAccess", "get_adapter"]

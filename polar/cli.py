@@ -57,7 +57,59 @@ def _trajectories(args: argparse.Namespace) -> None:
 def _demo(args: argparse.Namespace) -> None:
     from polar.demo import run_demo
 
-    asyncio.run(run_demo(get_settings(), turns=args.turns))
+    asyncio.run(run_demo(get_settings(), samples=args.samples))
+
+
+def _run(args: argparse.Namespace) -> None:
+    from polar.demo import run_batch
+    from polar.rollout.context import close_contexts
+
+    with open(args.tasks) as f:
+        tasks = json.load(f)
+    tasks = tasks if isinstance(tasks, list) else [tasks]
+
+    async def main() -> None:
+        try:
+            await run_batch(get_settings(), tasks, title=f"polar run: {len(tasks)} task(s) from {args.tasks}")
+        finally:
+            await asyncio.to_thread(close_contexts)
+
+    asyncio.run(main())
+
+
+def _retry(args: argparse.Namespace) -> None:
+    from polar.demo import prepare_prefect_environment
+    from polar.rollout.context import close_contexts
+
+    settings = get_settings()
+    prepare_prefect_environment(settings)
+    from flows.retry import retry_failed
+
+    async def main() -> dict:
+        try:
+            return await retry_failed(
+                rollout_ids=args.rollout or None, task_id=args.task, include_stale=not args.failed_only, stale_after_s=args.stale_after
+            )
+        finally:
+            await asyncio.to_thread(close_contexts)
+
+    result = asyncio.run(main())
+    print(f"retried {len(result['retried'])} rollouts: {result['counts']}")
+
+
+def _status(args: argparse.Namespace) -> None:
+    import sqlalchemy as sa
+
+    from db.models import Task
+    from polar.rollout.context import store_factory
+    from polar.rollout.report import format_rollouts, format_totals, rollout_rows
+
+    factory = store_factory(get_settings())
+    with factory() as db:
+        task_ids = args.task or list(db.scalars(sa.select(Task.id).order_by(Task.created_at.desc()).limit(args.last)))
+    rows = rollout_rows(factory, task_ids)
+    print(format_rollouts(rows))
+    print(format_totals(rows))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,9 +148,25 @@ def build_parser() -> argparse.ArgumentParser:
     traj.add_argument("--url", help="database URL (default: the configured store)")
     traj.set_defaults(func=_trajectories)
 
-    demo = sub.add_parser("demo", help="the embedded main job (local model, SQLite)")
-    demo.add_argument("--turns", type=int, default=4)
+    demo = sub.add_parser("demo", help="the embedded main job: toy tasks through the whole pipeline (no servers)")
+    demo.add_argument("--samples", type=int, default=4, help="samples per toy task")
     demo.set_defaults(func=_demo)
+
+    run = sub.add_parser("run", help="run a JSON file of TaskRequests through the pipeline in this process")
+    run.add_argument("tasks", help="a JSON file: one TaskRequest or a list of them")
+    run.set_defaults(func=_run)
+
+    retry = sub.add_parser("retry", help="resume failed rollouts and take over stale ones")
+    retry.add_argument("--rollout", action="append", help="a rollout id (repeatable); default: all failed")
+    retry.add_argument("--task", help="only this task's rollouts")
+    retry.add_argument("--failed-only", action="store_true", help="leave unfinished (stale) rollouts alone")
+    retry.add_argument("--stale-after", type=float, help="seconds without a heartbeat (default POLAR_STALE_AFTER_S)")
+    retry.set_defaults(func=_retry)
+
+    status = sub.add_parser("status", help="the rollouts of recent tasks as a table")
+    status.add_argument("--task", action="append", help="a task id (repeatable)")
+    status.add_argument("--last", type=int, default=5, help="the last N tasks when no --task is given")
+    status.set_defaults(func=_status)
     return parser
 
 

@@ -1,93 +1,159 @@
-"""The embedded main job for the token path: a multi-turn tool-using session on the local model.
+"""The embedded main job: a small batch of toy tasks × samples through the whole rollout pipeline.
 
-Each turn renders the conversation (append mode after the first), generates with the configured backend,
-parses the reply, and commits one capture to the store (SQLite by default). At the end it checks that
-every capture's full prompt is rebuilt exactly from the capture tree, and prints a table.
+No server is needed: Prefect runs in its ephemeral mode (a temporary local server, state under
+``POLAR_HOME/prefect``), the store is the SQLite file in ``POLAR_HOME``, the gateway runs inside this process on
+the local model, and each sample runs the built-in agent in the local runtime. Every rollout is a Prefect flow
+run with four task runs (init, run, postrun, evaluate); the batch runs them concurrently under the stage limits.
+
+The local model is a tiny random network, so the agent's actions come from a scripted gateway policy per
+sample (``policies``): the gateway answers with scripted tool calls, rendered into real token ids and scored by
+the real local model, so captures hold true ids and logprobs. Half of the samples are scripted to solve their
+task and half to fail it. The demo therefore proves the pipeline (sessions, captures, trajectories, runtimes,
+evaluators, rewards, Prefect orchestration), not a trained policy.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 
-from db import Capture, Rollout, full_prompt_ids, make_engine, make_session_factory, session_scope
-from db import migrate
-from db.enums import RolloutStatus
-from polar.backends.base import GenerateRequest, SamplingParams
-from polar.backends.registry import make_backend
-from polar.capture import capture_row
-from polar.models.tiny import get_spec
+from db.models import Rollout
+from polar.rollout.context import close_contexts, get_store
+from polar.rollout.report import format_rollouts, format_totals, rollout_rows
 from polar.settings import Settings
-from polar.tokens.messages import Message, Role, ToolSpec, system, tool_result, user
-from polar.tokens.parsers import get_format
-from polar.tokens.render import PriorCall, PromptBuilder
-from polar.tokens.tokenizer import load_tokenizer
-from polar.trajectory import build_and_store
 
-BASH = ToolSpec("bash", "Run a shell command", {"type": "object", "properties": {"cmd": {"type": "string"}}})
+GIT_COMMIT = "git init -q . && git add -A && git -c user.email=demo@polar -c user.name=polar commit -q -m start"
 
 
-async def run_demo(settings: Settings, turns: int = 4) -> None:
-    url = settings.resolved_database_url
-    migrate.upgrade(url)
-    factory = make_session_factory(make_engine(url))
-    tokenizer = load_tokenizer(get_spec(settings.model).tokenizer, settings.cache_dir)
-    builder = PromptBuilder(tokenizer)
-    parser = get_format(builder.template.tool_format)
-    backend = await make_backend(settings)
-    sampling = SamplingParams(max_new_tokens=48, temperature=1.0)
-    with session_scope(factory) as session:
-        rollout = Rollout(status=RolloutStatus.RUNNING, policy={"demo": "token-path"})
-        session.add(rollout)
-    messages: list[Message] = [system("You are a coding agent."), user("Create hello.txt containing 'hi'.")]
-    prior: list[PriorCall] = []
-    print(f"polar demo: backend={backend.name} model={settings.model} store={url} render={settings.render_mode}")
-    print(f"{'turn':>4} {'mode':>9} {'parent':>6} {'prompt':>6} {'new':>5} {'out':>4} {'finish':>7} {'version':>8} {'tok/s':>6}")
+def _bash(command: str) -> dict[str, Any]:
+    return {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": command}}]}
+
+
+def _script(*commands: str) -> dict[str, Any]:
+    return {"type": "scripted", "replies": [*(_bash(c) for c in commands), {"content": "Done."}]}
+
+
+def toy_tasks(samples: int) -> list[dict[str, Any]]:
+    """Three toy tasks; sample i is scripted to solve its task when i is even and to fail it when i is odd."""
+    agent = {"name": "agent", "config": {"max_turns": 4}}
+    return [
+        {
+            "name": "write-file",
+            "instruction": "Create a file answer.txt that contains the word polar.",
+            "harness": agent,
+            "evaluator": {"type": "file", "config": {"path": "answer.txt", "equals": "polar"}},
+            "num_samples": samples,
+            "policies": [_script("echo polar > answer.txt"), _script("echo polaris > answer.txt")],
+        },
+        {
+            "name": "fix-bug",
+            "instruction": "add() in calc.py returns the wrong result. Fix it.",
+            "harness": agent,
+            "runtime": {
+                "prepare": [
+                    {"type": "write_file", "path": "calc.py", "content": "def add(a, b):\n    return a - b\n"},
+                    {"command": GIT_COMMIT},
+                ]
+            },
+            # Graded in a fresh runtime, prepared while the agent runs, with the agent's diff applied.
+            "evaluator": {
+                "type": "tests",
+                "fresh_runtime": True,
+                "config": {
+                    "command": "{python} -m pytest -q -p no:cacheprovider test_calc.py",
+                    "files": {"test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
+                },
+            },
+            "num_samples": samples,
+            "policies": [_script("cat calc.py", "sed -i 's/a - b/a + b/' calc.py"), _script("echo '# checked' >> calc.py")],
+        },
+        {
+            "name": "count-lines",
+            "instruction": "Write the number of lines of data.txt into count.txt.",
+            "harness": agent,
+            "runtime": {"prepare": [{"type": "write_file", "path": "data.txt", "content": "alpha\nbeta\ngamma\n"}]},
+            "evaluator": {"type": "command", "config": {"command": "test \"$(tr -d ' ' < count.txt)\" = 3"}},
+            "num_samples": samples,
+            "policies": [_script("wc -l < data.txt > count.txt"), _script("echo 4 > count.txt")],
+        },
+    ]
+
+
+def prepare_prefect_environment(settings: Settings) -> None:
+    """Prefect reads its settings when first imported: aim it at POLAR_HOME, quiet, without telemetry."""
+    home = settings.home / "prefect"
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(home))
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+
+STAGE_OF = {"PENDING": "pending", "INIT": "init", "RUNNING": "run", "POSTRUN": "postrun", "EVALUATING": "evaluate"}
+
+
+async def _progress(factory, since: datetime, started: float, stop: asyncio.Event) -> None:
+    """One line whenever the rollouts created by this run change stage."""
+    last = None
+    while not stop.is_set():
+        with factory() as db:
+            statuses = db.scalars(sa.select(Rollout.status).where(Rollout.created_at >= since)).all()
+        counts: dict[str, int] = {}
+        for status in statuses:
+            key = STAGE_OF.get(status.value, status.value)
+            counts[key] = counts.get(key, 0) + 1
+        line = " | ".join(f"{name} {counts[name]}" for name in [*STAGE_OF.values(), "COMPLETED", "ERROR", "TIMEOUT"] if counts.get(name))
+        if statuses and line != last:
+            print(f"[{time.monotonic() - started:6.1f} s] {len(statuses)} rollouts: {line}", flush=True)
+            last = line
+        try:
+            await asyncio.wait_for(stop.wait(), 0.5)
+        except TimeoutError:
+            pass
+
+
+async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, title: str) -> list:
+    """Run ``tasks`` through the batch flow in this process, printing progress; returns the table rows."""
+    prepare_prefect_environment(settings)
+    from flows.batch import rollout_batch
+
+    factory = await get_store(settings)
+    # Rows are stamped by the database clock; a second of slack covers a coarse clock on SQLite.
+    since = datetime.now(UTC).replace(microsecond=0)
+    started = time.monotonic()
+    print(title, flush=True)
+    print("starting Prefect's temporary server, the gateway and the model (10-20 s on a fresh POLAR_HOME) ...", flush=True)
+    stop = asyncio.Event()
+    monitor = asyncio.create_task(_progress(factory, since, started, stop))
     try:
-        for turn in range(turns):
-            prompt = builder.build(messages, (BASH,), prior, mode=settings.render_mode)
-            started = time.perf_counter()
-            result = await backend.generate(GenerateRequest(prompt.ids, sampling))
-            elapsed = time.perf_counter() - started
-            reply = parser.parse(tokenizer.decode(result.output_ids, skip_special_tokens=True), tools=[BASH])
-            reply_message = Message(Role.ASSISTANT, reply.content, reply.reasoning, reply.tool_calls)
-            with session_scope(factory) as session:
-                row = capture_row(
-                    rollout_id=rollout.id, seq=turn, protocol="raw", model=settings.model, backend=backend.name,
-                    request_json={"turn": turn, "messages": len(messages)}, prompt=prompt, sampling=sampling, result=result,
-                )  # fmt: skip
-                session.add(row)
-                session.flush()
-                capture_id = row.id
-            prior.append(PriorCall(tuple(messages), (BASH,), reply_message, prompt.ids, result.output_ids, ref=capture_id))
-            parent = prompt.parent.ref if prompt.parent else "-"
-            print(
-                f"{turn:>4} {prompt.mode.value:>9} {parent!s:>6} {len(prompt.ids):>6} {len(prompt.delta_ids):>5} "
-                f"{len(result.output_ids):>4} {result.finish_reason.value:>7} {result.weight_version!s:>8} "
-                f"{len(result.output_ids) / elapsed:>6.0f}"
-            )
-            # A harness would run the tools; the random model rarely calls any, so the user nudges instead.
-            follow = [tool_result("ok", c.id) for c in reply.tool_calls] or [user(f"Continue (step {turn + 1}).")]
-            messages += [reply_message, *follow]
+        summary = await rollout_batch(tasks=list(tasks), dispatch="inline")
     finally:
-        await backend.aclose()
-    with session_scope(factory) as session:
-        row = session.get(Rollout, rollout.id)
-        row.status, row.finished_at = RolloutStatus.COMPLETED, datetime.now(UTC)
-    with session_scope(factory) as session:
-        built = build_and_store(session, rollout.id, builder="prefix_merge")
-        captures = session.scalars(sa.select(Capture).where(Capture.rollout_id == rollout.id).order_by(Capture.seq)).all()
-        exact = all(full_prompt_ids(session, c) == list(p.prompt_ids) for c, p in zip(captures, prior))
-        stored = session.execute(
-            sa.select(sa.func.sum(Capture.n_prompt_delta), sa.func.sum(Capture.n_prompt)).where(Capture.rollout_id == rollout.id)
-        ).one()
-    print(f"captures: {len(captures)} in one chain; prompts rebuilt from the capture tree: {'exact' if exact else 'MISMATCH'}")
-    print(f"prompt tokens stored as deltas: {stored[0]} (vs {stored[1]} if every prompt were stored whole)")
-    print(
-        f"prefix_merge: {built.stats.captures_in} captures -> {built.stats.traces_out} trajectory, "
-        f"{built.stats.exact_merges} exact merges, {built.stats.breaks} breaks"
+        stop.set()
+        await monitor
+    rows = rollout_rows(factory, list(summary["tasks"]))
+    print(f"\nbatch finished in {time.monotonic() - started:.1f} s\n")
+    print(format_rollouts(rows))
+    print()
+    print(format_totals(rows))
+    return rows
+
+
+async def run_demo(settings: Settings, samples: int = 4) -> None:
+    tasks = toy_tasks(samples)
+    title = (
+        f"polar demo: {len(tasks)} toy tasks x {samples} samples, built-in agent on scripted policies, "
+        f"local model, store={settings.resolved_database_url}, Prefect ephemeral mode"
     )
-    if not exact:
+    try:
+        rows = await run_batch(settings, tasks, title=title)
+    finally:
+        await asyncio.to_thread(close_contexts)
+    if any(row.status != "COMPLETED" for row in rows):
         raise SystemExit(1)

@@ -2,6 +2,17 @@
 
 Each server maps these to its own protocol in one place (a status code and an error type); the classes
 carry what that mapping needs. Messages name the offending field or value.
+
+    PolarError
+    ├── InvalidRequest (400) ── UnknownSamplingParameter, ContextLengthExceeded, TemplateError, PayloadTooLarge
+    ├── AuthenticationError (401), PermissionDenied (403), NotFound (404)
+    ├── Conflict (409) ── RolloutClaimed, StageOrderError
+    ├── BackendError (502) ── BackendUnavailable (503), BackendProtocolError, GenerationAborted
+    ├── StoreError (503), GatewayError (502)
+    └── SandboxError ── PrepareFailed;  HarnessError;  EvaluationError   (rollout pipeline failures)
+
+In the rollout pipeline a raised error means "this stage failed; retry it". What a harness did (crashed, ran
+out of budget) is an outcome recorded on the rollout, never an exception.
 """
 
 from __future__ import annotations
@@ -103,3 +114,49 @@ class StoreError(PolarError):
 
     status_code = 503
     error_type = "store_unavailable"
+
+
+class Conflict(PolarError):
+    """The request collides with the current state of a resource (e.g. another flow run owns a rollout)."""
+
+    status_code = 409
+    error_type = "conflict_error"
+
+
+class RolloutClaimed(Conflict):
+    """Another flow run holds this rollout; two runs of one rollout would run its harness twice."""
+
+
+class StageOrderError(Conflict):
+    """A stage was asked to run before the stage it depends on finished."""
+
+
+class SandboxError(PolarError):
+    """A runtime could not be started, could not run a command, or lost its files."""
+
+    error_type = "runtime_error"
+
+
+class PrepareFailed(SandboxError):
+    """A prepare action of a runtime failed on every one of its attempts."""
+
+    error_type = "prepare_failed"
+
+
+class HarnessError(PolarError):
+    """A harness could not be configured or launched (not: the harness ran and failed, which is an outcome)."""
+
+    error_type = "harness_error"
+
+
+class EvaluationError(PolarError):
+    """An evaluator could not produce a trustworthy reward (crashed, timed out, unparseable verdict)."""
+
+    error_type = "evaluation_error"
+
+
+class GatewayError(PolarError):
+    """The gateway's control API failed or could not be reached while opening or closing a session."""
+
+    status_code = 502
+    error_type = "gateway_error"

@@ -25,6 +25,21 @@ class RenderMode(StrEnum):
     CANONICAL = "canonical"
 
 
+class Isolation(StrEnum):
+    """How the local runtime confines a harness: not at all, or with bubblewrap (``auto``: when ``bwrap`` exists)."""
+
+    NONE = "none"
+    BWRAP = "bwrap"
+    AUTO = "auto"
+
+
+class LimitScope(StrEnum):
+    """Where stage concurrency limits are counted: in each flow process, or fleet-wide by the Prefect server."""
+
+    PROCESS = "process"
+    PREFECT = "prefect"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="POLAR_", env_file=".env", extra="ignore")
 
@@ -47,7 +62,31 @@ class Settings(BaseSettings):
     control_token: str = Field(default="", description="when set, control endpoints need it as a Bearer token")
     default_max_tokens: int = Field(default=2048, description="reply budget when the caller sets none")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="larger request bodies get a 413")
-    runtime: str = "local"
+    runtime: str = Field(default="local", description="default runtime of a task that names none")
+
+    # ---- rollout pipeline ---------------------------------------------------------------------------
+    gateway_url: str = Field(default="", description="gateway for rollouts; empty starts one inside the process")
+    runtime_root: Path | None = Field(default=None, description="per-rollout working folders; empty means home/runtimes")
+    runtime_isolation: Isolation = Isolation.NONE
+    keep_workdirs: bool = Field(default=False, description="keep a finished rollout's working folders")
+    rollout_timeout_s: float = Field(default=1800.0, gt=0, description="deadline of init+run when a task sets none")
+    postrun_timeout_s: float = Field(default=300.0, gt=0)
+    init_concurrency: int = Field(default=4, ge=1, description="rollouts initialising at once")
+    run_concurrency: int = Field(default=8, ge=1, description="harnesses running at once")
+    postrun_concurrency: int = Field(default=4, ge=1, description="rollouts in postrun at once")
+    ready_buffer: int = Field(default=8, ge=1, description="runtimes initialising or initialised, not yet running")
+    stage_limits: LimitScope = LimitScope.PROCESS
+    init_retries: int = Field(default=2, ge=0)
+    run_retries: int = Field(default=1, ge=0)
+    postrun_retries: int = Field(default=2, ge=0)
+    evaluate_retries: int = Field(default=2, ge=0)
+    stage_retry_delay_s: float = Field(default=1.0, ge=0)
+    heartbeat_s: float = Field(default=10.0, gt=0, description="how often a running rollout proves it is alive")
+    stale_after_s: float = Field(default=600.0, gt=0, description="an unfinished rollout silent this long is retried")
+    # Each in-flight rollout flow is a Prefect flow run; Prefect's SQLite-backed ephemeral server slows down
+    # sharply with many concurrent flow-run creations, so the embedded default stays small.
+    batch_max_active: int = Field(default=8, ge=1, description="rollout flows a batch keeps in flight")
+    rollout_deployment: str = Field(default="polar-rollout/rollout", description="deployment a batch dispatches to")
 
     @property
     def resolved_database_url(self) -> str:
@@ -56,6 +95,10 @@ class Settings(BaseSettings):
     @property
     def cache_dir(self) -> Path:
         return self.cache or self.home / "cache"
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self.runtime_root or self.home / "runtimes"
 
 
 @lru_cache(maxsize=1)

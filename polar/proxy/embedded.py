@@ -14,6 +14,7 @@ import asyncio
 import socket
 import threading
 import time
+from typing import Self
 
 import httpx
 import uvicorn
@@ -41,7 +42,7 @@ class EmbeddedGateway:
     def _run(self) -> None:
         try:
             asyncio.run(self._serve())
-        except BaseException as exc:  # handed to start()
+        except BaseException as exc:  # noqa: BLE001 - handed to start(), which raises it in the caller
             self._error = exc
 
     async def _serve(self) -> None:
@@ -53,7 +54,7 @@ class EmbeddedGateway:
         self._server = uvicorn.Server(config)
         await self._server.serve(sockets=[self._socket])
 
-    def start(self) -> EmbeddedGateway:
+    def start(self) -> Self:
         """Start serving and wait until ``/health`` answers; raises what stopped the gateway from starting."""
         self._thread.start()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -77,7 +78,7 @@ class EmbeddedGateway:
             self._thread.join(timeout=20)
         self._socket.close()
 
-    def __enter__(self) -> EmbeddedGateway:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

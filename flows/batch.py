@@ -1,0 +1,46 @@
+"""The batch flow: submit tasks, expand each into its samples, run all the rollouts concurrently.
+
+    rollout_batch(tasks=[{...TaskRequest...}, ...], dispatch="inline" | "deployment")
+
+It returns a summary (task ids, every rollout's final status and reward). Rollouts that failed a stage for good
+are ERROR with their failure recorded; ``retry_failed`` resumes them. The batch itself ends Completed whatever
+its rollouts' outcomes: an agent that failed its task is data, not a broken batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import sqlalchemy as sa
+from prefect import flow
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.models import Rollout
+from flows.dispatch import Dispatch, dispatch_rollouts
+from polar.rollout import dispatch_order, submit_tasks
+from polar.rollout.context import get_store
+from polar.settings import get_settings
+
+
+def summarize(factory: sessionmaker[Session], rollout_ids: list[str], flows: dict[str, str]) -> dict[str, Any]:
+    """Final status, reward and error of each rollout, with how its flow run ended; counts by status."""
+    with factory() as db:
+        rows = db.execute(sa.select(Rollout.id, Rollout.status, Rollout.reward, Rollout.error).where(Rollout.id.in_(rollout_ids))).all()
+    rollouts = {row.id: {"status": row.status.value, "reward": row.reward, "error": row.error, "flow": flows.get(row.id)} for row in rows}
+    counts: dict[str, int] = {}
+    for item in rollouts.values():
+        counts[item["status"]] = counts.get(item["status"], 0) + 1
+    return {"rollouts": rollouts, "counts": counts}
+
+
+@flow(name="polar-batch", flow_run_name="batch-{dispatch}", persist_result=False)
+async def rollout_batch(tasks: list[dict[str, Any]], dispatch: Dispatch = Dispatch.INLINE) -> dict[str, Any]:
+    """Submit ``tasks`` (TaskRequest dicts) and run every sample to its final status."""
+    settings = get_settings()
+    factory = await get_store(settings)
+    submitted = await asyncio.to_thread(submit_tasks, factory, tasks)
+    rollout_ids = dispatch_order(submitted)
+    flows = await dispatch_rollouts(rollout_ids, dispatch=Dispatch(dispatch), settings=settings)
+    summary = await asyncio.to_thread(summarize, factory, rollout_ids, flows)
+    return {"tasks": {t.task_id: list(t.rollout_ids) for t in submitted}, **summary}

@@ -1,0 +1,78 @@
+"""The harness adapter contract: what a harness needs written and how it is launched, declared as data.
+
+An adapter never runs anything itself. At init it may return static files (configuration without secrets);
+at run it returns a ``LaunchSpec``: the argv, the environment (base URLs and the session key that point the
+harness at its gateway session) and files to write just before launch (which may hold the key). The run stage
+writes the files, launches the argv in the rollout's runtime and treats the exit code as the outcome.
+
+Each adapter has a pydantic ``Config`` (the ``config`` of a task's harness spec), validated when the task is
+submitted, so a typo fails the submission and not the fortieth rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel
+
+
+@dataclass(frozen=True)
+class HarnessContext:
+    """Where and on what the harness runs; paths are as the harness sees them."""
+
+    instruction: str
+    instruction_file: str
+    workdir: str
+    home: str
+    logs_dir: str
+    model: str
+    python: str  # an interpreter that has this package (the built-in agent runs on it)
+
+
+@dataclass(frozen=True)
+class SessionAccess:
+    """The harness's gateway session: its id, its secret key and the base URL per client family."""
+
+    session_id: str
+    api_key: str
+    base_urls: Mapping[str, str]  # "openai" (…/v1), "anthropic" and "gemini" (the gateway root)
+
+    def provider_env(self) -> dict[str, str]:
+        """The variables most model clients read, all pointing at the session."""
+        return {
+            "OPENAI_BASE_URL": self.base_urls["openai"],
+            "OPENAI_API_KEY": self.api_key,
+            "ANTHROPIC_BASE_URL": self.base_urls["anthropic"],
+            "ANTHROPIC_API_KEY": self.api_key,
+            "GOOGLE_GEMINI_BASE_URL": self.base_urls["gemini"],
+            "GEMINI_API_KEY": self.api_key,
+            "GOOGLE_API_KEY": self.api_key,
+            "POLAR_SESSION_ID": self.session_id,
+        }
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)  # path (relative to the workdir, or absolute) -> content
+
+
+def fill_placeholders(text: str, values: Mapping[str, str]) -> str:
+    """``text`` with each ``{name}`` of ``values`` replaced; other braces (shell, Python, JSON) are left alone."""
+    for name, value in values.items():
+        text = text.replace("{" + name + "}", value)
+    return text
+
+
+class HarnessAdapter(Protocol):
+    name: ClassVar[str]
+    Config: ClassVar[type[BaseModel]]
+
+    def setup_files(self, config: Any, ctx: HarnessContext) -> Mapping[str, str]:
+        """Static files written at init (no secrets: the session does not exist yet)."""
+
+    def launch(self, config: Any, ctx: HarnessContext, session: SessionAccess) -> LaunchSpec:
+        """How to start the harness against ``session``."""

@@ -1,0 +1,48 @@
+"""``BackendChat``: one chat turn with the configured backend (``POLAR_BACKEND``), for LLM judges.
+
+It renders with our chat template, generates from token ids like the gateway does, and returns the reply's
+text (reasoning and tool-call markup parsed out). The backend is connected on first use and kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from polar.settings import Settings
+
+
+class BackendChat:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._parts: tuple | None = None
+        self._lock = asyncio.Lock()
+
+    async def _connect(self) -> tuple:
+        async with self._lock:
+            if self._parts is None:
+                from polar.backends.registry import make_backend
+                from polar.models.tiny import get_spec
+                from polar.tokens.parsers import get_format
+                from polar.tokens.render import PromptBuilder
+                from polar.tokens.tokenizer import load_tokenizer
+
+                tokenizer = load_tokenizer(get_spec(self.settings.model).tokenizer, self.settings.cache_dir)
+                backend = await make_backend(self.settings)
+                self._parts = (tokenizer, PromptBuilder(tokenizer), get_format(self.settings.tool_format), backend)
+            return self._parts
+
+    async def complete(self, messages: Sequence[tuple[str, str]], *, max_tokens: int, temperature: float) -> str:
+        from polar.backends.base import GenerateRequest, SamplingParams
+        from polar.tokens.messages import Message, Role
+
+        tokenizer, builder, parser, backend = await self._connect()
+        prompt = builder.build([Message(Role(role), content) for role, content in messages])
+        budget = max(1, min(max_tokens, backend.context_length - len(prompt.ids)))
+        result = await backend.generate(GenerateRequest(prompt.ids, SamplingParams(max_new_tokens=budget, temperature=temperature)))
+        return parser.parse(tokenizer.decode(list(result.output_ids), skip_special_tokens=True)).content
+
+    async def aclose(self) -> None:
+        if self._parts is not None:
+            await self._parts[3].aclose()
+            self._parts = None

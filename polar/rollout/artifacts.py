@@ -1,0 +1,44 @@
+"""What postrun keeps of a rollout's working folder: the agent's changes as a git diff.
+
+When the working folder is a git repository, the diff against ``HEAD`` (untracked files included, binary as
+git's binary patch) is written to ``artifacts/diff.patch`` and summarised in the stage result (its first
+``DIFF_EXCERPT_CHARS`` characters, its size, the changed paths). A temporary index is used, so the agent's own
+index is left as it was. A folder that is not a repository gets a list of its files instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from polar.runtime.base import Runtime
+
+DIFF_EXCERPT_CHARS = 65_536
+FILE_LIST_LIMIT = 200
+
+
+async def collect_artifacts(runtime: Runtime) -> dict[str, Any]:
+    work = runtime.layout.work
+    if not (work / ".git").exists():
+        files = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())
+        return {"git": False, "files": files[:FILE_LIST_LIMIT], "file_count": len(files)}
+    index = runtime.layout.private / "artifacts.index"
+    patch = runtime.layout.artifacts / "diff.patch"
+    env = {"GIT_INDEX_FILE": str(index)}
+    # A repository without commits is diffed against the empty tree.
+    script = (
+        f"cp .git/index {index} 2>/dev/null || rm -f {index}; "
+        "base=$(git rev-parse -q --verify HEAD || git hash-object -t tree /dev/null) && git add -A . && "
+        f'git diff --cached --binary "$base" > {patch} && git diff --cached --name-only "$base"'
+    )
+    result = await runtime.exec(script, env=env, timeout_s=120)
+    if not result.ok:
+        return {"git": True, "error": f"git diff failed: {result.stderr[-300:].strip()}"}
+    diff = patch.read_text(errors="replace") if patch.exists() else ""
+    return {
+        "git": True,
+        "diff": diff[:DIFF_EXCERPT_CHARS],
+        "diff_bytes": len(diff.encode()),
+        "diff_truncated": len(diff) > DIFF_EXCERPT_CHARS,
+        "changed": result.stdout.splitlines(),
+        "patch_file": str(patch),
+    }

@@ -1,0 +1,114 @@
+"""What the stages share in one process: settings, the store, the gateway, a model for judges.
+
+``rollout_context(settings)`` builds it once per distinct settings and process: it migrates the store, and when
+``POLAR_GATEWAY_URL`` is empty it starts an embedded gateway in this process (the embedded default: ``polar
+demo`` needs no server). Building may take seconds (the gateway loads the model), so async code calls
+``get_context``, which builds in a worker thread. Flows that only submit or read use ``get_store`` (no
+gateway). ``close_contexts`` stops what was started (tests, demo exit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import sys
+import threading
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from db import make_engine, make_session_factory, migrate
+from polar.evaluators.base import ChatModel
+from polar.evaluators.chat import BackendChat
+from polar.proxy.embedded import EmbeddedGateway
+from polar.rollout.gateway_client import GatewayClient
+from polar.settings import Settings, get_settings
+
+
+@dataclass
+class RolloutContext:
+    settings: Settings
+    engine: Engine
+    factory: sessionmaker[Session]
+    gateway: GatewayClient
+    chat: ChatModel
+    python: str = field(default=sys.executable)  # the interpreter harnesses and checks of this package run on
+    embedded: EmbeddedGateway | None = None
+
+    @classmethod
+    def create(cls, settings: Settings, *, gateway_url: str | None = None, chat: ChatModel | None = None) -> RolloutContext:
+        url = settings.resolved_database_url
+        migrate.upgrade(url)
+        engine = make_engine(url)
+        embedded = None
+        gateway_url = gateway_url or settings.gateway_url
+        if not gateway_url:
+            embedded = EmbeddedGateway(settings).start()
+            gateway_url = embedded.url
+        return cls(
+            settings=settings,
+            engine=engine,
+            factory=make_session_factory(engine),
+            gateway=GatewayClient(gateway_url, control_token=settings.control_token),
+            chat=chat or BackendChat(settings),
+            embedded=embedded,
+        )
+
+    def close(self) -> None:
+        if self.embedded is not None:
+            self.embedded.stop()
+        self.engine.dispose()
+
+
+_contexts: dict[str, RolloutContext] = {}
+_lock = threading.Lock()
+
+
+def rollout_context(settings: Settings | None = None) -> RolloutContext:
+    """This process's context for ``settings`` (default: the environment's), built on first use."""
+    settings = settings or get_settings()
+    key = settings.model_dump_json()
+    with _lock:
+        context = _contexts.get(key)
+        if context is None:
+            context = _contexts[key] = RolloutContext.create(settings)
+        return context
+
+
+async def get_context(settings: Settings | None = None) -> RolloutContext:
+    return await asyncio.to_thread(rollout_context, settings)
+
+
+_stores: dict[str, tuple[Engine, sessionmaker[Session]]] = {}
+
+
+def store_factory(settings: Settings | None = None) -> sessionmaker[Session]:
+    """Sessions on the (migrated) store alone, for flows that only submit or read (no gateway started)."""
+    settings = settings or get_settings()
+    url = settings.resolved_database_url
+    with _lock:
+        if url not in _stores:
+            migrate.upgrade(url)
+            engine = make_engine(url)
+            _stores[url] = (engine, make_session_factory(engine))
+        return _stores[url][1]
+
+
+async def get_store(settings: Settings | None = None) -> sessionmaker[Session]:
+    return await asyncio.to_thread(store_factory, settings)
+
+
+def close_contexts() -> None:
+    with _lock:
+        contexts = list(_contexts.values())
+        engines = [engine for engine, _ in _stores.values()]
+        _contexts.clear()
+        _stores.clear()
+    for context in contexts:
+        context.close()
+    for engine in engines:
+        engine.dispose()
+
+
+atexit.register(close_contexts)

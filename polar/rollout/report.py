@@ -1,0 +1,107 @@
+"""Rollouts as a text table: status, reward, captures, trajectories, loss tokens, time, and what went wrong.
+
+Used by ``polar demo``, ``polar run`` and ``polar status``; everything comes from the store, so it shows the
+same thing whichever process or worker ran the rollouts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.models import Capture, Rollout, Task, Trajectory
+
+
+@dataclass(frozen=True)
+class RolloutRow:
+    task: str
+    sample: int
+    rollout_id: str
+    status: str
+    reward: float | None
+    captures: int
+    trajectories: int
+    loss_tokens: int
+    seconds: float | None
+    note: str
+
+
+def _note(rollout: Rollout) -> str:
+    if rollout.error:
+        return rollout.error.splitlines()[0][:60]
+    artifacts = ((rollout.stage_results or {}).get("postrun") or {}).get("artifacts") or {}
+    if artifacts.get("changed"):
+        return f"changed {', '.join(artifacts['changed'])}"[:60]
+    if artifacts.get("files"):
+        return f"files {', '.join(artifacts['files'])}"[:60]
+    return ""
+
+
+def rollout_rows(factory: sessionmaker[Session], task_ids: Sequence[str]) -> list[RolloutRow]:
+    """The rollouts of ``task_ids``, in the order of the tasks given, then by sample."""
+    with factory() as db:
+        captures = dict(db.execute(sa.select(Capture.rollout_id, sa.func.count()).group_by(Capture.rollout_id)).all())
+        traj = {
+            rollout_id: (count, tokens or 0)
+            for rollout_id, count, tokens in db.execute(
+                sa.select(Trajectory.rollout_id, sa.func.count(), sa.func.sum(Trajectory.n_loss_tokens)).group_by(Trajectory.rollout_id)
+            )
+        }
+        query = (
+            sa.select(Rollout, Task.name)
+            .join(Task, Rollout.task_id == Task.id)
+            .where(Rollout.task_id.in_(list(task_ids)))
+        )
+        order = {task_id: index for index, task_id in enumerate(task_ids)}
+        found = sorted(db.execute(query), key=lambda item: (order[item[0].task_id], item[0].sample_index))
+        rows = []
+        for rollout, name in found:
+            timings = rollout.stage_timings or {}
+            seconds = sum(float((t or {}).get("duration_s") or 0) for t in timings.values()) if timings else None
+            count, tokens = traj.get(rollout.id, (0, 0))
+            rows.append(
+                RolloutRow(
+                    task=name or rollout.task_id[:8],
+                    sample=rollout.sample_index,
+                    rollout_id=rollout.id,
+                    status=rollout.status.value,
+                    reward=rollout.reward,
+                    captures=captures.get(rollout.id, 0),
+                    trajectories=count,
+                    loss_tokens=int(tokens),
+                    seconds=seconds,
+                    note=_note(rollout),
+                )
+            )
+        return rows
+
+
+def format_rollouts(rows: Sequence[RolloutRow]) -> str:
+    header = f"{'task':<12} {'#':>2} {'rollout':<8} {'status':<10} {'reward':>6} {'capt':>4} {'traj':>4} {'loss':>5} {'secs':>5}  note"
+    lines = [header]
+    for r in rows:
+        reward = f"{r.reward:.2f}" if r.reward is not None else "-"
+        secs = f"{r.seconds:.1f}" if r.seconds is not None else "-"
+        lines.append(
+            f"{r.task[:12]:<12} {r.sample:>2} {r.rollout_id[:8]:<8} {r.status:<10} {reward:>6} {r.captures:>4} "
+            f"{r.trajectories:>4} {r.loss_tokens:>5} {secs:>5}  {r.note}"
+        )
+    return "\n".join(lines)
+
+
+def format_totals(rows: Sequence[RolloutRow]) -> str:
+    statuses: dict[str, int] = {}
+    for r in rows:
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+    rewards = [r.reward for r in rows if r.reward is not None]
+    mean = sum(rewards) / len(rewards) if rewards else 0.0
+    solved = sum(1 for value in rewards if value >= 1.0)
+    by_status = ", ".join(f"{name} {count}" for name, count in sorted(statuses.items()))
+    return (
+        f"{len(rows)} rollouts: {by_status}; mean reward {mean:.2f} ({solved} solved); "
+        f"{sum(r.captures for r in rows)} captures -> {sum(r.trajectories for r in rows)} trajectories, "
+        f"{sum(r.loss_tokens for r in rows)} trainable tokens"
+    )

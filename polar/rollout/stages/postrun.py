@@ -1,0 +1,75 @@
+"""The ``postrun`` stage: keep what the rollout produced, whatever its outcome.
+
+It collects the artifacts (the git diff of the working folder), makes sure the gateway session is closed, and
+builds the rollout's trajectories from its captures with the task's builder. Trajectories are built for every
+outcome: an ERROR or TIMEOUT rollout keeps its captures and gets trajectories under the fail-closed training
+filter (``build_and_store`` with the run's outcome and whether the agent budget expired). Rewards are assigned
+when evaluate rebuilds them. The rollout's weight-version range is set from its first and last captures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import sqlalchemy as sa
+
+from db.engine import session_scope
+from db.enums import CaptureStatus
+from db.models import Capture, Rollout
+from polar.rollout.artifacts import collect_artifacts
+from polar.rollout.context import RolloutContext
+from polar.rollout.stages.common import StageReport, agent_runtime, run_stage
+from polar.rollout.state import RolloutView, Stage, StageOutput
+from polar.trajectory import build_and_store
+
+
+def build_trajectories(
+    ctx: RolloutContext, rollout_id: str, *, builder: str, status: str, aligned_agent_timeout: bool, reward: float | None = None
+) -> dict[str, Any]:
+    """Build and store ``rollout_id``'s trajectories; returns a summary for the stage result."""
+    with session_scope(ctx.factory) as db:
+        built = build_and_store(
+            db, rollout_id, builder=builder, outcome_reward=reward, status=status, aligned_agent_timeout=aligned_agent_timeout
+        )
+        versions = db.execute(
+            sa.select(Capture.weight_version)
+            .where(Capture.rollout_id == rollout_id, Capture.status == CaptureStatus.OK, Capture.weight_version.is_not(None))
+            .order_by(Capture.seq)
+        ).scalars().all()
+        if versions:
+            row = db.get(Rollout, rollout_id)
+            assert row is not None
+            row.weight_version_min, row.weight_version_max = versions[0], versions[-1]
+    stats = built.stats
+    return {
+        "builder": builder,
+        "captures": stats.captures_in,
+        "error_captures": stats.error_captures,
+        "trajectories": stats.traces_out,
+        "loss_tokens": sum(t.n_loss_tokens for t in built.traces),
+        "filter": sorted({t.filter_reason for t in built.traces if t.filter_reason}),
+    }
+
+
+async def _postrun(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutput:
+    run = view.result(Stage.RUN)
+    runtime = agent_runtime(ctx, view)
+    if runtime.exists():
+        artifacts = await asyncio.wait_for(collect_artifacts(runtime), ctx.settings.postrun_timeout_s)
+    else:
+        artifacts = {"error": f"the runtime folder {runtime.layout.root} is gone; no artifacts"}
+    await ctx.gateway.close_session(view.id)
+    built = await asyncio.to_thread(
+        build_trajectories,
+        ctx,
+        view.id,
+        builder=view.task.builder,
+        status=run["outcome"],
+        aligned_agent_timeout=bool(run.get("agent_budget_expired")),
+    )
+    return StageOutput({"artifacts": artifacts, "build": built})
+
+
+async def postrun(ctx: RolloutContext, rollout_id: str, *, owner: str) -> StageReport:
+    return await run_stage(ctx, rollout_id, Stage.POSTRUN, owner, _postrun)

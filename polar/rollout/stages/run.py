@@ -1,0 +1,146 @@
+"""The ``run`` stage: launch the harness against its gateway session and record how it ended.
+
+The session is opened here, with a new key (see ``gateway_client``), and the adapter's launch spec points the
+harness at it. The harness gets ``min(agent budget, time left before the shared deadline)``; the agent budget
+starts now, so time spent initialising or waiting for a run slot is not the agent's. The outcome, never an
+exception, says how the harness ended:
+
+- COMPLETED: it exited 0.
+- ERROR: it exited non-zero (crashed): its captures are kept, its trajectories will be masked.
+- TIMEOUT: it was killed at its limit. ``agent_budget_expired`` (the agent's own budget ran out) makes its
+  trajectories trainable reward-0 negatives; a deadline expiry is masked.
+
+The launch is recorded in the row before the harness starts, and how it ended as soon as it has; a retried run
+that finds the end reports it. A resumed run that finds a launch but no end (its flow run died mid-run) does not
+launch again: the runtime's state is unknown and captures already exist, so it kills any leftover process of
+that attempt, closes the session and records ERROR (``interrupted``). The session is closed as soon as the
+harness is gone, so nothing reaches it afterwards.
+
+With ``evaluator.fresh_runtime`` the evaluation runtime is prepared while the agent runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from db.enums import RolloutStatus
+from polar.rollout import state
+from polar.rollout.context import RolloutContext
+from polar.rollout.stages.common import (
+    StageReport,
+    agent_runtime,
+    harness_config,
+    harness_context,
+    run_stage,
+)
+from polar.rollout.stages.fresh import prepare_eval_runtime
+from polar.rollout.state import RolloutView, Stage, StageOutput
+from polar.runtime.base import ProcessHandle, Runtime
+
+OUTPUT_EXCERPT = 2000
+
+
+async def _interrupted(ctx: RolloutContext, view: RolloutView, runtime: Runtime, progress: Any) -> StageOutput:
+    killed = False
+    process = progress.get("process")
+    if process and runtime.exists():
+        killed = await runtime.kill(ProcessHandle(int(process["pid"]), int(process["start_ticks"])))
+    await ctx.gateway.close_session(view.id)
+    return StageOutput(
+        {
+            "outcome": RolloutStatus.ERROR.value,
+            "interrupted": True,
+            "leftover_killed": killed,
+            "agent_budget_expired": False,
+            "error": "the harness run was interrupted (its flow run died); a harness is never launched twice",
+        }
+    )
+
+
+async def _prewarm(ctx: RolloutContext, view: RolloutView) -> dict[str, Any]:
+    try:
+        return await prepare_eval_runtime(ctx, view)
+    except Exception as exc:  # noqa: BLE001 - evaluate prepares it again; the run's outcome must not depend on it
+        return {"error": f"{exc.__class__.__name__}: {exc}"}
+
+
+async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutput:
+    runtime = agent_runtime(ctx, view)
+    progress = view.progress(Stage.RUN)
+    if progress.get("ended"):  # the harness ended, then the stage failed (closing the session, say)
+        await ctx.gateway.close_session(view.id)
+        return StageOutput(dict(progress["ended"]))
+    if progress.get("launched_at"):
+        return await _interrupted(ctx, view, runtime, progress)
+    if view.result(Stage.INIT).get("deadline_expired") or view.remaining_s() <= 0:
+        return StageOutput(
+            {
+                "outcome": RolloutStatus.TIMEOUT.value,
+                "launched": False,
+                "deadline_expired": True,
+                "agent_budget_expired": False,
+                "error": "the deadline passed before the harness could start",
+            }
+        )
+    await runtime.start(fresh=False)
+    adapter, config = harness_config(view)
+    hctx = harness_context(ctx, view, runtime)
+    access = await ctx.gateway.open_session(view.id, policy=view.policy)
+    launch = adapter.launch(config, hctx, access)
+    for path, content in launch.files.items():
+        await runtime.write_file(path, content)
+
+    remaining = view.remaining_s()
+    agent_budget = view.task.agent_timeout_s
+    by_agent = agent_budget is not None and agent_budget <= remaining
+    budget = agent_budget if by_agent else remaining
+    await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"launched_at": state.now().isoformat(), "budget_s": budget})
+
+    async def spawned(process: ProcessHandle) -> None:
+        await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"process": process.as_json()})
+
+    prewarm = asyncio.create_task(_prewarm(ctx, view)) if view.task.evaluator.fresh_runtime else None
+    try:
+        result = await runtime.exec(
+            launch.argv,
+            env=launch.env,
+            timeout_s=budget,
+            stdout_path=runtime.layout.logs / "harness.stdout",
+            stderr_path=runtime.layout.logs / "harness.stderr",
+            on_spawn=spawned,
+        )
+    except BaseException:
+        if prewarm is not None:
+            prewarm.cancel()
+        raise
+
+    report: dict[str, Any] = {
+        "launched": True,
+        "exit_code": result.returncode,
+        "duration_s": round(result.duration_s, 3),
+        "budget_s": round(budget, 3),
+        "agent_budget_expired": False,
+        "deadline_expired": False,
+        "stdout_tail": result.stdout[-OUTPUT_EXCERPT:],
+        "stderr_tail": result.stderr[-OUTPUT_EXCERPT:],
+    }
+    if result.timed_out:
+        limit = "agent budget" if by_agent else "deadline"
+        report.update(outcome=RolloutStatus.TIMEOUT.value, agent_budget_expired=by_agent, deadline_expired=not by_agent)
+        report["error"] = f"the harness ran past its {limit} ({budget:.1f} s) and was stopped"
+    elif result.returncode != 0:
+        report.update(outcome=RolloutStatus.ERROR.value)
+        report["error"] = f"the harness exited with code {result.returncode}: {result.stderr[-300:].strip()}"
+    else:
+        report.update(outcome=RolloutStatus.COMPLETED.value)
+    # Recorded before anything else can fail: a retry of this stage then reports the harness as it ended.
+    await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"ended": report})
+    await ctx.gateway.close_session(view.id)
+    if prewarm is not None:
+        report["eval_runtime"] = await prewarm
+    return StageOutput(report)
+
+
+async def run(ctx: RolloutContext, rollout_id: str, *, owner: str) -> StageReport:
+    return await run_stage(ctx, rollout_id, Stage.RUN, owner, _run)

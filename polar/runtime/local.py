@@ -1,0 +1,236 @@
+"""The ``local`` runtime: commands run as subprocesses of this machine in a per-rollout folder tree.
+
+Each command gets a clean environment (a harness never sees the pipeline's own variables, such as the database
+URL): ``PATH`` with this interpreter's folder first, ``HOME`` and ``TMPDIR`` inside the runtime, loopback kept
+off any HTTP proxy, then the task's runtime ``env``, then the caller's. Commands start in a new session, and
+their whole process group is killed when they end, time out or are cancelled.
+
+Isolation ``bwrap`` wraps each command in bubblewrap: the host filesystem is read-only, only the runtime's
+folder is writable, ``/tmp`` is private, and the command gets its own PID namespace and dies with its parent.
+The network is shared on purpose: the harness must reach the gateway on loopback. ``auto`` uses bubblewrap
+when ``bwrap`` is installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from polar.errors import SandboxError
+from polar.runtime.base import ExecResult, ProcessHandle, RuntimeLayout, SpawnHook
+from polar.settings import Isolation
+
+OUTPUT_TAIL_BYTES = 16_384
+"""How much of a command's stdout/stderr an ``ExecResult`` keeps (the full output stays in its log file)."""
+
+
+def bwrap_available() -> bool:
+    return shutil.which("bwrap") is not None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses; the fields after its last ')' are plain.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - OUTPUT_TAIL_BYTES))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+class LocalRuntime:
+    kind = "local"
+
+    def __init__(self, key: str, base: Path, *, env: Mapping[str, str] | None = None, isolation: Isolation = Isolation.NONE):
+        if not key or "/" in key or key.startswith("."):
+            raise SandboxError(f"invalid runtime key {key!r}")
+        self.key = key
+        self.layout = RuntimeLayout.under(Path(base).expanduser().resolve() / key)
+        self.env = dict(env or {})
+        if isolation is Isolation.AUTO:
+            isolation = Isolation.BWRAP if bwrap_available() else Isolation.NONE
+        if isolation is Isolation.BWRAP and not bwrap_available():
+            raise SandboxError("runtime isolation 'bwrap' needs bubblewrap (the bwrap command) on this machine")
+        self.isolation = isolation
+        self._exec_count = 0
+
+    # ---- lifecycle ----------------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return all(folder.is_dir() for folder in self.layout.folders())
+
+    async def start(self, *, fresh: bool) -> None:
+        if fresh:
+            await asyncio.to_thread(shutil.rmtree, self.layout.root, True)
+        elif not self.exists():
+            raise SandboxError(f"runtime {self.key} has no folder at {self.layout.root} (created on another machine?)")
+        for folder in self.layout.folders():
+            folder.mkdir(parents=True, exist_ok=True)
+
+    async def stop(self, *, remove: bool) -> None:
+        if remove:
+            await asyncio.to_thread(shutil.rmtree, self.layout.root, True)
+
+    async def kill(self, process: ProcessHandle) -> bool:
+        if process_start_ticks(process.pid) != process.start_ticks:
+            return False  # gone, or the pid now belongs to someone else
+        _kill_group(process.pid)
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": self.kind, "key": self.key, "root": str(self.layout.root), "isolation": self.isolation.value}
+
+    # ---- files --------------------------------------------------------------------------------------
+
+    def resolve(self, path: str) -> Path:
+        """``path`` on the host: relative paths are under ``work``; nothing may point outside the root."""
+        candidate = Path(path) if os.path.isabs(path) else self.layout.work / path
+        resolved = candidate.resolve()
+        if resolved != self.layout.root and self.layout.root not in resolved.parents:
+            raise SandboxError(f"path {path!r} is outside runtime {self.key}")
+        return resolved
+
+    async def write_file(self, path: str, content: str | bytes, *, executable: bool = False) -> Path:
+        target = self.resolve(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = content.encode() if isinstance(content, str) else content
+        await asyncio.to_thread(target.write_bytes, data)
+        if executable:
+            target.chmod(target.stat().st_mode | 0o111)
+        return target
+
+    async def read_file(self, path: str) -> bytes:
+        target = self.resolve(path)
+        try:
+            return await asyncio.to_thread(target.read_bytes)
+        except OSError as exc:
+            raise SandboxError(f"cannot read {path!r} in runtime {self.key}: {exc.strerror}") from None
+
+    async def upload(self, source: Path, target: str) -> None:
+        destination = self.resolve(target)
+        source = Path(source)
+        if not source.exists():
+            raise SandboxError(f"cannot upload {source}: it does not exist")
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            await asyncio.to_thread(shutil.copytree, source, destination, dirs_exist_ok=True, symlinks=True)
+        else:
+            await asyncio.to_thread(shutil.copy2, source, destination)
+
+    async def download(self, source: str, target: Path) -> None:
+        origin = self.resolve(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if origin.is_dir():
+            await asyncio.to_thread(shutil.copytree, origin, target, dirs_exist_ok=True, symlinks=True)
+        elif origin.exists():
+            await asyncio.to_thread(shutil.copy2, origin, target)
+        else:
+            raise SandboxError(f"cannot download {source!r} from runtime {self.key}: it does not exist")
+
+    # ---- commands -----------------------------------------------------------------------------------
+
+    def command_env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        interpreter_bin = str(Path(sys.executable).parent)
+        env = {
+            "PATH": f"{interpreter_bin}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
+            "HOME": str(self.layout.home),
+            "TMPDIR": str(self.layout.tmp),
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            # The gateway is on loopback; an HTTP proxy in the host environment must not intercept it.
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+        }
+        env.update(self.env)
+        env.update(extra or {})
+        return env
+
+    def _argv(self, command: str | Sequence[str], cwd: Path) -> list[str]:
+        argv = ["bash", "-c", command] if isinstance(command, str) else [str(part) for part in command]
+        if self.isolation is not Isolation.BWRAP:
+            return argv
+        root = str(self.layout.root)
+        return [
+            "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--bind", root, root, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "polar-sandbox",
+            "--die-with-parent", "--chdir", str(cwd), "--", *argv,
+        ]  # fmt: skip
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout_s: float | None = None,
+        stdout_path: Path | None = None,
+        stderr_path: Path | None = None,
+        on_spawn: SpawnHook | None = None,
+    ) -> ExecResult:
+        workdir = self.resolve(cwd) if cwd else self.layout.work
+        self._exec_count += 1
+        # Output goes to files, never pipes: a background child that inherits a pipe would keep it open after
+        # the command exits, and reading it to EOF would then wait for that child.
+        stdout_path = stdout_path or self.layout.private / f"exec-{self._exec_count}.out"
+        stderr_path = stderr_path or self.layout.private / f"exec-{self._exec_count}.err"
+        stdout_path.parent.mkdir(parents=True, exist_ok=True)
+        stderr_path.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        timed_out = False
+        with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *self._argv(command, workdir),
+                    cwd=workdir,
+                    env=self.command_env(env),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise SandboxError(f"cannot start {command!r} in runtime {self.key}: {exc.strerror}") from None
+            try:
+                if on_spawn is not None:
+                    await on_spawn(ProcessHandle(process.pid, process_start_ticks(process.pid) or 0))
+                try:
+                    await asyncio.wait_for(process.wait(), timeout_s)
+                except TimeoutError:
+                    timed_out = True
+                    _kill_group(process.pid)
+                    await process.wait()
+            finally:
+                # Leftovers (backgrounded children) go with the command; on cancellation the command goes too.
+                _kill_group(process.pid)
+                if process.returncode is None:
+                    await asyncio.shield(process.wait())
+        return ExecResult(
+            returncode=None if timed_out else process.returncode,
+            stdout=_tail(stdout_path),
+            stderr=_tail(stderr_path),
+            timed_out=timed_out,
+            duration_s=time.monotonic() - started,
+        )

@@ -1,0 +1,69 @@
+"""Flow-test fixtures: a temporary Prefect server (``prefect_test_harness``, SQLite, one per module), a store and
+a live gateway per backend, and the POLAR_* environment the flows read their settings from.
+
+Prefect gets its own database, never the store's (both keep an ``alembic_version`` table)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+from polar.proxy.embedded import EmbeddedGateway
+from polar.rollout.context import close_contexts
+from polar.settings import get_settings
+from tests.rollout.conftest import postgres_url, sqlite_url, start_gateway, store_url  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The API URL of a temporary Prefect server for this module's flows."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield str(PREFECT_API_URL.value())
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory, cache_dir, store_url, engine) -> Iterator[EmbeddedGateway]:  # noqa: F811
+    gw = start_gateway(tmp_path_factory.mktemp("gw"), cache_dir, store_url, engine)
+    yield gw
+    gw.stop()
+
+
+def polar_environment(tmp: Path, cache: Path, database_url: str, gateway_url: str, **overrides: str) -> dict[str, str]:
+    env = {
+        "POLAR_HOME": str(tmp),
+        "POLAR_CACHE": str(cache),
+        "POLAR_DATABASE_URL": database_url,
+        "POLAR_GATEWAY_URL": gateway_url,
+        "POLAR_RUNTIME_ROOT": str(tmp / "runtimes"),
+        "POLAR_HEARTBEAT_S": "1",
+        "POLAR_STAGE_RETRY_DELAY_S": "0",
+    }
+    env.update(overrides)
+    return env
+
+
+@pytest.fixture
+def flow_env(monkeypatch, tmp_path, cache_dir, store_url, gateway, prefect_server):  # noqa: F811
+    """Sets the POLAR_* environment for this test's flows; ``flow_env(**overrides)`` changes settings."""
+
+    def apply(**overrides: str) -> dict[str, str]:
+        env = polar_environment(tmp_path, cache_dir, store_url, gateway.url, **overrides)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        get_settings.cache_clear()
+        return env
+
+    apply()
+    yield apply
+    close_contexts()
+    get_settings.cache_clear()

@@ -1,0 +1,172 @@
+"""The Prefect flows: a batch on SQLite and on Postgres (each rollout a flow run with its four task runs), an
+evaluator failure resumed by the retry flow (only evaluate runs again), and flow runs killed mid-evaluation and
+mid-run, resumed without redoing finished stages or duplicating captures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from db.enums import RolloutStatus
+from flows.batch import rollout_batch
+from flows.retry import retry_failed
+from polar.rollout.context import store_factory
+from tests.flows.prefect_api import flow_runs_named, task_runs_of
+from tests.rollout.helpers import (
+    answer_task,
+    captures,
+    rollout_row,
+    script,
+    trajectories,
+)
+
+STAGES = ("init", "run", "postrun", "evaluate")
+
+
+def finished_at(row, stages=STAGES[:3]):
+    return {stage: row.stage_timings[stage]["finished_at"] for stage in stages}
+
+
+async def test_a_batch_runs_each_rollout_as_a_flow_run_with_four_task_runs(flow_env):
+    summary = await rollout_batch(tasks=[answer_task(samples=2), answer_task(name="second", samples=1)])
+    factory = store_factory()
+    ids = [rid for rollout_ids in summary["tasks"].values() for rid in rollout_ids]
+    assert summary["counts"] == {"COMPLETED": 3}
+    rows = {rid: rollout_row(factory, rid) for rid in ids}
+    assert sorted(r.reward for r in rows.values()) == [0.0, 1.0, 1.0]
+    for rid, row in rows.items():
+        assert len(captures(factory, rid)) == 2 and len(trajectories(factory, rid)) == 1
+        (flow_run,) = await flow_runs_named(f"rollout-{rid}")
+        assert row.flow_run_id == str(flow_run.id) and flow_run.state.is_completed()
+    # One rollout's task runs as the UI shows them.
+    rid = ids[0]
+    runs = await task_runs_of(rows[rid].flow_run_id, expect=4)
+    assert [r.name for r in runs] == [f"{stage}-{rid}" for stage in STAGES]
+    assert all(r.state.is_completed() for r in runs)
+
+
+async def test_an_evaluator_failure_is_retried_by_resuming_only_evaluate(flow_env, tmp_path):
+    flow_env(POLAR_EVALUATE_RETRIES="0")
+    counter = tmp_path / "evaluations"
+    # The check crashes on its first run (say, its scoring service was down), then works.
+    check = f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; [ "$n" -ge 1 ] || exit 2; echo 1'
+    task = answer_task(samples=1, policies=[script("echo polar > answer.txt")], evaluator={"type": "script", "config": {"script": check}})
+    summary = await rollout_batch(tasks=[task])
+    (rid,) = summary["rollouts"]
+    factory = store_factory()
+    failed = rollout_row(factory, rid)
+    assert failed.status is RolloutStatus.ERROR and failed.stage_results["failure"]["stage"] == "evaluate"
+    assert "exit code 2" in failed.error and failed.stage == "postrun"
+    before, n_captures = finished_at(failed), len(captures(factory, rid))
+    assert all(t.n_loss_tokens == 0 for t in trajectories(factory, rid))  # ERROR: masked until it is resumed
+
+    result = await retry_failed(include_stale=False)
+    assert result["retried"] == [rid] and result["counts"] == {"COMPLETED": 1}
+    row = rollout_row(factory, rid)
+    assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0 and row.error is None
+    assert finished_at(row) == before  # init, run and postrun were not run again
+    assert [row.stage_timings[s]["attempts"] for s in STAGES] == [1, 1, 1, 2]
+    assert len(captures(factory, rid)) == n_captures
+    assert [t.reward for t in trajectories(factory, rid)] == [1.0] and trajectories(factory, rid)[0].n_loss_tokens > 0
+    assert [f["stage"] for f in row.stage_results["previous_failures"]] == ["evaluate"]
+    # The retry's flow run shows the finished stages as skipped task runs.
+    runs = await task_runs_of(row.flow_run_id, expect=4)
+    assert [r.state.name for r in runs] == ["Skipped", "Skipped", "Skipped", "Completed"]
+
+
+async def test_prefect_task_retries_rerun_only_the_failed_stage_within_one_flow_run(flow_env, tmp_path):
+    flow_env(POLAR_EVALUATE_RETRIES="1")
+    counter = tmp_path / "evaluations"
+    check = f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; [ "$n" -ge 1 ] || exit 2; echo 1'
+    task = answer_task(samples=1, policies=[script("echo polar > answer.txt")], evaluator={"type": "script", "config": {"script": check}})
+    summary = await rollout_batch(tasks=[task])
+    (rid,) = summary["rollouts"]
+    row = rollout_row(store_factory(), rid)
+    assert row.status is RolloutStatus.COMPLETED and row.attempt == 1
+    assert [row.stage_timings[s]["attempts"] for s in STAGES] == [1, 1, 1, 2]
+
+
+def start_flow_process(rollout_id: str, api_url: str, log: Path) -> subprocess.Popen:
+    code = "import asyncio, sys\nfrom flows.rollout import rollout\nasyncio.run(rollout(sys.argv[1]))\n"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, rollout_id],
+        env={**os.environ, "PREFECT_API_URL": api_url},
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+
+def wait_for(condition, timeout_s: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_a_flow_run_killed_during_evaluate_resumes_without_redoing_finished_stages(flow_env, prefect_server, tmp_path):
+    flow_env(POLAR_STALE_AFTER_S="3600")
+    gate = tmp_path / "hold-evaluation"
+    gate.touch()
+    check = f"while [ -f {gate} ]; do sleep 0.1; done; grep -qx polar answer.txt && echo 1 || echo 0"
+    task = answer_task(samples=1, policies=[script("echo polar > answer.txt")], evaluator={"type": "script", "config": {"script": check}})
+    from polar.rollout import submit_tasks
+
+    factory = store_factory()
+    (rid,) = (await asyncio.to_thread(submit_tasks, factory, [task]))[0].rollout_ids
+    child = start_flow_process(rid, prefect_server, tmp_path / "flow.log")
+    try:
+        await asyncio.to_thread(wait_for, lambda: rollout_row(factory, rid).status is RolloutStatus.EVALUATING, 90, "evaluate to start")
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)  # the whole flow process dies, mid-stage, with no chance to clean up
+        child.wait()
+    killed = rollout_row(factory, rid)
+    before, n_captures, n_traj = finished_at(killed), len(captures(factory, rid)), len(trajectories(factory, rid))
+    assert killed.status is RolloutStatus.EVALUATING and n_captures == 2 and n_traj == 1
+    gate.unlink()
+
+    result = await retry_failed(rollout_ids=[rid], stale_after_s=0)
+    assert rid in result["retried"]
+    row = rollout_row(factory, rid)
+    assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0 and row.attempt == 2
+    assert finished_at(row) == before
+    assert [row.stage_timings[s]["attempts"] for s in STAGES] == [1, 1, 1, 2]
+    assert len(captures(factory, rid)) == n_captures and len(trajectories(factory, rid)) == n_traj
+
+
+async def test_a_flow_run_killed_mid_run_is_resumed_without_launching_the_harness_twice(flow_env, prefect_server, tmp_path):
+    gate = tmp_path / "hold-harness"
+    gate.touch()
+    blocked = script(f"while [ -f {gate} ]; do sleep 0.1; done; echo polar > answer.txt")
+    task = answer_task(samples=1, policies=[blocked])
+    from polar.rollout import submit_tasks
+
+    factory = store_factory()
+    (rid,) = (await asyncio.to_thread(submit_tasks, factory, [task]))[0].rollout_ids
+    child = start_flow_process(rid, prefect_server, tmp_path / "flow.log")
+    try:
+        await asyncio.to_thread(wait_for, lambda: len(captures(factory, rid)) == 1, 90, "the harness's first call")
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    harness_pid = rollout_row(factory, rid).stage_results["progress"]["run"]["process"]["pid"]
+    assert Path(f"/proc/{harness_pid}").exists()  # the harness outlived its flow process
+
+    result = await retry_failed(rollout_ids=[rid], stale_after_s=0)
+    assert rid in result["retried"]
+    row = rollout_row(factory, rid)
+    assert row.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
+    assert row.stage_results["run"]["leftover_killed"] and row.stage_timings["init"]["attempts"] == 1
+    gate.unlink()
+    await asyncio.sleep(0.5)
+    assert len(captures(factory, rid)) == 1  # no second launch, and the old harness can no longer call
+    assert all(t.n_loss_tokens == 0 for t in trajectories(factory, rid))

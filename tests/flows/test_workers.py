@@ -1,0 +1,210 @@
+"""Scale-out as deployed: a Prefect server on Postgres (its own database), ``prefect deploy --all`` from the
+repository's prefect.yaml, and two process workers (separate processes) on one work pool sharing one batch.
+Every rollout runs exactly once, both workers take part, and the fleet-wide run limit holds across them.
+
+Every process is started and stopped here by its PID; Prefect's state lives in a temporary PREFECT_HOME."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import make_url
+
+from db.enums import RolloutStatus
+from db.models import Rollout, Task
+from polar.proxy.embedded import EmbeddedGateway
+from polar.rollout.context import close_contexts, store_factory
+from polar.settings import Settings
+from tests.flows.conftest import polar_environment
+from tests.pg import POSTGRES_URL, needs_postgres
+from tests.rollout.conftest import postgres_url, start_gateway  # noqa: F401
+from tests.rollout.helpers import answer_task, captures
+
+pytestmark = needs_postgres
+
+REPO = Path(__file__).resolve().parents[2]
+PREFECT = str(Path(sys.executable).parent / "prefect")
+POOL = "polar-process"  # the pool prefect.yaml names
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop(process: subprocess.Popen, *, worker: bool = False) -> None:
+    """Stop a process we started. A Prefect worker needs SIGINT twice (see infra notes); then it is killed."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGINT if worker else signal.SIGTERM)
+    try:
+        process.wait(timeout=3)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    if worker:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    process.kill()
+    process.wait()
+
+
+@pytest.fixture(scope="module")
+def prefect_database() -> Iterator[str]:
+    """A database of its own for Prefect (never the store's: both keep an alembic_version table)."""
+    base = make_url(POSTGRES_URL)
+    name = f"polar_prefect_{uuid.uuid4().hex[:10]}"
+    admin = base.set(drivername="postgresql", database="postgres").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield base.set(drivername="postgresql+asyncpg", database=name, query={}).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def prefect_env(tmp_path_factory, prefect_database) -> Iterator[dict[str, str]]:
+    """A Prefect server on Postgres; yields the environment that points Prefect clients at it."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = free_port()
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+        # Host and port through the environment, not CLI flags, so the server describes its own URL correctly.
+        "PREFECT_SERVER_API_HOST": "127.0.0.1",
+        "PREFECT_SERVER_API_PORT": str(port),
+        "PREFECT_SERVER_DATABASE_CONNECTION_URL": prefect_database,
+        "PREFECT_LOGGING_LEVEL": "INFO",
+    }
+    log = (home / "server.log").open("w")
+    server = subprocess.Popen([PREFECT, "server", "start"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=home)
+    api = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(api + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Prefect server did not start: {(home / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.3)
+        client_env = {k: v for k, v in env.items() if not k.startswith("PREFECT_SERVER_")}
+        yield {**client_env, "PREFECT_API_URL": api}
+    finally:
+        stop(server)
+        log.close()
+
+
+def prefect_cli(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [PREFECT, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, check=False
+    )
+    assert done.returncode == 0, f"prefect {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory, cache_dir, postgres_url, engine) -> Iterator[EmbeddedGateway]:  # noqa: F811
+    gw = start_gateway(tmp_path_factory.mktemp("gw"), cache_dir, postgres_url, engine)
+    yield gw
+    gw.stop()
+
+
+def test_two_workers_share_one_batch_and_run_every_rollout_once(prefect_env, gateway, postgres_url, tmp_path, cache_dir):  # noqa: F811
+    polar = polar_environment(
+        tmp_path, cache_dir, postgres_url, gateway.url, POLAR_STAGE_LIMITS="prefect", POLAR_RUN_CONCURRENCY="2"
+    )
+    env = {**prefect_env, **polar, "POLAR_REPO_DIR": str(REPO), "PREFECT_WORKER_QUERY_SECONDS": "1"}
+
+    prefect_cli(env, "work-pool", "create", POOL, "--type", "process")
+    deployed = prefect_cli(env, "--no-prompt", "deploy", "--all")
+    for name in ("polar-rollout/rollout", "polar-batch/batch", "polar-retry-failed/retry-failed", "polar-rebuild-trajectories/rebuild-trajectories"):
+        assert name in deployed, deployed
+
+    workers, logs = [], []
+    try:
+        for index in (1, 2):
+            log = (tmp_path / f"worker-{index}.log").open("w")
+            logs.append(log)
+            command = [PREFECT, "worker", "start", "--pool", POOL, "--name", f"worker-{index}", "--limit", "2"]
+            workers.append(
+                subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            )
+        tag = uuid.uuid4().hex[:8]
+        tasks = [answer_task(name=f"shared-{tag}", samples=6)]
+        # The batch runs on one worker and dispatches each rollout as a deployment run onto the pool.
+        prefect_cli(env, "deployment", "run", "polar-batch/batch", "--param", f"tasks={json.dumps(tasks)}")
+        factory = _store(postgres_url)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            rows = _rollouts(factory, f"shared-{tag}")
+            if len(rows) == 6 and all(RolloutStatus(r.status).is_terminal for r in rows):
+                break
+            assert all(w.poll() is None for w in workers), "a worker died"
+            time.sleep(1)
+        else:
+            raise AssertionError(f"the batch did not finish: {[r.status for r in _rollouts(factory, f'shared-{tag}')]}")
+    finally:
+        for worker in workers:
+            stop(worker, worker=True)
+        for log in logs:
+            log.close()
+
+    rows = _rollouts(factory, f"shared-{tag}")
+    assert [r.status for r in rows] == [RolloutStatus.COMPLETED] * 6
+    assert sorted(r.reward for r in rows) == [0.0] * 3 + [1.0] * 3
+    # Each rollout ran once: one claim, each stage once, one session's worth of captures.
+    assert all(r.attempt == 1 for r in rows)
+    assert all(t["attempts"] == 1 for r in rows for t in r.stage_timings.values())
+    assert all(len(captures(factory, r.id)) == 2 for r in rows)
+    # Each rollout was its own flow run, started by one of the two workers, and both took part.
+    flow_runs = {r.flow_run_id for r in rows}
+    assert len(flow_runs) == 6
+    ran_by = {r.stage_timings["run"]["where"]["ppid"] for r in rows}
+    assert ran_by == {w.pid for w in workers}, (ran_by, [w.pid for w in workers])
+    # The fleet-wide run limit (2) held across both workers.
+    spans = sorted((r.stage_timings["run"]["started_at"], r.stage_timings["run"]["finished_at"]) for r in rows)
+    assert max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans) <= 2
+
+
+def _store(url: str):
+    return store_factory(Settings(database_url=url))
+
+
+def _rollouts(factory, task_name: str) -> list[Rollout]:
+    with factory() as db:
+        return list(
+            db.scalars(sa.select(Rollout).join(Task, Rollout.task_id == Task.id).where(Task.name == task_name).order_by(Rollout.sample_index))
+        )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_contexts() -> Iterator[None]:
+    yield
+    close_contexts()

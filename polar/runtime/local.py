@@ -31,6 +31,9 @@ OUTPUT_TAIL_BYTES = 16_384
 """How much of a command's stdout/stderr an ``ExecResult`` keeps (the full output stays in its log file)."""
 
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
 def bwrap_available() -> bool:
     return shutil.which("bwrap") is not None
 
@@ -173,8 +176,12 @@ class LocalRuntime:
         if self.isolation is not Isolation.BWRAP:
             return argv
         root = str(self.layout.root)
+        # The private /tmp would hide a checkout or virtualenv that lives under /tmp (CI clones often do):
+        # bind those back, read-only, so the harness's interpreter and the agent code stay visible.
+        visible = sorted({p for p in (sys.prefix, str(REPO_ROOT)) if Path(p).is_relative_to("/tmp")})
+        keep = [arg for path in visible for arg in ("--ro-bind", path, path)]
         return [
-            "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *keep,
             "--bind", root, root, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "polar-sandbox",
             "--die-with-parent", "--chdir", str(cwd), "--", *argv,
         ]  # fmt: skip

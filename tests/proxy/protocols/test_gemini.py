@@ -34,7 +34,14 @@ from polar.proxy.canonical import ChatRequest, Completion, Usage
 from polar.proxy.protocols.base import StreamMeta
 from polar.proxy.protocols.gemini import CODEC, json_schema
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
-from polar.tokens.parsers import Event, MalformedToolCall, ReasoningDelta, TextDelta, ToolCallParsed
+from polar.tokens.parsers import (
+    Event,
+    MalformedToolCall,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallParsed,
+)
+from tests.proxy.protocols.junk import junk_bodies
 
 PROMPT_TOKENS = 987
 WRITE = ToolCall("write_file", '{"file_path": "hello.txt", "content": "hi"}', id="call_w1")
@@ -503,43 +510,8 @@ def test_a_model_is_required() -> None:
     assert CODEC.parse_request({**BASE, "model": "from-body"}).model == "from-body"
 
 
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-    max_leaves=8,
-)
-
-
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += _paths(item, (*prefix, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found += _paths(item, (*prefix, index))
-    return found
-
-
-@st.composite
-def mutated(draw: st.DrawFn, valid: dict[str, Any]) -> Any:
-    """A valid body with one value replaced by junk or one key removed (or, now and then, pure junk)."""
-    if draw(st.integers(0, 9)) == 0:
-        return draw(JSON)
-    body = json.loads(json.dumps(valid))
-    path = draw(st.sampled_from(_paths(body)[1:]))
-    parent = body
-    for step in path[:-1]:
-        parent = parent[step]
-    if isinstance(parent, dict) and draw(st.booleans()):
-        del parent[path[-1]]
-    else:
-        parent[path[-1]] = draw(JSON)
-    return body
-
-
 @settings(max_examples=300, deadline=None)
-@given(mutated(GEMINI_CLI_TURN_2), st.sampled_from([None, "capture-model"]))
+@given(junk_bodies(GEMINI_CLI_TURN_2, max_edits=1), st.sampled_from([None, "capture-model"]))
 def test_junk_raises_only_invalid_request(body: Any, path_model: str | None) -> None:
     try:
         chat = CODEC.parse_request(body, path_model=path_model, path_stream=True)

@@ -6,7 +6,6 @@ or an SSE body from ``stream_encoder`` frames, which the SDK parses back.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -15,16 +14,26 @@ import httpx
 import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from polar.backends.base import FinishReason
-from polar.errors import BackendUnavailable, ContextLengthExceeded, InvalidRequest, StoreError
+from polar.errors import (
+    BackendUnavailable,
+    ContextLengthExceeded,
+    InvalidRequest,
+    StoreError,
+)
 from polar.proxy.canonical import Completion, Usage
 from polar.proxy.protocols.base import StreamMeta
 from polar.proxy.protocols.openai_chat import CODEC, OpenAIChatRequest
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
-from polar.tokens.parsers import MalformedToolCall, ReasoningDelta, TextDelta, ToolCallParsed
+from polar.tokens.parsers import (
+    MalformedToolCall,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallParsed,
+)
+from tests.proxy.protocols.junk import junk_bodies
 
 WRITE = ToolCall("write_file", '{"path": "hello.txt", "content": "hi"}', "call_write")
 BASH = ToolCall("bash", '{"cmd":"ls -la"}', "call_bash")
@@ -236,11 +245,6 @@ def test_bad_requests_name_the_field(body, field):
     assert caught.value.message.startswith(field)
 
 
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) | st.text(max_size=4),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=6,
-)
 VALID = {
     "model": "m",
     "messages": [
@@ -255,36 +259,8 @@ VALID = {
 }  # fmt: skip
 
 
-def _containers(node: Any, path: tuple = ()):
-    if isinstance(node, dict | list):
-        yield path
-        for key, child in node.items() if isinstance(node, dict) else enumerate(node):
-            yield from _containers(child, (*path, key))
-
-
-@st.composite
-def junk_bodies(draw) -> Any:
-    """A valid body with one to three values replaced by random JSON or deleted; or pure random JSON."""
-    if draw(st.booleans()) and draw(st.booleans()):
-        return draw(JSON)
-    body = copy.deepcopy(VALID)
-    for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(list(_containers(body))))
-        node = body
-        for key in path:
-            node = node[key]
-        if not node:
-            continue
-        key = draw(st.sampled_from(list(node) if isinstance(node, dict) else list(range(len(node)))))
-        if draw(st.booleans()):
-            del node[key]
-        else:
-            node[key] = draw(JSON)
-    return body
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(junk_bodies())
+@given(junk_bodies(VALID))
 def test_junk_bodies_raise_only_invalid_request(body):
     try:
         request = CODEC.parse_request(body)

@@ -55,10 +55,12 @@ class _Job:
     version_events: list[tuple[str, int]] = field(default_factory=list)
     cache: object | None = None
     aborted: str | None = None  # abort message
+    # Set by a retract from any thread, applied by the worker thread before its next step: clearing the
+    # cache from outside could interleave with a step in flight and leave it decoding without its prefix.
+    recompute: bool = False
 
     def needs_recompute(self) -> None:
-        self.cache = None
-        self.pending = list(self.request.input_ids) + self.output
+        self.recompute = True
 
 
 class LocalEngine:
@@ -161,6 +163,9 @@ class LocalEngine:
         budget = min(params.max_new_tokens, self.context_length - len(job.request.input_ids))
         if len(job.output) >= budget:
             return FinishReason.LENGTH, None
+        if job.recompute:
+            job.recompute = False
+            job.cache, job.pending = None, [*job.request.input_ids, *job.output]
         if job.cache is None:  # first step, or recomputation after a retract: reuse a shared prefix if any
             job.cache, reused = self.prefix_cache.lookup(job.pending)
             job.pending = job.pending[reused:]

@@ -45,3 +45,12 @@ class CaptureStatus(StrEnum):
 
     OK = "OK"
     ERROR = "ERROR"
+
+
+class ClaimStatus(StrEnum):
+    """A trainer's lease on a batch of groups: held, consumed (acknowledged), handed back, or timed out."""
+
+    ACTIVE = "ACTIVE"
+    ACKED = "ACKED"
+    RELEASED = "RELEASED"
+    EXPIRED = "EXPIRED"

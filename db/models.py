@@ -25,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from db.enums import CaptureStatus, RolloutStatus, TaskStatus
+from db.enums import CaptureStatus, ClaimStatus, RolloutStatus, TaskStatus
 from db.types import FloatArray, IntArray, JSONType, UTCDateTime
 
 # Deterministic constraint names, so migrations can refer to them (and SQLite batch mode can drop them).
@@ -101,8 +101,34 @@ class Task(Base):
     status: Mapped[TaskStatus] = mapped_column(_status(TaskStatus), default=TaskStatus.PENDING, index=True)
     created_at: Mapped[datetime] = _created_at()
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=sa.func.now(), onupdate=sa.func.now())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # when its last sample finished
+    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # when the control API started it
+    # The claim that holds (ACTIVE) or consumed (ACKED) this task's group; NULL while it is claimable.
+    claim_id: Mapped[str | None] = mapped_column(sa.String(36), sa.ForeignKey("claims.id"), index=True)
+    callback_url: Mapped[str | None] = mapped_column(sa.Text)
+    callback_state: Mapped[dict[str, Any] | None] = mapped_column(JSONType())  # webhook attempts and delivery
 
     rollouts: Mapped[list[Rollout]] = relationship(back_populates="task", lazy="raise", passive_deletes=True)
+
+
+class Claim(Base):
+    """A trainer's lease on a batch of complete groups (tasks whose samples all finished).
+
+    Exactly-once delivery: a group is handed out only while ``tasks.claim_id`` is NULL, and the claim that takes
+    it sets that column in the same transaction. ``ACKED`` keeps the groups consumed; ``RELEASED`` and
+    ``EXPIRED`` (the lease ran out: a crashed trainer) clear ``tasks.claim_id`` so another trainer gets them.
+    """
+
+    __tablename__ = "claims"
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True, default=_new_uuid)
+    trainer: Mapped[str] = mapped_column(sa.String(128))
+    status: Mapped[ClaimStatus] = mapped_column(_status(ClaimStatus), default=ClaimStatus.ACTIVE, index=True)
+    n_groups: Mapped[int]
+    n_trajectories: Mapped[int]
+    created_at: Mapped[datetime] = _created_at()
+    lease_expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class Rollout(Base):
@@ -127,6 +153,7 @@ class Rollout(Base):
     stage_timings: Mapped[dict[str, Any]] = mapped_column(JSONType(), default=dict)
     attempt: Mapped[int] = mapped_column(server_default="0")
     flow_run_id: Mapped[str | None] = mapped_column(sa.String(64))
+    dispatch_id: Mapped[str | None] = mapped_column(sa.String(64))  # the Prefect flow run created for it, if any
     error: Mapped[str | None] = mapped_column(sa.Text)
     reward: Mapped[float | None]
     weight_version_min: Mapped[str | None] = mapped_column(sa.String(128))

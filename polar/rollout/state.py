@@ -368,7 +368,10 @@ def _update_task_status(db: Session, task_id: str | None) -> None:
     if task is None:
         return
     statuses = [RolloutStatus(s) for s in db.scalars(sa.select(Rollout.status).where(Rollout.task_id == task_id))]
+    if task.status is TaskStatus.CANCELLED:
+        return
     if statuses and all(s.is_terminal for s in statuses):
         task.status = TaskStatus.COMPLETED if RolloutStatus.COMPLETED in statuses else TaskStatus.FAILED
+        task.finished_at = task.finished_at or now()
     else:
         task.status = TaskStatus.RUNNING

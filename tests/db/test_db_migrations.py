@@ -12,7 +12,9 @@ from db.engine import make_engine
 from db.migrate import current, downgrade, head, upgrade
 from db.models import Base
 
-MODEL_TABLES = {"weight_versions", "tasks", "rollouts", "captures", "trajectories", "merge_stats", "evaluations"}
+MODEL_TABLES = {
+    "weight_versions", "tasks", "claims", "rollouts", "captures", "trajectories", "merge_stats", "evaluations"
+}
 
 
 def _schema_diff(url: str, metadata: sa.MetaData) -> list[Any]:

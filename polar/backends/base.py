@@ -120,6 +120,16 @@ class GenerateChunk:
     final: GenerateResult | None = None
 
 
+@dataclass(frozen=True)
+class WeightUpdate:
+    """New policy weights labelled ``version``: a checkpoint folder the server can read (safetensors), in-memory
+    tensors (the in-process local backend only), or neither (relabel the live weights)."""
+
+    version: str
+    path: str | None = None
+    tensors: dict | None = None  # name -> torch.Tensor
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Token-in/token-out generation. Implementations: local, sglang, vllm (see ``polar.backends``)."""
@@ -134,6 +144,11 @@ class Backend(Protocol):
     def stream(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]: ...
 
     async def weight_version(self) -> str: ...
+
+    async def update_weights(self, update: WeightUpdate) -> None:
+        """Serve ``update`` from the next decode step on. Generations in flight are paused, not aborted: they
+        go on under the new weights and record the switch in their version spans."""
+        ...
 
     async def aclose(self) -> None: ...
 

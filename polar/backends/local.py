@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, LogprobSemantics, collect
+from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, LogprobSemantics, WeightUpdate, collect
 from polar.models.engine import LocalEngine
 from polar.models.tiny import ensure_model_dir, get_spec
 from polar.tokens.tokenizer import load_tokenizer
@@ -47,6 +47,14 @@ class LocalBackend:
 
     async def load_weights(self, source: Path | dict[str, torch.Tensor], version: str) -> None:
         await self.engine.load_weights(source, version)
+
+    async def update_weights(self, update: WeightUpdate) -> None:
+        """Swap weights between two decode steps (the engine never aborts running generations for it)."""
+        source = update.tensors if update.tensors is not None else Path(update.path) if update.path else None
+        if source is None:
+            await self.engine.relabel(update.version)
+        else:
+            await self.engine.load_weights(source, update.version)
 
     async def aclose(self) -> None:
         self.engine.close()

@@ -38,6 +38,7 @@ from polar.backends.base import (
     GenerateResult,
     LogprobSemantics,
     VersionSpan,
+    WeightUpdate,
 )
 from polar.errors import (
     BackendError,
@@ -202,6 +203,20 @@ class SGLangBackend:
         return await self._control(
             "/update_weight_version", {"new_version": version, "abort_all_requests": abort_all_requests}
         )
+
+    async def update_weights(self, update: WeightUpdate) -> None:
+        """SGLang's refit: pause in place, load from disk (or relabel), continue. Running requests resume under
+        the new weights and carry version spans."""
+        if update.tensors is not None:
+            raise InvalidRequest("the sglang backend loads weights from a checkpoint path, not tensors", field="checkpoint_path")
+        await self.pause("in_place")
+        try:
+            if update.path:
+                await self.update_weights_from_disk(update.path, update.version)
+            else:
+                await self.update_weight_version(update.version, abort_all_requests=False)
+        finally:
+            await self.resume()
 
     async def pause(self, mode: str = "abort") -> None:
         """``/pause_generation``: ``abort`` ends running requests, ``in_place``/``retract`` freeze them."""

@@ -50,6 +50,7 @@ from polar.backends.base import (
     LogprobSemantics,
     SamplingParams,
     VersionSpan,
+    WeightUpdate,
 )
 from polar.errors import (
     BackendError,
@@ -323,6 +324,18 @@ class VLLMBackend:
         data = await self._post("/update_weight_version", {"new_version": version}, prompt_tokens=0)
         if data.get("success") is not True:
             raise BackendError(f"vLLM at {self.base_url} refused weight version {version!r}: {data}")
+
+    async def update_weights(self, update: WeightUpdate) -> None:
+        """Hold running requests (``keep``), reload from disk, label the version, resume."""
+        if update.tensors is not None:
+            raise InvalidRequest("the vllm backend loads weights from a checkpoint path, not tensors", field="checkpoint_path")
+        await self.pause("keep")
+        try:
+            if update.path:
+                await self.reload_weights(update.path)
+            await self.update_weight_version(update.version)
+        finally:
+            await self.resume()
 
     async def pause(self, mode: PauseMode = "abort") -> None:
         """Stop scheduling: ``abort`` ends running requests (finish ABORT), ``wait`` drains, ``keep`` holds them."""

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from db import Capture, full_prompt_ids, session_scope
 from db.request_json import full_request_json
 from polar.errors import AuthenticationError, InvalidRequest, NotFound, PayloadTooLarge, PermissionDenied, PolarError
+from polar.proxy.admin import add_admin_routes
 from polar.proxy.gateway import Gateway
 from polar.proxy.policy import ScriptedPolicySpec
 from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
@@ -255,6 +256,7 @@ def create_app(gw: Gateway) -> FastAPI:
             return _control_error(exc)
         return JSONResponse({"session_id": session_id, "captures": rows})
 
+    add_admin_routes(app, gw, authorize_control, _read_json, _control_error)
     return app
 
 

@@ -23,6 +23,7 @@ from polar.backends.base import (
     LogprobSemantics,
     SamplingParams,
     VersionSpan,
+    WeightUpdate,
     collect,
 )
 from polar.backends.sglang import SGLangBackend
@@ -220,6 +221,27 @@ async def test_weight_update_mid_stream_splits_the_version_spans(
     assert_matches_rescore(weights_engine.model, prompt, after, 0.7)  # the reloaded (perturbed) weights
     fresh = await weights_client.generate(GenerateRequest(prompt, SamplingParams(max_new_tokens=16, temperature=0)))
     assert fresh.output_logprobs != head.output_logprobs[:16]  # the weights really changed
+
+
+async def test_update_weights_pauses_reloads_and_continues_a_running_generation(
+    weights_client, weights_engine, perturbed_weights, prompt
+):
+    """The refit a trainer triggers: pause in place, load from disk, continue; the stream is never aborted."""
+    request = GenerateRequest(prompt, SamplingParams(max_new_tokens=300, ignore_eos=True, temperature=0))
+    final, updated, seen = None, False, 0
+    async for chunk in weights_client.stream(request):
+        seen += len(chunk.output_ids)
+        if seen >= 10 and not updated:
+            await weights_client.update_weights(WeightUpdate("refit-1", path=str(perturbed_weights)))
+            updated = True
+        final = chunk.final or final
+    assert final is not None and final.finish_reason is FinishReason.LENGTH and len(final.output_ids) == 300
+    assert final.version_spans[-1].version == "refit-1" and final.version_spans[-1].end == 300
+    assert not weights_engine.paused and await weights_client.weight_version() == "refit-1"
+    await weights_client.update_weights(WeightUpdate("refit-2"))  # no path: relabel only, still resumed
+    assert not weights_engine.paused and await weights_client.weight_version() == "refit-2"
+    with pytest.raises(InvalidRequest, match="checkpoint path"):
+        await weights_client.update_weights(WeightUpdate("x", tensors={}))
 
 
 async def test_a_bad_checkpoint_is_refused_with_the_servers_message(weights_client, tmp_path: Path):

@@ -29,6 +29,8 @@ test: venv tools
 
 tools:
 	bash scripts/install_harnesses.sh
+	# Node beside the CLIs: the docker runtime mounts the tools folder read-only (no Node in the image).
+	POLAR_TOOLS=$(CURDIR)/.polar-tools $(BIN)/polar harness install node
 	bash scripts/vllm_env.sh
 
 test-fast: venv

@@ -1,7 +1,9 @@
 """One small declarative module per agent harness, behind a registry (``ADAPTERS``, ``get_adapter``).
 
 Built in, needing no npm: ``agent`` (Polar's small Python agent: OpenAI SDK, a bash tool, a turn limit) and
-``command`` (any program, pointed at its session through the environment). The contract is in ``base``.
+``command`` (any program, pointed at its session through the environment). The six agent CLIs, each a small
+data module over ``npm_cli`` (installed with ``polar harness install NAME``, see ``install``): ``codex``,
+``claude_code``, ``gemini_cli``, ``qwen_code``, ``opencode``, ``pi``. The contract is in ``base``.
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ from harness_adapters.base import (
     LaunchSpec,
     SessionAccess,
 )
+from harness_adapters import claude_code, codex, gemini_cli, opencode, pi, qwen_code
 from harness_adapters.builtin import BuiltinAgent
 from harness_adapters.command import CommandHarness
 from polar.errors import InvalidRequest
 
-ADAPTERS: dict[str, HarnessAdapter] = {adapter.name: adapter for adapter in (BuiltinAgent(), CommandHarness())}
+_CLIS = (codex, claude_code, gemini_cli, qwen_code, opencode, pi)
+ADAPTERS: dict[str, HarnessAdapter] = {
+    adapter.name: adapter for adapter in (BuiltinAgent(), CommandHarness(), *(module.ADAPTER for module in _CLIS))
+}
 
 
 def get_adapter(name: str) -> HarnessAdapter:

@@ -29,6 +29,7 @@ class HarnessContext:
     logs_dir: str
     model: str
     python: str  # an interpreter that has this package (the built-in agent runs on it)
+    tools_dir: str = ""  # where the agent CLIs and Node are installed (polar harness install)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,13 @@ class SessionAccess:
     session_id: str
     api_key: str
     base_urls: Mapping[str, str]  # "openai" (…/v1), "anthropic" and "gemini" (the gateway root)
+
+    def rebased(self, root: str, new_root: str) -> SessionAccess:
+        """The same session seen at ``new_root`` instead of ``root`` (the gateway's address inside a runtime)."""
+        if root == new_root:
+            return self
+        urls = {name: new_root + url[len(root):] if url.startswith(root) else url for name, url in self.base_urls.items()}
+        return SessionAccess(self.session_id, self.api_key, urls)
 
     def provider_env(self) -> dict[str, str]:
         """The variables most model clients read, all pointing at the session."""

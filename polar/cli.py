@@ -167,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--task", action="append", help="a task id (repeatable)")
     status.add_argument("--last", type=int, default=5, help="the last N tasks when no --task is given")
     status.set_defaults(func=_status)
+
+    from polar import cli_tools
+
+    cli_tools.add_parsers(sub)
     return parser
 
 

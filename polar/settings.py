@@ -88,6 +88,17 @@ class Settings(BaseSettings):
     batch_max_active: int = Field(default=8, ge=1, description="rollout flows a batch keeps in flight")
     rollout_deployment: str = Field(default="polar-rollout/rollout", description="deployment a batch dispatches to")
 
+    # ---- runtimes and harness tools (docker, apptainer; polar harness install) ---------------------------
+    tools: Path | None = Field(default=None, description="agent CLIs and Node (polar harness install); empty means home/tools")
+    docker_host: str = Field(default="", description="Docker engine URL; empty means DOCKER_HOST or the default socket")
+    docker_image: str = Field(default="polar/base:bookworm", description="image of docker runtimes that name none")
+    docker_network: str = Field(default="none", description="none (a tunnel to the gateway only) or host")
+    apptainer_image: str = Field(default="", description="SIF image or sandbox folder of apptainer runtimes")
+
+    @property
+    def tools_dir(self) -> Path:
+        return self.tools or self.home / "tools"
+
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.home / 'polar.db'}"

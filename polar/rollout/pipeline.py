@@ -26,7 +26,7 @@ from polar.rollout import state
 from polar.rollout.context import RolloutContext
 from polar.rollout.limits import Limiter
 from polar.rollout.stages import STAGE_FUNCTIONS
-from polar.rollout.stages.common import agent_runtime
+from polar.rollout.stages.common import agent_runtime, eval_runtime
 from polar.rollout.stages.postrun import build_trajectories
 from polar.rollout.state import RolloutView, Stage
 
@@ -99,8 +99,19 @@ def _describe(exc: BaseException) -> str:
     return exc.message if isinstance(exc, PolarError) else f"{exc.__class__.__name__}: {exc}"
 
 
+async def _release_runtimes(ctx: RolloutContext, view: RolloutView) -> None:
+    """After a failure: the rollout's runtimes stop (no container left running); their files stay for a retry."""
+    for runtime in (agent_runtime(ctx, view), eval_runtime(ctx, view)):
+        try:
+            await runtime.stop(remove=False)
+        except Exception:
+            log.exception("rollout %s: could not stop runtime %s", view.id, runtime.key)
+
+
 async def _keep_partial_work(ctx: RolloutContext, view: RolloutView, owner: str) -> None:
-    """After a failure: no more captures, and whatever was captured stored as masked ERROR trajectories."""
+    """After a failure: no more captures, whatever was captured stored as masked ERROR trajectories, and the
+    rollout's runtimes stopped."""
+    await _release_runtimes(ctx, view)
     try:
         await ctx.gateway.close_session(view.id)
     except PolarError as exc:

@@ -66,6 +66,7 @@ class RuntimeSpec(BaseModel):
     prepare: list[PrepareAction] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict, description="environment of every command in the runtime")
     isolation: Isolation | None = Field(default=None, description="default POLAR_RUNTIME_ISOLATION")
+    options: dict[str, Any] = Field(default_factory=dict, description="the runtime's own options (polar.runtime.OPTIONS)")
 
 
 class HarnessSpec(BaseModel):
@@ -146,7 +147,9 @@ def _check_registries(request: TaskRequest) -> None:
     except ValidationError as exc:
         raise _first_error(exc, "evaluator.config") from None
     if request.runtime.type is not None:
-        check_runtime(request.runtime.type)
+        check_runtime(request.runtime.type, request.runtime.options)
+    elif request.runtime.options:
+        raise InvalidRequest("runtime.options need runtime.type", field="runtime.options")
     if request.policies:
         from polar.proxy.policy import ScriptedPolicySpec
 

@@ -1,30 +1,61 @@
 """Runtimes: where a rollout's commands run (DESIGN §1). ``Runtime`` is the contract (``base``); ``RUNTIMES``
 maps a name to a factory and ``open_runtime`` builds one. Built in: ``local`` (a subprocess in a per-rollout
-folder with its own ``HOME``, optionally confined with bubblewrap)."""
+folder with its own ``HOME``, optionally confined with bubblewrap), ``docker`` (a container per rollout, on the
+Docker SDK) and ``apptainer`` (an Apptainer instance per rollout, on the ``apptainer`` command line).
+
+A task's ``runtime.options`` are validated against the runtime's ``OPTIONS`` model at submission.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from polar.errors import InvalidRequest
+from polar.runtime.apptainer import ApptainerOptions, ApptainerRuntime
 from polar.runtime.base import ExecResult, ProcessHandle, Runtime, RuntimeLayout
+from polar.runtime.docker import DockerOptions, DockerRuntime
 from polar.runtime.local import LocalRuntime, bwrap_available
 from polar.settings import Isolation, Settings
 
-RuntimeFactory = Callable[[Settings, str, Mapping[str, str], Isolation | None], Runtime]
+RuntimeFactory = Callable[[Settings, str, Mapping[str, str], Isolation | None, Any], Runtime]
 
 
-def _local(settings: Settings, key: str, env: Mapping[str, str], isolation: Isolation | None) -> Runtime:
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _local(settings: Settings, key: str, env: Mapping[str, str], isolation: Isolation | None, options: Any) -> Runtime:
     return LocalRuntime(key, settings.runtime_dir, env=env, isolation=isolation or settings.runtime_isolation)
 
 
-RUNTIMES: dict[str, RuntimeFactory] = {"local": _local}
+def _docker(settings: Settings, key: str, env: Mapping[str, str], isolation: Isolation | None, options: Any) -> Runtime:
+    return DockerRuntime(
+        key, settings.runtime_dir, image=settings.docker_image, tools_dir=settings.tools_dir, options=options, env=env,
+        docker_host=settings.docker_host, network=settings.docker_network,
+    )  # fmt: skip
 
 
-def check_runtime(kind: str) -> str:
+def _apptainer(settings: Settings, key: str, env: Mapping[str, str], isolation: Isolation | None, options: Any) -> Runtime:
+    return ApptainerRuntime(key, settings.runtime_dir, image=settings.apptainer_image, tools_dir=settings.tools_dir, options=options, env=env)
+
+
+RUNTIMES: dict[str, RuntimeFactory] = {"local": _local, "docker": _docker, "apptainer": _apptainer}
+OPTIONS: dict[str, type[BaseModel]] = {"local": NoOptions, "docker": DockerOptions, "apptainer": ApptainerOptions}
+
+
+def check_runtime(kind: str, options: Mapping[str, Any] | None = None) -> BaseModel:
+    """The runtime's validated options; ``InvalidRequest`` names an unknown runtime or a bad option."""
     if kind not in RUNTIMES:
         raise InvalidRequest(f"unknown runtime {kind!r}; known: {sorted(RUNTIMES)}", field="runtime.type")
-    return kind
+    try:
+        return OPTIONS[kind].model_validate(dict(options or {}))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in ("runtime", "options", *first["loc"]))
+        raise InvalidRequest(f"{first['msg']}", field=where) from None
 
 
 def open_runtime(
@@ -34,13 +65,18 @@ def open_runtime(
     *,
     env: Mapping[str, str] | None = None,
     isolation: Isolation | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Runtime:
     """The runtime ``key`` of kind ``kind`` (not started: call ``start``)."""
-    return RUNTIMES[check_runtime(kind)](settings, key, env or {}, isolation)
+    validated = check_runtime(kind, options)
+    return RUNTIMES[kind](settings, key, env or {}, isolation, validated)
 
 
 __all__ = [
+    "OPTIONS",
     "RUNTIMES",
+    "ApptainerRuntime",
+    "DockerRuntime",
     "ExecResult",
     "LocalRuntime",
     "ProcessHandle",

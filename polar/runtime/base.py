@@ -7,12 +7,14 @@ command started outlives it. Paths given to ``write_file``/``read_file`` are rel
 absolute, and absolute paths must stay inside the runtime's root.
 
 A runtime is addressed by a key (the rollout id, or ``<rollout id>-eval`` for a fresh evaluation runtime), so a
-later stage, or a resumed flow on the same machine, reattaches to it with ``start(fresh=False)``.
+later stage, or a resumed flow on the same machine, reattaches to it with ``start(fresh=False)``. ``stop``
+releases it; the pipeline stops a failed rollout's runtimes (keeping their files) so nothing is left running.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -106,7 +108,11 @@ class Runtime(Protocol):
         """Kill ``process``'s group if that very process is still alive (a leftover of a dead flow)."""
 
     async def stop(self, *, remove: bool) -> None:
-        """Release the runtime; ``remove`` deletes its files."""
+        """Release the runtime's resources (processes, a container); ``remove`` also deletes its files."""
+
+    def reach(self, url: str) -> AbstractAsyncContextManager[str]:
+        """Make the HTTP service at ``url`` (the gateway) reachable from the runtime's commands while the context
+        is open; yields the URL they must use for it (the same URL where the runtime shares the host's network)."""
 
     def describe(self) -> dict[str, Any]:
         """What to record about the runtime in a rollout's stage results."""

@@ -14,12 +14,13 @@ when ``bwrap`` is installed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,13 @@ def _tail(path: Path) -> str:
         return ""
 
 
+def _reason(exc: OSError | shutil.Error) -> str:
+    """An OS error's own words (``No space left on device``); copytree's error lists each file's."""
+    if isinstance(exc, shutil.Error):
+        return "; ".join(str(item[-1]) for item in exc.args[0][:3]) if exc.args and isinstance(exc.args[0], list) else str(exc)
+    return exc.strerror or str(exc)
+
+
 class LocalRuntime:
     kind = "local"
 
@@ -97,6 +105,10 @@ class LocalRuntime:
         if remove:
             await asyncio.to_thread(shutil.rmtree, self.layout.root, True)
 
+    @contextlib.asynccontextmanager
+    async def reach(self, url: str) -> AsyncIterator[str]:
+        yield url  # the host's network: the gateway is where it is
+
     async def kill(self, process: ProcessHandle) -> bool:
         if process_start_ticks(process.pid) != process.start_ticks:
             return False  # gone, or the pid now belongs to someone else
@@ -120,7 +132,10 @@ class LocalRuntime:
         target = self.resolve(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         data = content.encode() if isinstance(content, str) else content
-        await asyncio.to_thread(target.write_bytes, data)
+        try:
+            await asyncio.to_thread(target.write_bytes, data)
+        except OSError as exc:
+            raise SandboxError(f"cannot write {path!r} in runtime {self.key}: {exc.strerror}") from None
         if executable:
             target.chmod(target.stat().st_mode | 0o111)
         return target
@@ -137,21 +152,27 @@ class LocalRuntime:
         source = Path(source)
         if not source.exists():
             raise SandboxError(f"cannot upload {source}: it does not exist")
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            await asyncio.to_thread(shutil.copytree, source, destination, dirs_exist_ok=True, symlinks=True)
-        else:
-            await asyncio.to_thread(shutil.copy2, source, destination)
+        try:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir():
+                await asyncio.to_thread(shutil.copytree, source, destination, dirs_exist_ok=True, symlinks=True)
+            else:
+                await asyncio.to_thread(shutil.copy2, source, destination)
+        except (OSError, shutil.Error) as exc:
+            raise SandboxError(f"cannot upload {source} to {target!r} in runtime {self.key}: {_reason(exc)}") from None
 
     async def download(self, source: str, target: Path) -> None:
         origin = self.resolve(source)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if origin.is_dir():
-            await asyncio.to_thread(shutil.copytree, origin, target, dirs_exist_ok=True, symlinks=True)
-        elif origin.exists():
-            await asyncio.to_thread(shutil.copy2, origin, target)
-        else:
+        if not origin.exists():
             raise SandboxError(f"cannot download {source!r} from runtime {self.key}: it does not exist")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if origin.is_dir():
+                await asyncio.to_thread(shutil.copytree, origin, target, dirs_exist_ok=True, symlinks=True)
+            else:
+                await asyncio.to_thread(shutil.copy2, origin, target)
+        except (OSError, shutil.Error) as exc:
+            raise SandboxError(f"cannot download {source!r} from runtime {self.key} to {target}: {_reason(exc)}") from None
 
     # ---- commands -----------------------------------------------------------------------------------
 

@@ -65,12 +65,14 @@ async def run_stage(ctx: RolloutContext, rollout_id: str, stage: Stage, owner: s
 
 def agent_runtime(ctx: RolloutContext, view: RolloutView) -> Runtime:
     spec = view.task.runtime
-    return open_runtime(spec.type or ctx.settings.runtime, ctx.settings, view.id, env=spec.env, isolation=spec.isolation)
+    return open_runtime(spec.type or ctx.settings.runtime, ctx.settings, view.id, env=spec.env, isolation=spec.isolation, options=spec.options)
 
 
 def eval_runtime(ctx: RolloutContext, view: RolloutView) -> Runtime:
     spec = view.task.runtime
-    return open_runtime(spec.type or ctx.settings.runtime, ctx.settings, f"{view.id}-eval", env=spec.env, isolation=spec.isolation)
+    return open_runtime(
+        spec.type or ctx.settings.runtime, ctx.settings, f"{view.id}-eval", env=spec.env, isolation=spec.isolation, options=spec.options
+    )
 
 
 def harness_context(ctx: RolloutContext, view: RolloutView, runtime: Runtime) -> HarnessContext:
@@ -83,6 +85,7 @@ def harness_context(ctx: RolloutContext, view: RolloutView, runtime: Runtime) ->
         logs_dir=str(layout.logs),
         model=view.task.harness.model,
         python=ctx.python,
+        tools_dir=str(ctx.settings.tools_dir),
     )
 
 

@@ -1,7 +1,7 @@
 """The ``run`` stage: launch the harness against its gateway session and record how it ended.
 
 The session is opened here, with a new key (see ``gateway_client``), and the adapter's launch spec points the
-harness at it. The harness gets ``min(agent budget, time left before the shared deadline)``; the agent budget
+harness at it, through ``runtime.reach`` (a runtime without the host's network gets a tunnel to the gateway). The harness gets ``min(agent budget, time left before the shared deadline)``; the agent budget
 starts now, so time spent initialising or waiting for a run slot is not the agent's. The outcome, never an
 exception, says how the harness ended:
 
@@ -87,33 +87,36 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
     adapter, config = harness_config(view)
     hctx = harness_context(ctx, view, runtime)
     access = await ctx.gateway.open_session(view.id, policy=view.policy)
-    launch = adapter.launch(config, hctx, access)
-    for path, content in launch.files.items():
-        await runtime.write_file(path, content)
+    async with runtime.reach(ctx.gateway.url) as gateway_url:
+        # Inside a runtime without the host's network the gateway has another address (a tunnel's).
+        launch = adapter.launch(config, hctx, access.rebased(ctx.gateway.url, gateway_url))
+        for path, content in launch.files.items():
+            await runtime.write_file(path, content)
 
-    remaining = view.remaining_s()
-    agent_budget = view.task.agent_timeout_s
-    by_agent = agent_budget is not None and agent_budget <= remaining
-    budget = agent_budget if by_agent else remaining
-    await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"launched_at": state.now().isoformat(), "budget_s": budget})
+        remaining = view.remaining_s()
+        agent_budget = view.task.agent_timeout_s
+        by_agent = agent_budget is not None and agent_budget <= remaining
+        budget = agent_budget if by_agent else remaining
+        launched = {"launched_at": state.now().isoformat(), "budget_s": budget}
+        await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, launched)
 
-    async def spawned(process: ProcessHandle) -> None:
-        await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"process": process.as_json()})
+        async def spawned(process: ProcessHandle) -> None:
+            await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"process": process.as_json()})
 
-    prewarm = asyncio.create_task(_prewarm(ctx, view)) if view.task.evaluator.fresh_runtime else None
-    try:
-        result = await runtime.exec(
-            launch.argv,
-            env=launch.env,
-            timeout_s=budget,
-            stdout_path=runtime.layout.logs / "harness.stdout",
-            stderr_path=runtime.layout.logs / "harness.stderr",
-            on_spawn=spawned,
-        )
-    except BaseException:
-        if prewarm is not None:
-            prewarm.cancel()
-        raise
+        prewarm = asyncio.create_task(_prewarm(ctx, view)) if view.task.evaluator.fresh_runtime else None
+        try:
+            result = await runtime.exec(
+                launch.argv,
+                env=launch.env,
+                timeout_s=budget,
+                stdout_path=runtime.layout.logs / "harness.stdout",
+                stderr_path=runtime.layout.logs / "harness.stderr",
+                on_spawn=spawned,
+            )
+        except BaseException:
+            if prewarm is not None:
+                prewarm.cancel()
+            raise
 
     report: dict[str, Any] = {
         "launched": True,

@@ -1,0 +1,31 @@
+"""Claude Code (``@anthropic-ai/claude-code`` 2.1.197): Anthropic Messages at ``ANTHROPIC_BASE_URL``.
+
+``-p`` needs no login when ``ANTHROPIC_API_KEY`` is set. Non-essential traffic (metrics, feature flags),
+telemetry, the auto-updater and error reporting are off. ``acceptEdits`` lets ``Write``/``Edit`` run and
+``--allowedTools Bash`` the shell (``--dangerously-skip-permissions`` is refused as root).
+"""
+
+from __future__ import annotations
+
+from harness_adapters.npm_cli import CliSpec, NpmCliHarness
+
+SPEC = CliSpec(
+    tool="claude",
+    env={
+        "ANTHROPIC_BASE_URL": "{anthropic_url}",
+        "ANTHROPIC_API_KEY": "{key}",
+        "CLAUDE_CONFIG_DIR": "{home}/.claude",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_BUG_COMMAND": "1",
+        "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
+    },
+    argv=[
+        "-p", "--model", "{model}", "--permission-mode", "acceptEdits", "--allowedTools", "Bash",
+        "--output-format", "json", "{prompt}",
+    ],
+)  # fmt: skip
+
+ADAPTER = NpmCliHarness("claude_code", SPEC)

@@ -1,0 +1,110 @@
+"""The pinned agent CLIs and where they live: ``<tools>/<name>/<version>/node_modules/.bin/<binary>``.
+
+``polar harness install NAME`` installs one (``npm install --prefix``, a marker file makes reruns no-ops), the
+same layout ``scripts/install_harnesses.sh`` writes. ``node`` copies this machine's Node binary to
+``<tools>/node/bin/node``, so runtimes without it (containers) get it read-only with the CLIs. Versions are the
+newest that run on Node 20 (../shared/reference/harnesses.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from polar.errors import PolarError
+
+
+@dataclass(frozen=True)
+class ToolPin:
+    name: str
+    package: str
+    version: str
+    binary: str
+
+    def prefix(self, tools_dir: Path | str) -> Path:
+        return Path(tools_dir) / self.name / self.version
+
+    def executable(self, tools_dir: Path | str) -> Path:
+        return self.prefix(tools_dir) / "node_modules" / ".bin" / self.binary
+
+    def installed(self, tools_dir: Path | str) -> bool:
+        return (self.prefix(tools_dir) / ".installed").is_file() and self.executable(tools_dir).exists()
+
+
+TOOLS: dict[str, ToolPin] = {
+    pin.name: pin
+    for pin in (
+        ToolPin("codex", "@openai/codex", "0.171.0", "codex"),
+        ToolPin("claude", "@anthropic-ai/claude-code", "2.1.197", "claude"),
+        ToolPin("gemini", "@google/gemini-cli", "0.61.0", "gemini"),
+        ToolPin("qwen", "@qwen-code/qwen-code", "0.15.10", "qwen"),
+        ToolPin("opencode", "opencode-ai", "1.18.33", "opencode"),
+        ToolPin("pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi"),
+        ToolPin("node", "node", "host", "node"),
+    )
+}
+
+
+class InstallFailed(PolarError):
+    """npm (or the Node copy) failed; the message holds its output."""
+
+
+@dataclass(frozen=True)
+class Installed:
+    pin: ToolPin
+    path: Path
+    already: bool
+    seconds: float
+
+    def summary(self) -> str:
+        state = "already installed" if self.already else f"installed in {self.seconds:.1f} s"
+        return f"{self.pin.name} {self.pin.version}: {state} ({self.path})"
+
+
+def node_path(tools_dir: Path | str) -> Path:
+    return Path(tools_dir) / "node" / "bin" / "node"
+
+
+def _install_node(tools_dir: Path, force: bool) -> Installed:
+    pin, target = TOOLS["node"], node_path(tools_dir)
+    if target.exists() and not force:
+        return Installed(pin, target, True, 0.0)
+    source = shutil.which("node")
+    if source is None:
+        raise InstallFailed("node is not installed on this machine: install Node 20 first")
+    started = time.monotonic()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_suffix(".tmp")
+    shutil.copy2(os.path.realpath(source), temporary)
+    temporary.replace(target)
+    return Installed(pin, target, False, time.monotonic() - started)
+
+
+def install_tool(name: str, tools_dir: Path | str, *, force: bool = False) -> Installed:
+    """Install ``name`` (a key of ``TOOLS``) into ``tools_dir`` unless it is there already."""
+    tools_dir = Path(tools_dir).expanduser().resolve()
+    if name == "node":
+        return _install_node(tools_dir, force)
+    pin = TOOLS[name]
+    if pin.installed(tools_dir) and not force:
+        return Installed(pin, pin.executable(tools_dir), True, 0.0)
+    npm = shutil.which("npm")
+    if npm is None:
+        raise InstallFailed("npm is not installed on this machine: install Node 20 first")
+    prefix = pin.prefix(tools_dir)
+    shutil.rmtree(prefix, ignore_errors=True)
+    prefix.mkdir(parents=True)
+    env = {**os.environ, "npm_config_update_notifier": "false", "npm_config_fund": "false", "npm_config_audit": "false"}
+    started = time.monotonic()
+    done = subprocess.run(
+        [npm, "install", "--prefix", str(prefix), "--no-save", "--loglevel=error", f"{pin.package}@{pin.version}"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    if done.returncode != 0 or not pin.executable(tools_dir).exists():
+        raise InstallFailed(f"npm install {pin.package}@{pin.version} failed: {(done.stderr or done.stdout)[-800:]}")
+    (prefix / ".installed").write_text(f"{pin.package}@{pin.version}\n")
+    return Installed(pin, pin.executable(tools_dir), False, time.monotonic() - started)

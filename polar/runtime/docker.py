@@ -1,0 +1,351 @@
+"""The ``docker`` runtime: each rollout in its own container, on the official ``docker`` SDK.
+
+The runtime's folder tree (``RuntimeLayout``) lives on the host, as for ``local``, and is bind-mounted into the
+container at the same path, so every path the pipeline and the harness use means the same file on both sides
+and the container holds no state of its own: removing it loses only processes. ``start(fresh=False)`` (a later
+stage, a resumed flow) therefore reattaches to the running container or creates a new one on the folder.
+
+- Image: ``options.image`` or ``POLAR_DOCKER_IMAGE``; never pulled (a missing image is a ``SandboxError``).
+  It needs ``sh``, ``setsid`` and ``sleep``; ``git`` for artifact collection.
+- Agent CLIs and Node come read-only from the tools folder (``POLAR_TOOLS``), mounted at its host path, with
+  ``<tools>/node/bin`` first on ``PATH``: images stay generic.
+- Limits: ``cpus``, ``memory_mb`` (no swap beyond it), ``pids_limit``.
+- Network ``none`` (default): only ``lo``. ``reach(url)`` opens a Unix-socket tunnel to that one service (the
+  gateway) and a relay inside listening on the same port on loopback; nothing else is reachable. Network
+  ``host`` shares the host's network (``reach`` is then the identity).
+- ``exec`` runs the command in a new session inside the container with its output in files of the folder;
+  on timeout, cancellation or exit its whole process group is killed. A container that dies while a command
+  runs ends that command with exit code 137 (or the container's) and a note in its stderr.
+- ``stop`` removes the container (``remove`` also the folder). Every container carries ``polar.*`` labels;
+  ``polar.runtime.reaper`` removes orphans whose folder is gone or that are too old.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import shlex
+import shutil
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from polar.errors import SandboxError
+from polar.runtime.base import ExecResult, ProcessHandle, SpawnHook
+from polar.runtime.local import LocalRuntime, _tail
+from polar.runtime.tunnel import UnixTunnel
+
+LABEL = "polar.runtime"
+SOCKET_DIR = "/run/polar"  # where the tunnel's socket folder appears inside the container
+RELAY = Path(__file__).resolve().parents[1] / "assets" / "relay.js"
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Runs the command as the leader of a new session: its pid (= process group) goes to a file first, its exit
+# code to another, then the group is killed so nothing it started in the background outlives it.
+WRAPPER = (
+    'p=$1 o=$2 e=$3 r=$4; shift 4; echo $$ > "$p"; "$@" </dev/null >"$o" 2>"$e"; echo $? > "$r"; kill -KILL 0'
+)
+
+# Blocking SDK calls (an exec's attach lasts as long as the command) get threads of their own, so a batch of
+# running harnesses never starves the default executor the pipeline's database calls share.
+_EXECUTOR = ThreadPoolExecutor(max_workers=64, thread_name_prefix="polar-docker")
+
+
+class DockerOptions(BaseModel):
+    """A task's ``runtime.options`` for the docker runtime."""
+
+    model_config = ConfigDict(extra="forbid")
+    image: str | None = Field(default=None, description="default POLAR_DOCKER_IMAGE")
+    network: Literal["none", "host"] | None = Field(default=None, description="default POLAR_DOCKER_NETWORK")
+    cpus: float | None = Field(default=None, gt=0)
+    memory_mb: int | None = Field(default=None, ge=16)
+    pids_limit: int | None = Field(default=4096, ge=16)
+    mount_tools: bool = Field(default=True, description="mount the tools folder (agent CLIs, Node) read-only")
+
+
+@functools.cache
+def docker_client(base_url: str = "") -> Any:
+    """One SDK client per engine (``base_url`` empty: ``DOCKER_HOST`` or the default socket)."""
+    import docker
+
+    try:
+        if base_url:
+            return docker.DockerClient(base_url=base_url, max_pool_size=64)
+        return docker.DockerClient.from_env(max_pool_size=64)
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"cannot reach the Docker engine: {exc}") from None
+
+
+def docker_available(base_url: str = "") -> str | None:
+    """None when the engine answers, else why not (tests skip with it)."""
+    try:
+        docker_client(base_url).ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not available", with its reason
+        docker_client.cache_clear()
+        return f"no Docker engine: {exc}"
+    return None
+
+
+def _api_error(exc: Exception) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc)
+
+
+class DockerRuntime(LocalRuntime):
+    """Files as ``LocalRuntime`` (a host folder, bind-mounted); commands in the container."""
+
+    kind = "docker"
+
+    def __init__(
+        self,
+        key: str,
+        base: Path,
+        *,
+        image: str,
+        tools_dir: Path,
+        options: DockerOptions | None = None,
+        env: Mapping[str, str] | None = None,
+        docker_host: str = "",
+        network: str = "none",
+    ):
+        super().__init__(key, base, env=env)
+        self.options = options or DockerOptions()
+        self.image = self.options.image or image
+        self.network = self.options.network or network
+        self.tools_dir = Path(tools_dir).expanduser().resolve()
+        self.name = f"polar-{key}"
+        self._docker_host = docker_host
+        self._container: Any = None
+
+    @property
+    def client(self) -> Any:
+        return docker_client(self._docker_host)
+
+    async def _call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(_EXECUTOR, functools.partial(function, *args, **kwargs))
+
+    # ---- lifecycle ----------------------------------------------------------------------------------
+
+    def _mounts(self) -> dict[str, dict[str, str]]:
+        root = str(self.layout.root)
+        volumes = {root: {"bind": root, "mode": "rw"}, str(self._socket_dir()): {"bind": SOCKET_DIR, "mode": "rw"}}
+        if self.options.mount_tools and self.tools_dir.is_dir():
+            volumes[str(self.tools_dir)] = {"bind": str(self.tools_dir), "mode": "ro"}
+        return volumes
+
+    def _socket_dir(self) -> Path:
+        # Not under the runtime root: a Unix socket path must stay short (108 bytes), whatever the root is.
+        return Path("/tmp/polar-tunnels") / hashlib.sha256(str(self.layout.root).encode()).hexdigest()[:16]
+
+    def _create(self) -> Any:
+        import docker
+
+        self._socket_dir().mkdir(parents=True, exist_ok=True)
+        limits: dict[str, Any] = {}
+        if self.options.cpus:
+            limits["nano_cpus"] = int(self.options.cpus * 1e9)
+        if self.options.memory_mb:
+            limits["mem_limit"] = limits["memswap_limit"] = f"{self.options.memory_mb}m"
+        if self.options.pids_limit:
+            limits["pids_limit"] = self.options.pids_limit
+        labels = {LABEL: "docker", "polar.key": self.key, "polar.root": str(self.layout.root), "polar.created": str(int(time.time()))}
+        try:
+            container = self.client.containers.create(
+                self.image, ["sleep", "infinity"], name=self.name, labels=labels, init=True, detach=True,
+                network_mode=self.network, volumes=self._mounts(), working_dir=str(self.layout.work),
+                hostname="polar-sandbox", **limits,
+            )  # fmt: skip
+            container.start()
+        except docker.errors.ImageNotFound:
+            raise SandboxError(
+                f"image {self.image!r} is not on this Docker engine (Polar never pulls images: build or load it, "
+                "for example with scripts/docker_env.sh start)"
+            ) from None
+        except docker.errors.APIError as exc:
+            with contextlib.suppress(Exception):
+                self.client.containers.get(self.name).remove(force=True)
+            raise SandboxError(f"cannot start container {self.name} from {self.image!r}: {_api_error(exc)}") from None
+        return container
+
+    def _find(self) -> Any:
+        import docker
+
+        try:
+            return self.client.containers.get(self.name)
+        except docker.errors.NotFound:
+            return None
+
+    def _remove(self) -> None:
+        container = self._find()
+        if container is not None:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+        self._container = None
+
+    def _ensure(self) -> Any:
+        """The running container, created on the folder if it is missing or has stopped."""
+        container = self._container or self._find()
+        if container is not None:
+            container.reload()
+            if container.status != "running":
+                container.remove(force=True)
+                container = None
+        self._container = container or self._create()
+        return self._container
+
+    async def start(self, *, fresh: bool) -> None:
+        if fresh:
+            await self._call(self._remove)
+        await super().start(fresh=fresh)
+        await self._call(self._ensure)
+
+    async def stop(self, *, remove: bool) -> None:
+        await self._call(self._remove)
+        await super().stop(remove=remove)
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": self.kind, "key": self.key, "root": str(self.layout.root), "container": self.name,
+                "image": self.image, "network": self.network}  # fmt: skip
+
+    # ---- commands -----------------------------------------------------------------------------------
+
+    def command_env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        path = f"{self.tools_dir / 'node' / 'bin'}:{BASE_PATH}" if self.options.mount_tools else BASE_PATH
+        env = {"PATH": path, "HOME": str(self.layout.home), "TMPDIR": str(self.layout.tmp), "LANG": "C.UTF-8",
+               "PYTHONUNBUFFERED": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}  # fmt: skip
+        env.update(self.env)
+        env.update(extra or {})
+        return env
+
+    async def _kill_group(self, pgid: int) -> None:
+        container = self._container or await self._call(self._find)
+        if container is None:
+            return
+        with contextlib.suppress(Exception):
+            await self._call(container.exec_run, ["kill", "-KILL", "--", f"-{pgid}"])
+
+    async def _await_pid(self, pid_file: Path, done: asyncio.Future[Any]) -> int | None:
+        while not done.done():
+            with contextlib.suppress(OSError, ValueError):
+                return int(pid_file.read_text())
+            await asyncio.sleep(0.01)
+        with contextlib.suppress(OSError, ValueError):
+            return int(pid_file.read_text())
+        return None
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout_s: float | None = None,
+        stdout_path: Path | None = None,
+        stderr_path: Path | None = None,
+        on_spawn: SpawnHook | None = None,
+    ) -> ExecResult:
+        container = await self._call(self._ensure)
+        workdir = self.resolve(cwd) if cwd else self.layout.work
+        self._exec_count += 1
+        n = f"{time.monotonic_ns()}-{self._exec_count}"
+        stdout_path = self.resolve(str(stdout_path or self.layout.private / f"exec-{n}.out"))
+        stderr_path = self.resolve(str(stderr_path or self.layout.private / f"exec-{n}.err"))
+        pid_file, rc_file = self.layout.private / f"exec-{n}.pid", self.layout.private / f"exec-{n}.rc"
+        for path in (stdout_path, stderr_path, pid_file):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        argv = ["bash", "-c", command] if isinstance(command, str) else [str(part) for part in command]
+        wrapped = ["setsid", "-w", "sh", "-c", WRAPPER, "polar-exec", str(pid_file), str(stdout_path), str(stderr_path), str(rc_file), *argv]
+        api = self.client.api
+        try:
+            exec_id = (await self._call(api.exec_create, container.id, wrapped, environment=self.command_env(env), workdir=str(workdir)))["Id"]
+        except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds; all mean the command did not start
+            raise SandboxError(f"cannot start {command!r} in container {self.name}: {_api_error(exc)}") from None
+        started = time.monotonic()
+        finished = asyncio.ensure_future(self._call(api.exec_start, exec_id, detach=False, stream=False))
+        timed_out = False
+        pgid: int | None = None
+        try:
+            if on_spawn is not None:
+                pgid = await self._await_pid(pid_file, finished)
+                if pgid is not None:
+                    await on_spawn(ProcessHandle(pgid, 0))
+            try:
+                await asyncio.wait_for(asyncio.shield(finished), timeout_s)
+            except TimeoutError:
+                timed_out = True
+        finally:
+            if not finished.done():
+                pgid = pgid or await self._await_pid(pid_file, finished)
+                if pgid is not None:
+                    await self._kill_group(pgid)
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(finished)
+        returncode, note = await self._outcome(container, exec_id, rc_file)
+        stderr = _tail(stderr_path) + note
+        pid_file.unlink(missing_ok=True)
+        rc_file.unlink(missing_ok=True)
+        return ExecResult(None if timed_out else returncode, _tail(stdout_path), stderr, timed_out, time.monotonic() - started)
+
+    async def _outcome(self, container: Any, exec_id: str, rc_file: Path) -> tuple[int | None, str]:
+        with contextlib.suppress(OSError, ValueError):
+            return int(rc_file.read_text()), ""
+        # No exit code written: the command was killed, or the container went away under it.
+        await self._call(container.reload)
+        if container.status != "running":
+            state = container.attrs.get("State", {})
+            code = state.get("ExitCode") or 137
+            return code, (
+                f"\n[polar] container {self.name} stopped while the command ran "
+                f"(status {container.status}, exit code {state.get('ExitCode')}, OOMKilled {state.get('OOMKilled')})"
+            )
+        info = await self._call(self.client.api.exec_inspect, exec_id)
+        return info.get("ExitCode"), ""
+
+    async def kill(self, process: ProcessHandle) -> bool:
+        container = await self._call(self._find)
+        if container is None or container.status != "running":
+            return False
+        await self._kill_group(process.pid)
+        return True
+
+    # ---- the way out ---------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def reach(self, url: str) -> AsyncIterator[str]:
+        if self.network == "host":
+            yield url
+            return
+        parts = urlsplit(url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        node = self.tools_dir / "node" / "bin" / "node"
+        if not node.exists():
+            raise SandboxError(f"the gateway relay needs Node in the tools folder ({node}): run `polar harness install node`")
+        relay = self.layout.private / "relay.js"
+        ready = self.layout.private / f"relay-{port}.ready"
+        shutil.copyfile(RELAY, relay)
+        ready.unlink(missing_ok=True)
+        socket = self._socket_dir() / "gateway.sock"
+        async with UnixTunnel(socket, host, port):
+            container = await self._call(self._ensure)
+            argv = [str(node), str(relay), f"{SOCKET_DIR}/gateway.sock", str(port), str(ready)]
+            launch = f"exec {shlex.join(argv)} >{shlex.quote(str(ready))}.log 2>&1"
+            await self._call(container.exec_run, ["sh", "-c", launch], detach=True)
+            deadline = time.monotonic() + 15
+            while not (ready.exists() and ready.read_text()):
+                if time.monotonic() > deadline:
+                    log = _tail(Path(f"{ready}.log"))
+                    raise SandboxError(f"the gateway relay in container {self.name} did not start: {log[-300:]}")
+                await asyncio.sleep(0.01)
+            relay_pid = int(ready.read_text() or 0)
+            try:
+                yield urlunsplit((parts.scheme, f"127.0.0.1:{port}", parts.path, parts.query, parts.fragment))
+            finally:
+                if relay_pid:
+                    with contextlib.suppress(Exception):
+                        await self._call(container.exec_run, ["kill", "-KILL", str(relay_pid)])

@@ -1,0 +1,146 @@
+"""The docker runtime on a real engine: exec (exit code, output, environment, working folder), limits, timeouts
+and cancellation that kill the whole process group, file and folder transfer, a missing image, the reaper, and
+a network holding only ``lo`` whose one way out is the tunnel to the service passed to ``reach``."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from polar.errors import SandboxError
+from polar.runtime.docker import DockerOptions, DockerRuntime
+from polar.runtime.reaper import reap_orphans
+from tests.runtime.conftest import IMAGE, tools_dir
+
+
+def runtime(root: Path, key: str = "rt", **options) -> DockerRuntime:
+    return DockerRuntime(key, root, image=IMAGE, tools_dir=tools_dir(), options=DockerOptions(**options), env={"FROM_TASK": "t"})
+
+
+async def test_exec_reports_exit_code_output_env_and_cwd_and_applies_limits(no_leaks, docker_engine):
+    rt = runtime(no_leaks, cpus=0.5, memory_mb=128)
+    await rt.start(fresh=True)
+    try:
+        await rt.write_file("sub/x.txt", "")
+        result = await rt.exec("echo out; echo err >&2; echo $FROM_TASK $EXTRA $HOME; pwd; exit 3", env={"EXTRA": "e"}, cwd="sub")
+        assert (result.returncode, result.timed_out) == (3, False)
+        assert result.stdout.splitlines() == ["out", f"t e {rt.layout.home}", str(rt.layout.work / "sub")]
+        assert result.stderr == "err\n"
+        host = docker_engine.containers.get(rt.name).attrs["HostConfig"]
+        assert (host["NanoCpus"], host["Memory"], host["NetworkMode"]) == (500_000_000, 128 * 2**20, "none")
+        missing = await rt.exec(["/no/such/program"])
+        assert missing.returncode == 127 and "not found" in missing.stderr
+    finally:
+        await rt.stop(remove=True)
+    assert not rt.layout.root.exists()
+
+
+async def test_timeout_and_cancellation_kill_the_whole_process_group(no_leaks):
+    rt = runtime(no_leaks)
+    await rt.start(fresh=True)
+    try:
+        result = await rt.exec("sleep 300 & sleep 200", timeout_s=1)
+        assert result.timed_out and result.returncode is None and result.duration_s < 10
+        task = asyncio.create_task(rt.exec("sleep 400"))
+        await asyncio.sleep(1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        left = await rt.exec("ps -eo args")
+        assert "sleep 3" not in left.stdout and "sleep 2" not in left.stdout and "sleep 4" not in left.stdout
+        # A background child of a command that exits is killed with it, too.
+        await rt.exec("sleep 500 &")
+        assert "sleep 500" not in (await rt.exec("ps -eo args")).stdout
+    finally:
+        await rt.stop(remove=True)
+
+
+async def test_upload_download_and_reattach_on_the_folder(no_leaks, tmp_path_factory):
+    src = tmp_path_factory.mktemp("src")
+    (src / "d").mkdir()
+    (src / "d" / "a.txt").write_text("A")
+    rt = runtime(no_leaks)
+    await rt.start(fresh=True)
+    try:
+        await rt.upload(src / "d", "in")
+        assert (await rt.exec("cat in/a.txt && mkdir -p out && echo B > out/b.txt")).stdout == "A"
+        target = tmp_path_factory.mktemp("dst")
+        await rt.download("out", target / "out")
+        assert (target / "out" / "b.txt").read_text() == "B\n"
+        with pytest.raises(SandboxError):
+            await rt.download("nothing-here", target / "x")
+        # The container holds no state: a new runtime object (a later stage) reattaches, even after it died.
+        again = runtime(no_leaks)
+        await again.start(fresh=False)
+        assert (await again.exec("cat in/a.txt")).stdout == "A"
+        rt.client.containers.get(rt.name).kill()
+        assert (await again.exec("cat in/a.txt")).stdout == "A"
+    finally:
+        await rt.stop(remove=True)
+
+
+async def test_a_missing_image_is_a_clear_error_and_leaves_nothing(no_leaks):
+    rt = runtime(no_leaks, image="polar/no-such-image:1")
+    with pytest.raises(SandboxError, match="not on this Docker engine.*never pulls"):
+        await rt.start(fresh=True)
+
+
+async def test_the_reaper_removes_containers_whose_folder_is_gone(no_leaks):
+    orphan, live = runtime(no_leaks, "orphan"), runtime(no_leaks, "live")
+    await orphan.start(fresh=True)
+    await live.start(fresh=True)
+    try:
+        shutil.rmtree(orphan.layout.root)  # its process crashed, and the folder was cleaned up
+        removed = reap_orphans(root=no_leaks)
+        assert [r.name for r in removed] == [orphan.name] and "gone" in removed[0].reason
+        assert orphan._find() is None and live._find() is not None
+        assert [r.name for r in reap_orphans(root=no_leaks, max_age_s=0)] == [live.name]
+    finally:
+        await live.stop(remove=True)
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"hello from " + self.path.encode())
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _serve() -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+async def test_network_none_reaches_only_the_service_given_to_reach(no_leaks):
+    allowed, other = _serve(), _serve()
+    rt = runtime(no_leaks)
+    await rt.start(fresh=True)
+    try:
+        links = (await rt.exec("cat /proc/net/dev")).stdout
+        assert "lo:" in links and "eth0" not in links
+        url = f"http://127.0.0.1:{allowed.server_port}/base"
+        async with rt.reach(url) as inner:
+            assert inner == url  # the relay listens inside on the same port, on the container's loopback
+            node = tools_dir() / "node" / "bin" / "node"
+            fetch = f"fetch(process.argv[1]).then(r => r.text()).then(t => console.log(t), e => console.log('ERR', e.cause?.code))"
+            got = await rt.exec([str(node), "-e", fetch, f"{inner}/x"], timeout_s=30)
+            assert got.stdout.strip() == "hello from /base/x", got.stderr
+            blocked = await rt.exec([str(node), "-e", fetch, f"http://127.0.0.1:{other.server_port}/"], timeout_s=30)
+            assert blocked.stdout.startswith("ERR ECONNREFUSED")
+            dns = await rt.exec("getent hosts deb.debian.org", timeout_s=30)
+            assert dns.returncode != 0
+        after = await rt.exec([str(node), "-e", fetch, f"{url}/x"], timeout_s=30)
+        assert after.stdout.startswith("ERR"), "the tunnel closes with the context"
+    finally:
+        await rt.stop(remove=True)
+        allowed.shutdown()
+        other.shutdown()

@@ -112,6 +112,12 @@ def _status(args: argparse.Namespace) -> None:
     print(format_totals(rows))
 
 
+def _serve(args: argparse.Namespace) -> None:
+    from polar.api import serve
+
+    serve(host=args.host, port=args.port)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="polar", description="Polar: token-faithful rollouts for real agent harnesses")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -167,6 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--task", action="append", help="a task id (repeatable)")
     status.add_argument("--last", type=int, default=5, help="the last N tasks when no --task is given")
     status.set_defaults(func=_status)
+
+    api = sub.add_parser("serve", help="the control API: tasks, rollouts, trajectories, trainer claims, weights")
+    api.add_argument("--host", help="default: POLAR_API_HOST (127.0.0.1)")
+    api.add_argument("--port", type=int, help="default: POLAR_API_PORT (8800)")
+    api.set_defaults(func=_serve)
 
     from polar import cli_tools
 

@@ -40,6 +40,15 @@ class LimitScope(StrEnum):
     PREFECT = "prefect"
 
 
+class TaskDispatch(StrEnum):
+    """How the control API runs a submitted task: as flow runs of the rollout deployment (any worker of the pool
+    picks them up), in its own process, or ``auto``: the deployment when a Prefect server is configured."""
+
+    AUTO = "auto"
+    INLINE = "inline"
+    DEPLOYMENT = "deployment"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="POLAR_", env_file=".env", extra="ignore")
 
@@ -87,6 +96,21 @@ class Settings(BaseSettings):
     # sharply with many concurrent flow-run creations, so the embedded default stays small.
     batch_max_active: int = Field(default=8, ge=1, description="rollout flows a batch keeps in flight")
     rollout_deployment: str = Field(default="polar-rollout/rollout", description="deployment a batch dispatches to")
+
+    # ---- control API and trainer feed ---------------------------------------------------------------
+    api_host: str = "127.0.0.1"
+    api_port: int = 8800
+    task_dispatch: TaskDispatch = TaskDispatch.AUTO
+    max_async_level: int | None = Field(
+        default=None, ge=0, description="start a task only when metadata.step <= current version ordinal + this"
+    )
+    weight_targets: str = Field(
+        default="", description="comma-separated gateway URLs that new weights are pushed to; empty: the rollout gateway"
+    )
+    claim_lease_s: float = Field(default=300.0, gt=0, description="lease of a trainer's claim before it expires")
+    callback_attempts: int = Field(default=5, ge=1, description="webhook deliveries tried before giving up")
+    callback_backoff_s: float = Field(default=1.0, ge=0, description="first delay between webhook attempts (doubles)")
+    api_poll_s: float = Field(default=0.25, gt=0, description="how often the API admits tasks and sends callbacks")
 
     # ---- runtimes and harness tools (docker, apptainer; polar harness install) ---------------------------
     tools: Path | None = Field(default=None, description="agent CLIs and Node (polar harness install); empty means home/tools")

@@ -103,6 +103,22 @@ class TaskRequest(BaseModel):
         description="gateway session policies (e.g. scripted replies for tests and demos), cycled over the samples",
     )
     metadata: dict[str, Any] = Field(default_factory=dict, description="free-form: group, policy version, step, ...")
+    callback_url: str | None = Field(
+        default=None, max_length=2048, description="POSTed the task's result when all its samples have finished"
+    )
+
+    @field_validator("callback_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("callback_url must be an http:// or https:// URL")
+        return value
+
+    @property
+    def step(self) -> int | None:
+        """The trainer step this task's samples are for (``metadata.step``), which admission control reads."""
+        step = self.metadata.get("step")
+        return step if isinstance(step, int) and not isinstance(step, bool) else None
 
     @field_validator("builder")
     @classmethod

@@ -61,6 +61,7 @@ def submit_tasks(factory: sessionmaker[Session], requests: Sequence[TaskRequest 
                 priority=request.priority,
                 meta=request.metadata,
                 status=TaskStatus.PENDING,
+                callback_url=request.callback_url,
             )
             db.add(task)
             db.flush()

@@ -19,13 +19,15 @@ from starlette.types import ASGIApp
 class ServerThread:
     """``with ServerThread(app) as server: httpx.get(server.url + "/health")``."""
 
-    def __init__(self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
+    def __init__(
+        self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning", lifespan: str = "off"
+    ):
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
         config = uvicorn.Config(
-            app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=2, loop="asyncio", http="h11"
+            app, log_level=log_level, lifespan=lifespan, timeout_graceful_shutdown=2, loop="asyncio", http="h11"
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

@@ -1,0 +1,236 @@
+"""The control API (``polar serve``): tasks, rollouts, trajectories, trainer claims and weight versions.
+
+Every error leaves through one handler as ``{"error": {"type", "message", "field"}}`` with the status of its
+``PolarError`` class; request validation errors are 400s naming the field. When ``POLAR_CONTROL_TOKEN`` is set,
+every ``/v1`` route needs it as a Bearer token. A background loop admits and starts submitted tasks
+(``TaskRunner``) and delivers completion callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager, suppress
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.enums import TaskStatus
+from polar import feed
+from polar.api import queries
+from polar.api.callbacks import deliver_due
+from polar.api.runner import TaskRunner, flow_run_states
+from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody, WeightsRequest
+from polar.api.weights import WeightSource, publish
+from polar.errors import AuthenticationError, InvalidRequest, PolarError
+from polar.rollout.submit import submit_tasks
+from polar.settings import Settings, TaskDispatch
+
+log = logging.getLogger(__name__)
+MAX_WEIGHT_BYTES = 2 * 1024**3
+
+
+def _error(exc: PolarError) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"type": exc.error_type, "message": exc.message, "field": exc.field}}, status_code=exc.status_code
+    )
+
+
+def weight_targets(settings: Settings, gateway_url: str | None) -> list[str]:
+    listed = [url.strip() for url in settings.weight_targets.split(",") if url.strip()]
+    return listed or [url for url in (gateway_url or settings.gateway_url,) if url]
+
+
+def create_api(settings: Settings, factory: sessionmaker[Session], *, gateway_url: str | None = None) -> FastAPI:
+    """The app over the store ``factory``; ``gateway_url`` is the rollouts' gateway (default weight target)."""
+    runner = TaskRunner(settings, factory)
+    targets = weight_targets(settings, gateway_url)
+    wake = asyncio.Event()
+
+    async def background() -> None:
+        while True:
+            with suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(wake.wait(), settings.api_poll_s)
+            wake.clear()
+            try:
+                await runner.tick()
+                await asyncio.to_thread(deliver_due, factory, settings)
+            except Exception:  # noqa: BLE001 - the loop must survive a store outage; the next pass retries
+                log.exception("control API background pass failed")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loop = asyncio.create_task(background())
+        yield
+        loop.cancel()
+        with suppress(asyncio.CancelledError):
+            await loop
+        await runner.aclose()
+
+    app = FastAPI(title="Polar control API", version="1", lifespan=lifespan)
+    app.state.runner = runner
+
+    @app.exception_handler(PolarError)
+    async def polar_error(request: Request, exc: PolarError) -> JSONResponse:
+        return _error(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        return _error(InvalidRequest(f"invalid {field}: {message}", field=field))
+
+    @app.exception_handler(DataError)
+    async def bad_data(request: Request, exc: DataError) -> JSONResponse:
+        # e.g. a NUL byte in a string, which Postgres refuses: the caller's input, not a server fault
+        return _error(InvalidRequest(f"the store refused a value: {str(exc.orig).splitlines()[0]}", field="body"))
+
+    async def control(request: Request) -> None:
+        if not settings.control_token:
+            return
+        auth = request.headers.get("authorization", "")
+        if not auth.lower().startswith("bearer ") or auth[7:].strip() != settings.control_token:
+            raise AuthenticationError("this endpoint needs the control token as a Bearer token")
+
+    def read(fn, *args, **kwargs):
+        def run() -> Any:
+            with factory() as db:
+                return fn(db, *args, **kwargs)
+
+        return asyncio.to_thread(run)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        current = await read(feed.current)
+        return {"status": "ok", "dispatch": runner.mode.value, "current_version": current.version if current else None}
+
+    v1 = [Depends(control)]
+
+    @app.post("/v1/tasks", status_code=201, dependencies=v1)
+    async def submit(batch: TaskBatch) -> dict[str, Any]:
+        submitted = await asyncio.to_thread(submit_tasks, factory, batch.tasks)
+        wake.set()
+        return {"tasks": [{"task_id": t.task_id, "name": t.name, "rollout_ids": list(t.rollout_ids)} for t in submitted]}
+
+    @app.get("/v1/tasks", dependencies=v1)
+    async def tasks(
+        status: TaskStatus | None = None, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0)
+    ) -> dict[str, Any]:
+        return {"tasks": await read(queries.list_tasks, status=status, limit=limit, offset=offset)}
+
+    @app.get("/v1/tasks/{task_id}", dependencies=v1)
+    async def task(task_id: str) -> dict[str, Any]:
+        view = await read(queries.task_view, task_id, settings.max_async_level)
+        if runner.mode is TaskDispatch.DEPLOYMENT:
+            states = await flow_run_states([r["flow_run_id"] for r in view["rollouts"] if r["flow_run_id"]])
+            for rollout in view["rollouts"]:
+                rollout["flow_run_state"] = states.get(rollout["flow_run_id"] or "")
+        return view
+
+    @app.post("/v1/tasks/{task_id}/cancel", dependencies=v1)
+    async def cancel(task_id: str) -> dict[str, Any]:
+        return await runner.cancel(task_id)
+
+    @app.get("/v1/rollouts/{rollout_id}", dependencies=v1)
+    async def rollout(rollout_id: str) -> dict[str, Any]:
+        def one(db: Session) -> dict[str, Any]:
+            from db.models import Rollout
+            from polar.errors import NotFound
+
+            row = db.get(Rollout, rollout_id)
+            if row is None:
+                raise NotFound(f"no rollout {rollout_id}", field="rollout_id")
+            return queries.rollout_view(row)
+
+        return await read(one)
+
+    @app.get("/v1/trajectories", dependencies=v1)
+    async def trajectories(
+        task_id: str | None = None,
+        rollout_id: str | None = None,
+        builder: str | None = None,
+        status: str | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        weight_version: str | None = None,
+        since: datetime | None = None,
+        consumed: bool | None = None,
+        tokens: bool = Query(False, description="include token arrays"),
+        limit: int = Query(100, ge=1, le=10_000),
+        offset: int = Query(0, ge=0),
+    ) -> dict[str, Any]:
+        filters = {"task_id": task_id, "rollout_id": rollout_id, "builder": builder, "status": status,
+                   "min_reward": min_reward, "max_reward": max_reward, "weight_version": weight_version,
+                   "since": since, "consumed": consumed}  # fmt: skip
+        rows = await read(queries.list_trajectories, filters, limit=limit, offset=offset, tokens=tokens)
+        return {"trajectories": rows}
+
+    @app.post("/v1/claims", dependencies=v1)
+    async def claim(body: ClaimRequest) -> dict[str, Any]:
+        batch = await asyncio.to_thread(
+            feed.claim, factory, body.trainer, max_groups=body.max_groups,
+            lease_s=body.lease_s or settings.claim_lease_s, max_staleness=body.max_staleness,
+        )  # fmt: skip
+        out = asdict(batch)
+        out["lease_expires_at"] = batch.lease_expires_at.isoformat() if batch.lease_expires_at else None
+        return out
+
+    @app.post("/v1/claims/{claim_id}/ack", dependencies=v1)
+    async def ack(claim_id: str, body: TrainerBody) -> dict[str, Any]:
+        return await asyncio.to_thread(feed.ack, factory, claim_id, body.trainer)
+
+    @app.post("/v1/claims/{claim_id}/release", dependencies=v1)
+    async def release(claim_id: str, body: TrainerBody) -> dict[str, Any]:
+        return await asyncio.to_thread(feed.release, factory, claim_id, body.trainer)
+
+    @app.post("/v1/claims/{claim_id}/renew", dependencies=v1)
+    async def renew(claim_id: str, body: RenewRequest) -> dict[str, Any]:
+        until = await asyncio.to_thread(feed.renew, factory, claim_id, body.trainer, body.lease_s)
+        return {"claim_id": claim_id, "lease_expires_at": until.isoformat()}
+
+    @app.get("/v1/weights", dependencies=v1)
+    async def weights() -> dict[str, Any]:
+        rows = await asyncio.to_thread(feed.list_versions, factory)
+        items = [{**asdict(r), "created_at": r.created_at.isoformat()} for r in rows]
+        return {"versions": items, "current": items[-1]["version"] if items else None}
+
+    @app.post("/v1/weights", status_code=201, dependencies=v1, openapi_extra={"requestBody": {"content": {
+        "application/json": {"schema": WeightsRequest.model_json_schema()},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})  # fmt: skip
+    async def register_weights(request: Request) -> dict[str, Any]:
+        """JSON ``{version, checkpoint_path?, notes?}``, or one safetensors file's bytes with ``?version=``."""
+        source = await _weight_source(request)
+        record = await publish(factory, targets, source, settings.control_token)
+        wake.set()  # tasks held by admission control may start now
+        return {**asdict(record), "created_at": record.created_at.isoformat(), "targets": targets}
+
+    return app
+
+
+async def _weight_source(request: Request) -> WeightSource:
+    from pydantic import ValidationError
+
+    if request.headers.get("content-type", "").startswith("application/octet-stream"):
+        version = request.query_params.get("version", "")
+        if not version:
+            raise InvalidRequest("a tensor upload needs ?version=", field="version")
+        body = bytearray()
+        async for part in request.stream():
+            body += part
+            if len(body) > MAX_WEIGHT_BYTES:
+                raise InvalidRequest(f"weights exceed {MAX_WEIGHT_BYTES} bytes", field="body")
+        return WeightSource(version, tensors=bytes(body), notes=request.query_params.get("notes"))
+    try:
+        parsed = WeightsRequest.model_validate_json(await request.body() or b"{}")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "body"
+        raise InvalidRequest(f"invalid {field}: {first['msg']}", field=field) from None
+    return WeightSource(parsed.version, checkpoint_path=parsed.checkpoint_path, notes=parsed.notes)

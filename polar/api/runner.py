@@ -1,0 +1,183 @@
+"""Starting and cancelling submitted tasks for the control API.
+
+``TaskRunner.tick`` admits tasks (admission control) and starts their rollouts:
+
+- ``deployment``: one flow run of the rollout deployment (``POLAR_ROLLOUT_DEPLOYMENT``) per rollout, which any
+  worker on the pool picks up; the flow run's id is kept in ``rollouts.dispatch_id``.
+- ``inline``: the rollout flows run in this process (Prefect's ephemeral mode), as one asyncio task per task.
+
+Admission: with ``POLAR_MAX_ASYNC_LEVEL = N`` a task whose ``metadata.step`` is more than ``N`` ahead of the
+current weight-version ordinal waits (PENDING, not dispatched) until the trainer registers enough versions.
+A task is taken for dispatch by a conditional update of ``tasks.dispatched_at``, so two API replicas never
+start the same task.
+
+``cancel`` marks the task and its unfinished rollouts CANCELLED (a rollout's owner is reset, so a flow still
+running can no longer write its stages) and stops the flow runs: in-process ones are cancelled, deployment
+runs are set Cancelled, or Cancelling when a worker is running them (the worker then kills the process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.engine import session_scope
+from db.enums import RolloutStatus, TaskStatus
+from db.models import Rollout, Task
+from polar.errors import NotFound
+from polar.feed import versions
+from polar.rollout.state import now
+from polar.settings import Settings, TaskDispatch
+
+log = logging.getLogger(__name__)
+CANCELLED_OWNER = "cancelled"
+
+
+def resolve_dispatch(settings: Settings) -> TaskDispatch:
+    if settings.task_dispatch is not TaskDispatch.AUTO:
+        return settings.task_dispatch
+    return TaskDispatch.DEPLOYMENT if os.environ.get("PREFECT_API_URL") else TaskDispatch.INLINE
+
+
+def held_reason(step: Any, current_ordinal: int, max_async_level: int | None) -> str | None:
+    """Why a task may not start yet (None: it may)."""
+    if max_async_level is None or not isinstance(step, int) or isinstance(step, bool):
+        return None
+    if step <= current_ordinal + max_async_level:
+        return None
+    return f"metadata.step {step} is more than {max_async_level} ahead of weight version ordinal {current_ordinal}"
+
+
+def take_admissible(factory: sessionmaker[Session], max_async_level: int | None) -> list[tuple[str, list[str]]]:
+    """Mark every admissible undispatched task dispatched; returns (task id, rollout ids) in priority order."""
+    taken = []
+    with session_scope(factory) as db:
+        current = len(versions.ordinals(db))
+        tasks = db.execute(
+            sa.select(Task.id, Task.meta)
+            .where(Task.dispatched_at.is_(None), Task.status == TaskStatus.PENDING)
+            .order_by(Task.priority.desc(), Task.created_at, Task.id)
+        ).all()
+        for task_id, meta in tasks:
+            if held_reason((meta or {}).get("step"), current, max_async_level) is not None:
+                continue
+            won = db.execute(
+                sa.update(Task).where(Task.id == task_id, Task.dispatched_at.is_(None)).values(dispatched_at=now())
+                .execution_options(synchronize_session=False)
+            ).rowcount
+            if won:
+                ids = db.scalars(sa.select(Rollout.id).where(Rollout.task_id == task_id).order_by(Rollout.sample_index))
+                taken.append((task_id, list(ids)))
+    return taken
+
+
+def mark_cancelled(factory: sessionmaker[Session], task_id: str) -> tuple[TaskStatus, list[tuple[str, str | None]]]:
+    """Cancel a task's unfinished rollouts in the store; returns the task's status and (rollout, dispatch id) of
+    those cancelled. A task that already finished is left as it is."""
+    at = now()
+    with session_scope(factory) as db:
+        task = db.get(Task, task_id, with_for_update=True)
+        if task is None:
+            raise NotFound(f"no task {task_id}", field="task_id")
+        if task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED):
+            return task.status, []
+        rows = db.scalars(sa.select(Rollout).where(Rollout.task_id == task_id).with_for_update()).all()
+        cancelled = []
+        for row in rows:
+            if RolloutStatus(row.status).is_terminal:
+                continue
+            row.status, row.error, row.finished_at = RolloutStatus.CANCELLED, "cancelled through the control API", at
+            row.flow_run_id = CANCELLED_OWNER
+            cancelled.append((row.id, row.dispatch_id))
+        task.status, task.finished_at = TaskStatus.CANCELLED, at
+        return task.status, cancelled
+
+
+class TaskRunner:
+    def __init__(self, settings: Settings, factory: sessionmaker[Session]):
+        self.settings = settings
+        self.factory = factory
+        self.mode = resolve_dispatch(settings)
+        self._inline: dict[str, asyncio.Task[Any]] = {}
+
+    async def tick(self) -> list[str]:
+        """Admit and start what may start now; returns the task ids started."""
+        taken = await asyncio.to_thread(take_admissible, self.factory, self.settings.max_async_level)
+        for task_id, rollout_ids in taken:
+            if self.mode is TaskDispatch.DEPLOYMENT:
+                await self._create_flow_runs(rollout_ids)
+            else:
+                self._inline[task_id] = asyncio.create_task(self._run_inline(task_id, rollout_ids))
+        return [task_id for task_id, _ in taken]
+
+    async def _run_inline(self, task_id: str, rollout_ids: list[str]) -> None:
+        from flows.dispatch import Dispatch, dispatch_rollouts
+
+        try:
+            await dispatch_rollouts(rollout_ids, dispatch=Dispatch.INLINE, settings=self.settings)
+        except Exception:  # noqa: BLE001 - a rollout's failure is in its row; this is only the dispatch itself
+            log.exception("dispatching task %s failed", task_id)
+        finally:
+            self._inline.pop(task_id, None)
+
+    async def _create_flow_runs(self, rollout_ids: list[str]) -> None:
+        from prefect.deployments import run_deployment
+
+        for rollout_id in rollout_ids:
+            run = await run_deployment(
+                self.settings.rollout_deployment,
+                parameters={"rollout_id": rollout_id},
+                timeout=0,
+                idempotency_key=f"polar-api-rollout-{rollout_id}",
+            )
+            await asyncio.to_thread(self._record_dispatch, rollout_id, str(run.id))
+
+    def _record_dispatch(self, rollout_id: str, flow_run_id: str) -> None:
+        with session_scope(self.factory) as db:
+            db.execute(sa.update(Rollout).where(Rollout.id == rollout_id).values(dispatch_id=flow_run_id))
+
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        status, cancelled = await asyncio.to_thread(mark_cancelled, self.factory, task_id)
+        inline = self._inline.pop(task_id, None)
+        if inline is not None:
+            inline.cancel()
+        flow_runs = [dispatch_id for _, dispatch_id in cancelled if dispatch_id]
+        if flow_runs:
+            await cancel_flow_runs(flow_runs)
+        return {"task_id": task_id, "status": status.value, "cancelled_rollouts": [r for r, _ in cancelled]}
+
+    async def aclose(self) -> None:
+        for task in list(self._inline.values()):
+            task.cancel()
+        await asyncio.gather(*self._inline.values(), return_exceptions=True)
+
+
+async def cancel_flow_runs(flow_run_ids: list[str]) -> None:
+    """Cancel deployment runs: Cancelled if not started yet, Cancelling (the worker kills it) if running."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelled, Cancelling
+
+    async with get_client() as client:
+        for flow_run_id in flow_run_ids:
+            run = await client.read_flow_run(flow_run_id)
+            running = run.state is not None and (run.state.is_running() or run.state.is_pending())
+            if run.state is not None and run.state.is_final():
+                continue
+            await client.set_flow_run_state(flow_run_id, Cancelling() if running else Cancelled(), force=True)
+
+
+async def flow_run_states(flow_run_ids: list[str]) -> dict[str, str]:
+    """Flow run id -> the name of its state on the Prefect server."""
+    if not flow_run_ids:
+        return {}
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async with get_client() as client:
+        runs = await client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=flow_run_ids)))
+    return {str(run.id): run.state.name if run.state else "unknown" for run in runs}

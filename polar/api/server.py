@@ -1,0 +1,29 @@
+"""``polar serve``: the control API on ``POLAR_API_HOST:POLAR_API_PORT``.
+
+In the embedded default (no ``POLAR_GATEWAY_URL``, inline dispatch) this process also hosts the gateway the
+rollouts call and runs their flows; new weights are pushed to that gateway. With a Prefect server configured
+the tasks become deployment flow runs, and weights go to ``POLAR_WEIGHT_TARGETS`` (or ``POLAR_GATEWAY_URL``).
+"""
+
+from __future__ import annotations
+
+import uvicorn
+
+from polar.api.app import create_api
+from polar.api.runner import resolve_dispatch
+from polar.rollout.context import rollout_context, store_factory
+from polar.settings import Settings, TaskDispatch, get_settings
+
+
+def build_app(settings: Settings | None = None):
+    settings = settings or get_settings()
+    gateway_url = settings.gateway_url or None
+    if resolve_dispatch(settings) is TaskDispatch.INLINE:
+        gateway_url = rollout_context(settings).gateway.url  # the embedded gateway the inline flows use
+    return create_api(settings, store_factory(settings), gateway_url=gateway_url)
+
+
+def serve(*, host: str | None = None, port: int | None = None) -> None:
+    """Serve until interrupted, with the process-wide settings (the same ones the inline rollout flows read)."""
+    settings = get_settings()
+    uvicorn.run(build_app(settings), host=host or settings.api_host, port=port or settings.api_port, log_level="info")

@@ -1,0 +1,71 @@
+"""Publishing a new weight version: push it to every gateway's backend, then record it as current.
+
+A gateway target is its base URL; the push is its ``POST /v1/admin/weights`` (a checkpoint path, or the bytes
+of a safetensors file for in-process local backends). The name is checked first (a duplicate is a
+``Conflict`` before any backend is touched), and the version is registered only once every target serves it,
+so the current version in the store is always one the fleet has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import httpx
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.models import WeightVersion
+from polar.errors import Conflict, GatewayError, InvalidRequest, PolarError
+from polar.feed import versions
+from polar.feed.versions import VersionRecord
+
+PUSH_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class WeightSource:
+    version: str
+    checkpoint_path: str | None = None
+    tensors: bytes | None = None  # one safetensors file
+    notes: str | None = None
+
+
+async def push(target: str, source: WeightSource, control_token: str) -> str:
+    """Load ``source`` into the backend behind gateway ``target``; returns the version it now serves."""
+    headers = {"Authorization": f"Bearer {control_token}"} if control_token else {}
+    url = target.rstrip("/") + "/v1/admin/weights"
+    try:
+        async with httpx.AsyncClient(timeout=PUSH_TIMEOUT_S, headers=headers, trust_env=False) as client:
+            if source.tensors is not None:
+                reply = await client.post(url, params={"version": source.version}, content=source.tensors,
+                                          headers={"content-type": "application/octet-stream"})
+            else:
+                reply = await client.post(url, json={"version": source.version, "checkpoint_path": source.checkpoint_path})
+    except httpx.HTTPError as exc:
+        raise GatewayError(f"cannot push weights to the gateway at {target}: {exc.__class__.__name__}: {exc}") from None
+    if reply.status_code != 200:
+        try:
+            message = reply.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = reply.text[:300]
+        error = InvalidRequest if reply.status_code == 400 else GatewayError
+        raise error(f"the gateway at {target} refused weights {source.version!r}: {message}", field="checkpoint_path")
+    return reply.json()["weight_version"]
+
+
+async def publish(factory: sessionmaker[Session], targets: list[str], source: WeightSource, control_token: str = "") -> VersionRecord:
+    if not targets:
+        raise PolarError("no gateway to push weights to (set POLAR_WEIGHT_TARGETS)")
+    if not source.version or len(source.version) > 128:
+        raise InvalidRequest("version must be 1 to 128 characters", field="version")
+    if await asyncio.to_thread(_exists, factory, source.version):
+        raise Conflict(f"weight version {source.version!r} is already registered", field="version")
+    await asyncio.gather(*(push(target, source, control_token) for target in targets))
+    uri = source.checkpoint_path or "tensors://uploaded"
+    return await asyncio.to_thread(versions.register, factory, source.version, checkpoint_uri=uri, notes=source.notes)
+
+
+def _exists(factory: sessionmaker[Session], version: str) -> bool:
+    with factory() as db:
+        return db.scalar(sa.select(sa.func.count()).where(WeightVersion.version == version)) > 0

@@ -17,6 +17,7 @@ telemetry, update checks and login flows stay off and nothing is read from the h
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -46,12 +47,14 @@ class CliConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="more environment (after the adapter's own)")
 
 
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
 def fill(value: Any, values: Mapping[str, str]) -> Any:
     """``value`` with every ``{name}`` of ``values`` replaced in each string of a nested structure (keys too)."""
     if isinstance(value, str):
-        for name, text in values.items():
-            value = value.replace("{" + name + "}", text)
-        return value
+        # One pass: a value's own text (an instruction that holds "{home}") is never filled in again.
+        return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), value)
     if isinstance(value, Mapping):
         return {fill(k, values): fill(v, values) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -91,7 +94,7 @@ class NpmCliHarness:
         if not ctx.tools_dir:
             raise SandboxError(f"harness {self.name} needs the tools folder (POLAR_TOOLS)")
         values = {
-            "prompt": ctx.instruction,  # first: the others never hold placeholders, the prompt might look like one
+            "prompt": ctx.instruction,
             "home": ctx.home,
             "workdir": ctx.workdir,
             "model": ctx.model,

@@ -1,0 +1,61 @@
+"""The six CLI adapters as data: pins match the install script, config files parse with real parsers and point
+every model call at the session, the key is never written to a file, and the tools layout is shared with
+``scripts/install_harnesses.sh``."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from harness_adapters import ADAPTERS, get_adapter
+from harness_adapters.base import HarnessContext, SessionAccess
+from harness_adapters.install import TOOLS
+from polar.errors import InvalidRequest
+
+REPO = Path(__file__).resolve().parents[2]
+CLIS = ("codex", "claude_code", "gemini_cli", "qwen_code", "opencode", "pi")
+SESSION = SessionAccess(
+    "sid", "sk-secret", {"openai": "http://127.0.0.1:9/v1", "anthropic": "http://127.0.0.1:9", "gemini": "http://127.0.0.1:9"}
+)
+CTX = HarnessContext("Do {home} it.", "/r/logs/instruction.md", "/r/work", "/r/home", "/r/logs", "polar-tiny", "/py", "/tools")
+
+
+def test_pins_match_the_install_script():
+    script = (REPO / "scripts" / "install_harnesses.sh").read_text()
+    pinned = {m[0]: (m[1], m[2], m[3]) for m in re.findall(r'"(\w+)\s+(\S+)\s+(\S+)\s+(\S+)"', script)}
+    for name, pin in TOOLS.items():
+        if name != "node":
+            assert pinned[name] == (pin.package, pin.version, pin.binary)
+
+
+@pytest.mark.parametrize("name", CLIS)
+def test_each_cli_points_at_its_session_with_real_serialisers(name):
+    adapter = get_adapter(name)
+    launch = adapter.launch(adapter.Config.model_validate({"extra_args": ["--x"]}), CTX, SESSION)
+    assert launch.argv[0] == str(adapter.pin.executable("/tools"))
+    assert launch.argv[-1] == CTX.instruction and launch.argv[-2] == "--x"  # the prompt is never filled in
+    urls = set(SESSION.base_urls.values())
+    mentioned = {value for value in launch.env.values() if value in urls}
+    for path, text in launch.files.items():
+        assert path.startswith(CTX.home + "/")
+        data = tomllib.loads(text) if path.endswith(".toml") else json.loads(text)
+        assert SESSION.api_key not in text
+        mentioned |= {url for url in urls if url in json.dumps(data)}
+    assert mentioned, "the CLI is pointed at the session"
+    assert SESSION.api_key in launch.env.values()
+    assert launch.env["DO_NOT_TRACK"] == "1" and launch.env["XDG_CONFIG_HOME"] == "/r/home/.config"
+
+
+def test_the_registry_lists_every_harness_and_rejects_unknown_names():
+    assert set(CLIS) | {"agent", "command"} == set(ADAPTERS)
+    with pytest.raises(InvalidRequest, match="known: "):
+        get_adapter("cursor")
+
+
+def test_a_session_seen_through_a_tunnel_keeps_its_paths():
+    moved = SESSION.rebased("http://127.0.0.1:9", "http://127.0.0.1:7")
+    assert moved.base_urls == {"openai": "http://127.0.0.1:7/v1", "anthropic": "http://127.0.0.1:7", "gemini": "http://127.0.0.1:7"}

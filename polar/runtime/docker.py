@@ -208,6 +208,8 @@ class DockerRuntime(LocalRuntime):
     async def stop(self, *, remove: bool) -> None:
         await self._call(self._remove)
         await super().stop(remove=remove)
+        if remove:
+            shutil.rmtree(self._socket_dir(), ignore_errors=True)
 
     def describe(self) -> dict[str, Any]:
         return {"type": self.kind, "key": self.key, "root": str(self.layout.root), "container": self.name,

@@ -1,0 +1,5 @@
+import sys
+
+from examples.grpo.loop import main
+
+sys.exit(main())

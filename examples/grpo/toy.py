@@ -1,0 +1,53 @@
+"""The toy task: reply with text whose letters are all from the first half of the alphabet (a to m).
+
+The harness is a real program (the ``command`` harness) that makes one Chat Completions call through its gateway
+session with the OpenAI SDK and writes the reply to reply.txt; a check script scores the share of the reply's
+letters that are in a–m. A random tiny model scores about one half; a policy that learned the task scores 1.
+The reward is dense, so a group of samples almost always has the variance GRPO needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+REPLY_PY = """\
+import os
+import openai
+
+client = openai.OpenAI()  # OPENAI_BASE_URL and OPENAI_API_KEY point at this rollout's gateway session
+with open(os.environ["POLAR_INSTRUCTION_FILE"]) as f:
+    instruction = f.read()
+reply = client.chat.completions.create(
+    model=os.environ["POLAR_MODEL"],
+    messages=[{"role": "user", "content": instruction}],
+    max_tokens=int(os.environ.get("TOY_MAX_TOKENS", "12")),
+    temperature=1.0,
+)
+with open("reply.txt", "w") as f:
+    f.write(reply.choices[0].message.content or "")
+"""
+
+SCORE_SH = """\
+python3 - <<'PY'
+text = open("reply.txt").read().lower() if __import__("os").path.exists("reply.txt") else ""
+letters = [c for c in text if "a" <= c <= "z"]
+print(sum(c <= "m" for c in letters) / len(letters) if letters else 0.0)
+PY
+"""
+
+
+def toy_task(*, step: int, group: int, samples: int, max_tokens: int = 12) -> dict[str, Any]:
+    """One group of the toy task for trainer step ``step`` (admission control reads ``metadata.step``)."""
+    return {
+        "name": f"first-half-{step}-{group}",
+        "instruction": "Write a few words using only the letters a to m.",
+        "harness": {
+            "name": "command",
+            "config": {"command": "{python} reply.py", "files": {"reply.py": REPLY_PY}, "env": {"TOY_MAX_TOKENS": str(max_tokens)}},
+        },
+        "evaluator": {"type": "script", "config": {"script": SCORE_SH}},
+        "builder": "prefix_merge",
+        "num_samples": samples,
+        "timeout_s": 120,
+        "metadata": {"step": step, "group": group, "toy": "first-half"},
+    }

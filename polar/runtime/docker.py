@@ -6,7 +6,7 @@ and the container holds no state of its own: removing it loses only processes. `
 stage, a resumed flow) therefore reattaches to the running container or creates a new one on the folder.
 
 - Image: ``options.image`` or ``POLAR_DOCKER_IMAGE``; never pulled (a missing image is a ``SandboxError``).
-  It needs ``sh``, ``setsid`` and ``sleep``; ``git`` for artifact collection.
+  It needs ``sh``, ``setsid``, ``sleep`` and ``kill``; ``git`` for artifact collection.
 - Agent CLIs and Node come read-only from the tools folder (``POLAR_TOOLS``), mounted at its host path, with
   ``<tools>/node/bin`` first on ``PATH``: images stay generic.
 - Limits: ``cpus``, ``memory_mb`` (no swap beyond it), ``pids_limit``.
@@ -254,6 +254,8 @@ class DockerRuntime(LocalRuntime):
     ) -> ExecResult:
         container = await self._call(self._ensure)
         workdir = self.resolve(cwd) if cwd else self.layout.work
+        if not workdir.is_dir():
+            raise SandboxError(f"cannot start {command!r} in container {self.name}: no folder {workdir}")
         self._exec_count += 1
         n = f"{time.monotonic_ns()}-{self._exec_count}"
         stdout_path = self.resolve(str(stdout_path or self.layout.private / f"exec-{n}.out"))
@@ -307,7 +309,9 @@ class DockerRuntime(LocalRuntime):
                 f"(status {container.status}, exit code {state.get('ExitCode')}, OOMKilled {state.get('OOMKilled')})"
             )
         info = await self._call(self.client.api.exec_inspect, exec_id)
-        return info.get("ExitCode"), ""
+        code = info.get("ExitCode")
+        # setsid -w reports a child killed by a signal as the signal's number: shown as 128 + signal, the shell's way.
+        return (128 + code if isinstance(code, int) and 0 < code < 128 else code), ""
 
     async def kill(self, process: ProcessHandle) -> bool:
         container = await self._call(self._find)

@@ -56,7 +56,9 @@ async def test_a_container_that_dies_mid_run_ends_the_rollout_error(docker_conte
 
     killer = asyncio.create_task(kill_when_started())
     row, _ = await drive(ctx, task, no_leaks)
-    await killer
+    killed = killer.done()
+    killer.cancel()
+    assert killed, f"the harness never started: {stage_error(row)}"
     assert row.status is RolloutStatus.ERROR and row.reward == 0.0
     run = row.stage_results["run"]
     assert run["outcome"] == "ERROR" and "stopped while the command ran" in run["error"]

@@ -116,6 +116,13 @@ class StoreError(PolarError):
     error_type = "store_unavailable"
 
 
+class NotConfigured(PolarError):
+    """The server lacks the configuration an endpoint needs (e.g. no gateway to push weights to)."""
+
+    status_code = 503
+    error_type = "not_configured"
+
+
 class Conflict(PolarError):
     """The request collides with the current state of a resource (e.g. another flow run owns a rollout)."""
 

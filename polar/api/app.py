@@ -121,7 +121,7 @@ def create_api(settings: Settings, factory: sessionmaker[Session], *, gateway_ur
 
     @app.get("/v1/tasks", dependencies=v1)
     async def tasks(
-        status: TaskStatus | None = None, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0)
+        status: TaskStatus | None = None, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=1_000_000_000)
     ) -> dict[str, Any]:
         return {"tasks": await read(queries.list_tasks, status=status, limit=limit, offset=offset)}
 
@@ -164,7 +164,7 @@ def create_api(settings: Settings, factory: sessionmaker[Session], *, gateway_ur
         consumed: bool | None = None,
         tokens: bool = Query(False, description="include token arrays"),
         limit: int = Query(100, ge=1, le=10_000),
-        offset: int = Query(0, ge=0),
+        offset: int = Query(0, ge=0, le=1_000_000_000),
     ) -> dict[str, Any]:
         filters = {"task_id": task_id, "rollout_id": rollout_id, "builder": builder, "status": status,
                    "min_reward": min_reward, "max_reward": max_reward, "weight_version": weight_version,

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import WeightVersion
-from polar.errors import Conflict, GatewayError, InvalidRequest, PolarError
+from polar.errors import Conflict, GatewayError, InvalidRequest, NotConfigured
 from polar.feed import versions
 from polar.feed.versions import VersionRecord
 
@@ -56,7 +56,7 @@ async def push(target: str, source: WeightSource, control_token: str) -> str:
 
 async def publish(factory: sessionmaker[Session], targets: list[str], source: WeightSource, control_token: str = "") -> VersionRecord:
     if not targets:
-        raise PolarError("no gateway to push weights to (set POLAR_WEIGHT_TARGETS)")
+        raise NotConfigured("no gateway to push weights to (set POLAR_WEIGHT_TARGETS or POLAR_GATEWAY_URL)")
     if not source.version or len(source.version) > 128:
         raise InvalidRequest("version must be 1 to 128 characters", field="version")
     if await asyncio.to_thread(_exists, factory, source.version):

@@ -1,0 +1,64 @@
+"""Schema fuzzing of the control API: schemathesis generates requests from its OpenAPI spec (valid and
+invalid ones), and no response may be a 5xx. The store is real (SQLite, and Postgres when configured) and so
+is the gateway that weights are pushed to; the app runs without its background loop, so fuzzed tasks are
+stored but never started."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+
+from db.migrate import upgrade
+from polar.api import create_api
+from polar.rollout.context import store_factory
+from tests.pg import needs_postgres, postgres_schema, schema_url
+from tests.rollout.helpers import test_settings
+
+
+@pytest.fixture(scope="module", params=[pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=needs_postgres)])
+def store_for_fuzz(request, tmp_path_factory) -> Iterator[str]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'polar.db'}"
+        upgrade(url)
+        yield url
+        return
+    with postgres_schema() as schema:
+        url = schema_url(schema)
+        upgrade(url)
+        yield url
+
+
+@pytest.fixture(scope="module")
+def fuzz_schema(tmp_path_factory, cache_dir, api_gateway, store_for_fuzz):
+    settings_ = test_settings(tmp_path_factory.mktemp("fuzz-home"), cache_dir, store_for_fuzz, task_dispatch="inline")
+    app = create_api(settings_, store_factory(settings_), gateway_url=api_gateway.url)
+    return schemathesis.openapi.from_asgi("/openapi.json", app)
+
+
+def operations(schema) -> list:
+    return [result.ok() for result in schema.get_all_operations()]
+
+
+def test_every_operation_is_in_the_spec(fuzz_schema):
+    paths = {(op.method.upper(), op.path) for op in operations(fuzz_schema)}
+    assert {("POST", "/v1/tasks"), ("POST", "/v1/claims"), ("POST", "/v1/weights"), ("GET", "/v1/trajectories")} <= paths
+    assert len(paths) == 13
+
+
+def test_no_request_gets_a_server_error(fuzz_schema):
+    failures = []
+    for operation in operations(fuzz_schema):
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def fuzz(case) -> None:
+            response = case.call()
+            if response.status_code >= 500:
+                failures.append(f"{case.method} {case.formatted_path} {case.query} -> {response.status_code} {response.text[:200]}")
+
+        fuzz()
+    assert not failures, "\n".join(failures[:10])
+

@@ -136,26 +136,33 @@ def gateway(tmp_path_factory, cache_dir, postgres_url, engine) -> Iterator[Embed
     gw.stop()
 
 
-def test_two_workers_share_one_batch_and_run_every_rollout_once(prefect_env, gateway, postgres_url, tmp_path, cache_dir):  # noqa: F811
+@pytest.fixture(scope="module")
+def deployed(prefect_env) -> dict[str, str]:
+    """The repository's deployments on the server (``prefect deploy --all``) and its process work pool."""
+    prefect_cli(prefect_env, "work-pool", "create", POOL, "--type", "process")
+    deployed = prefect_cli({**prefect_env, "POLAR_REPO_DIR": str(REPO)}, "--no-prompt", "deploy", "--all")
+    for name in ("polar-rollout/rollout", "polar-batch/batch", "polar-retry-failed/retry-failed", "polar-rebuild-trajectories/rebuild-trajectories"):
+        assert name in deployed, deployed
+    return prefect_env
+
+
+def start_worker(env: dict[str, str], index: int, log) -> subprocess.Popen:
+    command = [PREFECT, "worker", "start", "--pool", POOL, "--name", f"worker-{index}", "--limit", "2"]
+    return subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def test_two_workers_share_one_batch_and_run_every_rollout_once(deployed, gateway, postgres_url, tmp_path, cache_dir):  # noqa: F811
     polar = polar_environment(
         tmp_path, cache_dir, postgres_url, gateway.url, POLAR_STAGE_LIMITS="prefect", POLAR_RUN_CONCURRENCY="2"
     )
-    env = {**prefect_env, **polar, "POLAR_REPO_DIR": str(REPO), "PREFECT_WORKER_QUERY_SECONDS": "1"}
-
-    prefect_cli(env, "work-pool", "create", POOL, "--type", "process")
-    deployed = prefect_cli(env, "--no-prompt", "deploy", "--all")
-    for name in ("polar-rollout/rollout", "polar-batch/batch", "polar-retry-failed/retry-failed", "polar-rebuild-trajectories/rebuild-trajectories"):
-        assert name in deployed, deployed
+    env = {**deployed, **polar, "POLAR_REPO_DIR": str(REPO), "PREFECT_WORKER_QUERY_SECONDS": "1"}
 
     workers, logs = [], []
     try:
         for index in (1, 2):
             log = (tmp_path / f"worker-{index}.log").open("w")
             logs.append(log)
-            command = [PREFECT, "worker", "start", "--pool", POOL, "--name", f"worker-{index}", "--limit", "2"]
-            workers.append(
-                subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            )
+            workers.append(start_worker(env, index, log))
         tag = uuid.uuid4().hex[:8]
         tasks = [answer_task(name=f"shared-{tag}", samples=6)]
         # The batch runs on one worker and dispatches each rollout as a deployment run onto the pool.
@@ -208,3 +215,54 @@ def _rollouts(factory, task_name: str) -> list[Rollout]:
 def _close_contexts() -> Iterator[None]:
     yield
     close_contexts()
+
+
+def test_the_control_api_runs_tasks_as_pool_flow_runs_and_cancels_them(deployed, gateway, postgres_url, tmp_path, cache_dir):  # noqa: F811
+    """``polar serve`` with a Prefect server configured: a task's rollouts become runs of the rollout deployment
+    that a worker picks up; the task view shows their flow-run states; cancelling stops a running one."""
+    from polar.client import PolarClient
+
+    port = free_port()
+    polar = polar_environment(tmp_path, cache_dir, postgres_url, gateway.url, POLAR_API_PORT=str(port), POLAR_API_POLL_S="0.2")
+    env = {**deployed, **polar, "POLAR_REPO_DIR": str(REPO), "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    worker_log, api_log = (tmp_path / "worker.log").open("w"), (tmp_path / "api.log").open("w")
+    worker = start_worker(env, 3, worker_log)
+    api = subprocess.Popen([str(Path(sys.executable).parent / "polar"), "serve"], env=env, cwd=tmp_path,
+                           stdout=api_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert api.poll() is None and time.monotonic() < deadline, (tmp_path / "api.log").read_text()[-2000:]
+            time.sleep(0.3)
+        with PolarClient(url) as client:
+            assert client.health()["dispatch"] == "deployment"
+            tag = uuid.uuid4().hex[:8]
+            [task_id] = client.submit([answer_task(name=f"api-{tag}", samples=2)])
+            [view] = client.wait([task_id], timeout_s=240)
+            assert view["status"] == "COMPLETED" and sorted(r["reward"] for r in view["rollouts"]) == [0.0, 1.0]
+            assert all(r["flow_run_id"] and r["flow_run_state"] == "Completed" for r in view["rollouts"]), view["rollouts"]
+
+            sleeper = answer_task(name=f"sleep-{tag}", samples=1, policies=None, timeout_s=300,
+                                  harness={"name": "command", "config": {"command": "sleep 120"}})  # fmt: skip
+            [sleeping] = client.submit([sleeper])
+            deadline = time.monotonic() + 120
+            while client.task(sleeping)["counts"].get("RUNNING") != 1:
+                assert time.monotonic() < deadline, client.task(sleeping)
+                time.sleep(0.5)
+            assert client.cancel(sleeping)["status"] == "CANCELLED"
+            deadline = time.monotonic() + 60
+            while (state := client.task(sleeping)["rollouts"][0]["flow_run_state"]) != "Cancelled":
+                assert time.monotonic() < deadline, state
+                time.sleep(0.5)
+            assert client.task(sleeping)["counts"] == {"CANCELLED": 1}
+    finally:
+        stop(api)
+        stop(worker, worker=True)
+        worker_log.close()
+        api_log.close()

@@ -157,3 +157,19 @@ async def test_network_none_reaches_only_the_service_given_to_reach(no_leaks):
         await rt.stop(remove=True)
         allowed.shutdown()
         other.shutdown()
+
+
+async def test_network_host_is_the_explicit_way_to_share_the_hosts_network(no_leaks, docker_engine):
+    service = _serve()
+    rt = runtime(no_leaks, network="host")
+    await rt.start(fresh=True)
+    try:
+        assert docker_engine.containers.get(rt.name).attrs["HostConfig"]["NetworkMode"] == "host"
+        url = f"http://127.0.0.1:{service.server_port}"
+        async with rt.reach(url) as inner:
+            assert inner == url
+            probe = f"exec 3<>/dev/tcp/127.0.0.1/{service.server_port} && printf 'GET /h HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+            assert "hello from /h" in (await rt.exec(probe, timeout_s=30)).stdout
+    finally:
+        await rt.stop(remove=True)
+        service.shutdown()

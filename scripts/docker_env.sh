@@ -6,9 +6,10 @@
 #
 # The engine runs without a bridge or iptables rules (--bridge=none --iptables=false): containers get
 # `network none` (only lo) or, when asked for, the host's network. Its state lives under $POLAR_DOCKER_DIR.
-# The base image is never pulled: debootstrap builds a Debian minbase root from the Debian mirror (git and
-# python3 included, what the evaluators and artifact collection run), cached as a tarball under
-# $POLAR_IMAGE_CACHE, and `docker import` turns it into $POLAR_DOCKER_IMAGE.
+# The base image is never pulled: debootstrap builds a Debian minbase root from the Debian mirror (git, python3
+# and pytest included: what artifact collection and the evaluators run), cached as a tarball under
+# $POLAR_IMAGE_CACHE, and `docker import` turns it into $POLAR_DOCKER_IMAGE, labelled with its package list (a
+# changed list rebuilds it).
 set -euo pipefail
 
 DIR="${POLAR_DOCKER_DIR:-/var/lib/polar-docker}"
@@ -17,7 +18,8 @@ IMAGE="${POLAR_DOCKER_IMAGE:-polar/base:bookworm}"
 CACHE="${POLAR_IMAGE_CACHE:-${POLAR_TEST_CACHE:-$HOME/.cache/polar}/images}"
 MIRROR="${POLAR_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PIDFILE="$DIR/dockerd.pid"
-TARBALL="$CACHE/debian-bookworm-minbase.tar"
+PACKAGES="git,python3,python3-pytest,procps"
+TARBALL="$CACHE/debian-bookworm-minbase-$(echo "$PACKAGES" | sha256sum | cut -c1-12).tar"
 
 answers() { docker -H "unix://$SOCK" version >/dev/null 2>&1; }
 
@@ -38,7 +40,8 @@ start() {
   else
     echo "dockerd already answers on $SOCK"
   fi
-  if docker -H "unix://$SOCK" image inspect "$IMAGE" >/dev/null 2>&1; then
+  have="$(docker -H "unix://$SOCK" image inspect -f '{{ index .Config.Labels "polar.packages" }}' "$IMAGE" 2>/dev/null || true)"
+  if [[ "$have" == "$PACKAGES" ]]; then
     echo "image $IMAGE present"
     return
   fi
@@ -49,14 +52,14 @@ start() {
     }
     root="$(mktemp -d)"
     echo "debootstrap minbase into $root"
-    debootstrap --variant=minbase --include=git,python3-minimal,procps bookworm "$root" "$MIRROR" >"$DIR/debootstrap.log" 2>&1 || {
+    debootstrap --variant=minbase --include="$PACKAGES" bookworm "$root" "$MIRROR" >"$DIR/debootstrap.log" 2>&1 || {
       tail -20 "$DIR/debootstrap.log" >&2; exit 1; }
     rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
     mkdir -p "$CACHE"
     tar -C "$root" -cf "$TARBALL.tmp" . && mv "$TARBALL.tmp" "$TARBALL"
     rm -rf "$root"
   fi
-  docker -H "unix://$SOCK" import -c 'CMD ["/bin/bash"]' "$TARBALL" "$IMAGE" >/dev/null
+  docker -H "unix://$SOCK" import -c 'CMD ["/bin/bash"]' -c "LABEL polar.packages=$PACKAGES" "$TARBALL" "$IMAGE" >/dev/null
   echo "image $IMAGE imported from $TARBALL"
 }
 

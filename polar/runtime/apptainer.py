@@ -40,6 +40,7 @@ class ApptainerOptions(BaseModel):
     image: str | None = Field(default=None, description="a SIF file or sandbox folder; default POLAR_APPTAINER_IMAGE")
     network: Literal["none", "host"] = "none"
     binary: str = "apptainer"
+    python: str = Field(default="python3", description="the image's interpreter: {python} in evaluator commands")
 
 
 def apptainer_available(binary: str = "apptainer") -> str | None:
@@ -101,6 +102,9 @@ class ApptainerRuntime(LocalRuntime):
 
     def describe(self) -> dict[str, Any]:
         return {"type": self.kind, "key": self.key, "root": str(self.layout.root), "instance": self.instance, "image": self.image}
+
+    def interpreter(self, host_python: str) -> str:
+        return self.options.python
 
     def command_env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         env = super().command_env(extra)

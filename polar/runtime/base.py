@@ -114,5 +114,8 @@ class Runtime(Protocol):
         """Make the HTTP service at ``url`` (the gateway) reachable from the runtime's commands while the context
         is open; yields the URL they must use for it (the same URL where the runtime shares the host's network)."""
 
+    def interpreter(self, host_python: str) -> str:
+        """The Python that commands in this runtime get as ``{python}`` (``host_python``: this process's)."""
+
     def describe(self) -> dict[str, Any]:
         """What to record about the runtime in a rollout's stage results."""

@@ -67,6 +67,7 @@ class DockerOptions(BaseModel):
     memory_mb: int | None = Field(default=None, ge=16)
     pids_limit: int | None = Field(default=4096, ge=16)
     mount_tools: bool = Field(default=True, description="mount the tools folder (agent CLIs, Node) read-only")
+    python: str = Field(default="python3", description="the image's interpreter: {python} in evaluator commands")
 
 
 @functools.cache
@@ -210,6 +211,9 @@ class DockerRuntime(LocalRuntime):
         await super().stop(remove=remove)
         if remove:
             shutil.rmtree(self._socket_dir(), ignore_errors=True)
+
+    def interpreter(self, host_python: str) -> str:
+        return self.options.python  # the host's interpreter is not in the container
 
     def describe(self) -> dict[str, Any]:
         return {"type": self.kind, "key": self.key, "root": str(self.layout.root), "container": self.name,

@@ -105,6 +105,9 @@ class LocalRuntime:
         if remove:
             await asyncio.to_thread(shutil.rmtree, self.layout.root, True)
 
+    def interpreter(self, host_python: str) -> str:
+        return host_python  # the host's filesystem is visible
+
     @contextlib.asynccontextmanager
     async def reach(self, url: str) -> AsyncIterator[str]:
         yield url  # the host's network: the gateway is where it is

@@ -84,7 +84,7 @@ def harness_context(ctx: RolloutContext, view: RolloutView, runtime: Runtime) ->
         home=str(layout.home),
         logs_dir=str(layout.logs),
         model=view.task.harness.model,
-        python=ctx.python,
+        python=runtime.interpreter(ctx.python),
         tools_dir=str(ctx.settings.tools_dir),
     )
 

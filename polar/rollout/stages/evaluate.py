@@ -61,7 +61,7 @@ async def _score(ctx: RolloutContext, view: RolloutView) -> tuple[float, dict[st
         instruction=view.task.instruction,
         runtime=runtime,
         timeout_s=spec.timeout_s,
-        python=ctx.python,
+        python=runtime.interpreter(ctx.python),
         artifacts=artifacts,
         chat=ctx.chat,
     )

@@ -1,0 +1,86 @@
+"""Which trajectories an export (or an analysis) takes: filters on task, harness, reward, status, version, date,
+and the SFT acceptance rule.
+
+``apply`` adds the filters to a query that already joins ``Trajectory``, ``Rollout`` and ``Task``. The harness
+name lives in the task's JSON ``harness`` column; ``harness_name`` extracts it in the dialect at hand.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, Field
+
+from db.models import Rollout, Task, Trajectory
+
+
+class Acceptance(BaseModel):
+    """What an SFT run keeps: a rewarded, error-free, untruncated conversation."""
+
+    model_config = ConfigDict(extra="forbid")
+    min_reward: float = Field(default=1.0, description="reward at least this")
+    no_errors: bool = Field(default=True, description="only COMPLETED rollouts the training filter left alone")
+    not_truncated: bool = Field(default=True, description="drop conversations whose last reply hit max tokens")
+
+
+class ExportFilter(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    task_ids: list[str] | None = None
+    task_name: str | None = None
+    harness: str | None = None
+    builder: str | None = Field(default=None, description="default: each task's own builder")
+    min_reward: float | None = None
+    max_reward: float | None = None
+    status: list[str] | None = Field(default=None, description="trajectory statuses, e.g. COMPLETED, TIMEOUT")
+    weight_version: str | None = Field(default=None, description="sampled (at least partly) under this version")
+    since: datetime | None = None
+    until: datetime | None = None
+    metadata: dict[str, Any] | None = Field(default=None, description="task metadata keys that must equal these values")
+    acceptance: Acceptance | None = None
+
+
+def harness_name(dialect: str) -> sa.ColumnElement[str]:
+    if dialect == "postgresql":
+        return sa.func.jsonb_extract_path_text(Task.harness, "name")
+    return sa.func.json_extract(Task.harness, "$.name")
+
+
+def meta_value(dialect: str, key: str) -> sa.ColumnElement[Any]:
+    if dialect == "postgresql":
+        return sa.func.jsonb_extract_path_text(Task.meta, key)
+    return sa.func.json_extract(Task.meta, f"$.{key}")
+
+
+def apply(query: sa.Select, f: ExportFilter, dialect: str) -> sa.Select:
+    if f.task_ids is not None:
+        query = query.where(Task.id.in_(f.task_ids))
+    if f.task_name is not None:
+        query = query.where(Task.name == f.task_name)
+    if f.harness is not None:
+        query = query.where(harness_name(dialect) == f.harness)
+    query = query.where(Trajectory.builder == (f.builder if f.builder is not None else Task.builder))
+    if f.min_reward is not None:
+        query = query.where(Trajectory.reward >= f.min_reward)
+    if f.max_reward is not None:
+        query = query.where(Trajectory.reward <= f.max_reward)
+    if f.status:
+        query = query.where(Trajectory.status.in_(f.status))
+    if f.weight_version is not None:
+        query = query.where(sa.or_(Trajectory.weight_version_min == f.weight_version, Trajectory.weight_version_max == f.weight_version))
+    if f.since is not None:
+        query = query.where(Trajectory.created_at >= f.since)
+    if f.until is not None:
+        query = query.where(Trajectory.created_at < f.until)
+    for key, value in (f.metadata or {}).items():
+        # JSON text on both databases: compare as text (numbers and strings alike).
+        query = query.where(sa.cast(meta_value(dialect, key), sa.String) == str(value))
+    if f.acceptance is not None:
+        rule = f.acceptance
+        query = query.where(Trajectory.reward >= rule.min_reward)
+        if rule.no_errors:
+            query = query.where(Rollout.status == "COMPLETED", Trajectory.filter_reason.is_(None))
+        if rule.not_truncated:
+            query = query.where(sa.or_(Trajectory.finish_reason.is_(None), Trajectory.finish_reason != "length"))
+    return query

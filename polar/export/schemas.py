@@ -1,0 +1,77 @@
+"""Parquet schemas of the exports. Token arrays are typed lists (int32 ids, int8 mask, float32 logprobs);
+messages are a list of structs with every OpenAI field (absent ones null); free-form JSON (task metadata, tool
+schemas, version spans) is stored as JSON text.
+
+JSONL rows carry the same fields, with messages as plain objects that omit absent fields.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+_COMMON = [
+    ("trajectory_id", pa.int64()),
+    ("task_id", pa.string()),
+    ("task_name", pa.string()),
+    ("rollout_id", pa.string()),
+    ("sample_index", pa.int32()),
+    ("harness", pa.string()),
+    ("builder", pa.string()),
+    ("chain_index", pa.int32()),
+    ("reward", pa.float64()),
+    ("status", pa.string()),
+    ("finish_reason", pa.string()),
+    ("weight_version_min", pa.string()),
+    ("weight_version_max", pa.string()),
+    ("turn_count", pa.int32()),
+    ("created_at", pa.string()),
+    ("metadata", pa.string()),  # JSON
+]
+
+RL_SCHEMA = pa.schema(
+    [
+        *_COMMON,
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("response_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+        ("response_logprobs", pa.list_(pa.float32())),
+        ("version_spans", pa.string()),  # JSON
+        ("n_prompt", pa.int32()),
+        ("n_response", pa.int32()),
+        ("n_loss_tokens", pa.int32()),
+    ]
+)
+
+TOOL_CALL = pa.struct([("id", pa.string()), ("type", pa.string()), ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())]))])
+MESSAGE = pa.struct(
+    [
+        ("role", pa.string()),
+        ("content", pa.string()),
+        ("reasoning_content", pa.string()),
+        ("tool_calls", pa.list_(TOOL_CALL)),
+        ("tool_call_id", pa.string()),
+        ("name", pa.string()),
+    ]
+)
+SFT_SCHEMA = pa.schema([*_COMMON, ("instruction", pa.string()), ("messages", pa.list_(MESSAGE)), ("tools", pa.string())])
+
+_JSON_COLUMNS = ("metadata", "version_spans", "tools")
+_MESSAGE_KEYS = [field.name for field in MESSAGE]
+
+
+def to_arrow_row(row: dict[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    for key in _JSON_COLUMNS:
+        if key in out:
+            out[key] = json.dumps(out[key], ensure_ascii=False, separators=(",", ":"))
+    if "messages" in out:
+        out["messages"] = [{key: message.get(key) for key in _MESSAGE_KEYS} for message in out["messages"]]
+    return out
+
+
+def from_parquet_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A message read back from parquet, in the JSONL shape (absent fields dropped)."""
+    return {key: value for key, value in message.items() if value is not None}

@@ -8,13 +8,13 @@ data module over ``npm_cli`` (installed with ``polar harness install NAME``, see
 
 from __future__ import annotations
 
+from harness_adapters import claude_code, codex, gemini_cli, opencode, pi, qwen_code
 from harness_adapters.base import (
     HarnessAdapter,
     HarnessContext,
     LaunchSpec,
     SessionAccess,
 )
-from harness_adapters import claude_code, codex, gemini_cli, opencode, pi, qwen_code
 from harness_adapters.builtin import BuiltinAgent
 from harness_adapters.command import CommandHarness
 from polar.errors import InvalidRequest

@@ -39,7 +39,9 @@ def _docker(settings: Settings, key: str, env: Mapping[str, str], isolation: Iso
 
 
 def _apptainer(settings: Settings, key: str, env: Mapping[str, str], isolation: Isolation | None, options: Any) -> Runtime:
-    return ApptainerRuntime(key, settings.runtime_dir, image=settings.apptainer_image, tools_dir=settings.tools_dir, options=options, env=env)
+    return ApptainerRuntime(
+        key, settings.runtime_dir, image=settings.apptainer_image, tools_dir=settings.tools_dir, options=options, env=env
+    )
 
 
 RUNTIMES: dict[str, RuntimeFactory] = {"local": _local, "docker": _docker, "apptainer": _apptainer}

@@ -155,7 +155,8 @@ class DockerRuntime(LocalRuntime):
             limits["mem_limit"] = limits["memswap_limit"] = f"{self.options.memory_mb}m"
         if self.options.pids_limit:
             limits["pids_limit"] = self.options.pids_limit
-        labels = {LABEL: "docker", "polar.key": self.key, "polar.root": str(self.layout.root), "polar.created": str(int(time.time()))}
+        labels = {LABEL: "docker", "polar.key": self.key, "polar.root": str(self.layout.root),
+                  "polar.created": str(int(time.time()))}  # fmt: skip
         try:
             container = self.client.containers.create(
                 self.image, ["sleep", "infinity"], name=self.name, labels=labels, init=True, detach=True,
@@ -268,10 +269,12 @@ class DockerRuntime(LocalRuntime):
         for path in (stdout_path, stderr_path, pid_file):
             path.parent.mkdir(parents=True, exist_ok=True)
         argv = ["bash", "-c", command] if isinstance(command, str) else [str(part) for part in command]
-        wrapped = ["setsid", "-w", "sh", "-c", WRAPPER, "polar-exec", str(pid_file), str(stdout_path), str(stderr_path), str(rc_file), *argv]
+        files = [str(path) for path in (pid_file, stdout_path, stderr_path, rc_file)]
+        wrapped = ["setsid", "-w", "sh", "-c", WRAPPER, "polar-exec", *files, *argv]
         api = self.client.api
         try:
-            exec_id = (await self._call(api.exec_create, container.id, wrapped, environment=self.command_env(env), workdir=str(workdir)))["Id"]
+            created = await self._call(api.exec_create, container.id, wrapped, environment=self.command_env(env), workdir=str(workdir))
+            exec_id = created["Id"]
         except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds; all mean the command did not start
             raise SandboxError(f"cannot start {command!r} in container {self.name}: {_api_error(exc)}") from None
         started = time.monotonic()

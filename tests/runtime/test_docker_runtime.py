@@ -144,7 +144,7 @@ async def test_network_none_reaches_only_the_service_given_to_reach(no_leaks):
         async with rt.reach(url) as inner:
             assert inner == url  # the relay listens inside on the same port, on the container's loopback
             node = tools_dir() / "node" / "bin" / "node"
-            fetch = f"fetch(process.argv[1]).then(r => r.text()).then(t => console.log(t), e => console.log('ERR', e.cause?.code))"
+            fetch = "fetch(process.argv[1]).then(r => r.text()).then(t => console.log(t), e => console.log('ERR', e.cause?.code))"
             got = await rt.exec([str(node), "-e", fetch, f"{inner}/x"], timeout_s=30)
             assert got.stdout.strip() == "hello from /base/x", got.stderr
             blocked = await rt.exec([str(node), "-e", fetch, f"http://127.0.0.1:{other.server_port}/"], timeout_s=30)

@@ -65,7 +65,9 @@ async def run_stage(ctx: RolloutContext, rollout_id: str, stage: Stage, owner: s
 
 def agent_runtime(ctx: RolloutContext, view: RolloutView) -> Runtime:
     spec = view.task.runtime
-    return open_runtime(spec.type or ctx.settings.runtime, ctx.settings, view.id, env=spec.env, isolation=spec.isolation, options=spec.options)
+    return open_runtime(
+        spec.type or ctx.settings.runtime, ctx.settings, view.id, env=spec.env, isolation=spec.isolation, options=spec.options
+    )
 
 
 def eval_runtime(ctx: RolloutContext, view: RolloutView) -> Runtime:

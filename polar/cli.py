@@ -6,10 +6,11 @@ import argparse
 import asyncio
 import json
 import sys
+from pathlib import Path
 
 from pydantic import ValidationError
 
-from polar.errors import PolarError
+from polar.errors import InvalidRequest, PolarError
 from polar.settings import get_settings
 
 
@@ -118,6 +119,40 @@ def _serve(args: argparse.Namespace) -> None:
     serve(host=args.host, port=args.port)
 
 
+def _export(args: argparse.Namespace) -> None:
+    from polar.export import Acceptance, ExportFilter, export
+    from polar.rollout.context import store_factory
+
+    settings = get_settings()
+    filters = ExportFilter(
+        task_ids=args.task, task_name=args.task_name, harness=args.harness, builder=args.builder,
+        min_reward=args.min_reward, max_reward=args.max_reward, status=args.status, weight_version=args.version,
+        since=_when(args.since), until=_when(args.until), acceptance=Acceptance(min_reward=args.min_reward or 1.0) if args.accepted else None,
+    )  # fmt: skip
+    report = export(store_factory(settings), settings, Path(args.output), kind=args.kind, filters=filters, fmt=args.format)
+    print(json.dumps({"path": str(report.path), "kind": report.kind.value, "rows": report.rows, "bytes": report.bytes}))
+
+
+def _report(args: argparse.Namespace) -> None:
+    from polar.report import build_report
+    from polar.rollout.context import store_factory
+
+    report = build_report(store_factory(get_settings()), Path(args.out), since=_when(args.since), until=_when(args.until), task_ids=args.task)
+    print(json.dumps({"html": str(report.html), "images": {k: str(v) for k, v in report.images.items()}, **report.summary}))
+
+
+def _when(value: str | None):
+    from datetime import UTC, datetime
+
+    if value is None:
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidRequest(f"not an ISO date/time: {value!r}", field="since/until") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="polar", description="Polar: token-faithful rollouts for real agent harnesses")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -178,6 +213,30 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--host", help="default: POLAR_API_HOST (127.0.0.1)")
     api.add_argument("--port", type=int, help="default: POLAR_API_PORT (8800)")
     api.set_defaults(func=_serve)
+
+    exp = sub.add_parser("export", help="trajectories as SFT conversations or RL token rows, JSONL or parquet")
+    exp.add_argument("output", help="a .jsonl or .parquet path")
+    exp.add_argument("--kind", choices=["sft", "rl"], default="rl")
+    exp.add_argument("--format", choices=["jsonl", "parquet"], help="default: from the output's suffix")
+    exp.add_argument("--task", action="append", help="a task id (repeatable)")
+    exp.add_argument("--task-name")
+    exp.add_argument("--harness")
+    exp.add_argument("--builder", help="default: each task's own builder")
+    exp.add_argument("--min-reward", type=float)
+    exp.add_argument("--max-reward", type=float)
+    exp.add_argument("--status", action="append", help="trajectory status (repeatable), e.g. COMPLETED")
+    exp.add_argument("--version", help="sampled under this weight version")
+    exp.add_argument("--since", help="created at or after this ISO date/time (UTC if no zone)")
+    exp.add_argument("--until", help="created before this ISO date/time")
+    exp.add_argument("--accepted", action="store_true", help="SFT acceptance: reward >= --min-reward (1), no errors, not truncated")
+    exp.set_defaults(func=_export)
+
+    rep = sub.add_parser("report", help="plots (PNG) and a self-contained HTML summary of a run or a date range")
+    rep.add_argument("--out", default="polar-report", help="output folder")
+    rep.add_argument("--task", action="append", help="a task id (repeatable)")
+    rep.add_argument("--since")
+    rep.add_argument("--until")
+    rep.set_defaults(func=_report)
 
     from polar import cli_tools
 

@@ -202,10 +202,15 @@ class DockerRuntime(LocalRuntime):
         return self._container
 
     async def start(self, *, fresh: bool) -> None:
-        if fresh:
-            await self._call(self._remove)
-        await super().start(fresh=fresh)
-        await self._call(self._ensure)
+        try:
+            if fresh:
+                await self._call(self._remove)
+            await super().start(fresh=fresh)
+            await self._call(self._ensure)
+        except SandboxError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an engine that went away, a refused call: the stage fails clearly
+            raise SandboxError(f"the Docker engine failed starting container {self.name}: {_api_error(exc)}") from None
 
     async def stop(self, *, remove: bool) -> None:
         await self._call(self._remove)

@@ -1,0 +1,61 @@
+"""A flow process that dies mid-run leaves its container running; the retry flow takes the rollout over, kills
+the leftover harness in that container, ends the rollout ERROR (a harness is never launched twice) and removes
+the container. Nothing is leaked by a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from db.enums import RolloutStatus
+from flows.retry import retry_failed
+from polar.rollout import submit_tasks
+from polar.rollout.context import close_contexts, store_factory
+from polar.runtime.docker import LABEL
+from polar.settings import get_settings
+from tests.flows.conftest import polar_environment, prefect_server  # noqa: F401
+from tests.flows.test_flows import start_flow_process, wait_for
+from tests.rollout.helpers import GIT_INIT, answer_task, rollout_row
+from tests.runtime.conftest import IMAGE, tools_dir
+
+
+@pytest.fixture
+def docker_flow_env(monkeypatch, tmp_path, cache_dir, sqlite_url, sqlite_gateway, prefect_server):  # noqa: F811
+    env = polar_environment(tmp_path, cache_dir, sqlite_url, sqlite_gateway.url, POLAR_TOOLS=str(tools_dir()), POLAR_DOCKER_IMAGE=IMAGE)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    yield tmp_path
+    close_contexts()
+    get_settings.cache_clear()
+
+
+def polar_containers(engine, root) -> list:
+    return [c for c in engine.containers.list(all=True, filters={"label": LABEL}) if c.labels["polar.root"].startswith(str(root))]
+
+
+async def test_a_crashed_flow_leaves_nothing_once_the_retry_flow_takes_over(docker_engine, docker_flow_env, prefect_server, tmp_path):  # noqa: F811
+    harness = {"name": "command", "config": {"command": "echo started > started.txt; sleep 300"}}
+    task = answer_task(samples=1, policies=None, harness=harness, runtime={"type": "docker", "prepare": [{"command": GIT_INIT}]})
+    factory = store_factory()
+    (rid,) = (await asyncio.to_thread(submit_tasks, factory, [task]))[0].rollout_ids
+    child = start_flow_process(rid, prefect_server, tmp_path / "flow.log")
+    try:
+        started = docker_flow_env / "runtimes" / rid / "work" / "started.txt"
+        await asyncio.to_thread(wait_for, started.exists, 120, "the harness to start in its container")
+        await asyncio.to_thread(wait_for, lambda: "process" in rollout_row(factory, rid).stage_results.get("progress", {}).get("run", {}), 30)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)  # the flow process dies with no chance to clean up
+        child.wait()
+    (left,) = polar_containers(docker_engine, docker_flow_env)
+    assert left.status == "running" and "sleep 300" in left.exec_run(["ps", "-eo", "args"]).output.decode()
+
+    result = await retry_failed(rollout_ids=[rid], stale_after_s=0)
+    assert rid in result["retried"]
+    row = rollout_row(factory, rid)
+    assert row.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
+    assert row.stage_results["run"]["leftover_killed"]
+    assert polar_containers(docker_engine, docker_flow_env) == []

@@ -1,4 +1,4 @@
-"""prefect.yaml, read by Prefect's own loader: four deployments on the process pool, each entrypoint a flow that
+"""prefect.yaml, read by Prefect's own loader: five deployments on the process pool, each entrypoint a flow that
 loads, with the parameters it declares. ``tests/flows/test_workers.py`` runs ``prefect deploy --all`` on it."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def test_prefect_yaml_declares_the_pipeline_deployments():
     configs, actions = _load_deploy_configs_and_actions(REPO / "prefect.yaml", console=console)
     assert "Skipping" not in console.export_text()  # Prefect skips a file it cannot validate
     by_name = {config["name"]: config for config in configs}
-    assert set(by_name) == {"rollout", "batch", "retry-failed", "rebuild-trajectories"}
+    assert set(by_name) == {"rollout", "batch", "retry-failed", "rebuild-trajectories", "sft-generation"}
     assert all(config["work_pool"]["name"] == "polar-process" for config in configs)
     assert actions["pull"] == [{"prefect.deployments.steps.set_working_directory": {"directory": "{{ $POLAR_REPO_DIR }}"}}]
     flows = {}
@@ -32,4 +32,9 @@ def test_prefect_yaml_declares_the_pipeline_deployments():
         "batch": "polar-batch",
         "retry-failed": "polar-retry-failed",
         "rebuild-trajectories": "polar-rebuild-trajectories",
+        "sft-generation": "polar-sft-generation",
     }
+    [schedule] = by_name["sft-generation"]["schedules"]
+    assert schedule["cron"] == "0 3 * * *" and schedule["active"] is True
+    dataset = REPO / by_name["sft-generation"]["parameters"]["dataset"]
+    assert dataset.is_file()  # the default dataset ships with the repository

@@ -16,23 +16,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import shlex
 import shutil
 import subprocess
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from polar.errors import SandboxError
-from polar.runtime.local import LocalRuntime, _tail
-from polar.runtime.tunnel import UnixTunnel
-
-SOCKET_DIR = "/run/polar"
-RELAY = Path(__file__).resolve().parents[1] / "assets" / "relay.js"
+from polar.runtime.local import LocalRuntime
+from polar.runtime.tunnel import SANDBOX_SOCKET_DIR, gateway_tunnel
 
 
 class ApptainerOptions(BaseModel):
@@ -75,7 +69,7 @@ class ApptainerRuntime(LocalRuntime):
             raise SandboxError("the apptainer runtime needs an image: POLAR_APPTAINER_IMAGE or runtime.options.image")
         self.socket_dir.mkdir(parents=True, exist_ok=True)
         root = str(self.layout.root)
-        binds = [f"{root}:{root}", f"{self.socket_dir}:{SOCKET_DIR}"]
+        binds = [f"{root}:{root}", f"{self.socket_dir}:{SANDBOX_SOCKET_DIR}"]
         if self.tools_dir.is_dir():
             binds.append(f"{self.tools_dir}:{self.tools_dir}:ro")
         net = ["--net", "--network", "none"] if self.options.network == "none" else []
@@ -120,26 +114,24 @@ class ApptainerRuntime(LocalRuntime):
         if self.options.network == "host":
             yield url
             return
-        parts = urlsplit(url)
-        port = parts.port or 80
-        node = self.tools_dir / "node" / "bin" / "node"
-        relay, ready = self.layout.private / "relay.js", self.layout.private / f"relay-{port}.ready"
-        shutil.copyfile(RELAY, relay)
-        ready.unlink(missing_ok=True)
-        async with UnixTunnel(self.socket_dir / "gateway.sock", parts.hostname or "127.0.0.1", port):
-            argv = [str(node), str(relay), f"{SOCKET_DIR}/gateway.sock", str(port), str(ready)]
-            process = await asyncio.create_subprocess_exec(
-                *self._argv(shlex.join(argv), self.layout.work), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-            deadline = time.monotonic() + 15
-            try:
-                while not (ready.exists() and ready.read_text()):
-                    if time.monotonic() > deadline or process.returncode is not None:
-                        raise SandboxError(f"the gateway relay in instance {self.instance} did not start: {_tail(ready)}")
-                    await asyncio.sleep(0.02)
-                yield urlunsplit((parts.scheme, f"127.0.0.1:{port}", parts.path, parts.query, parts.fragment))
-            finally:
+        relays: list[asyncio.subprocess.Process] = []
+
+        async def start(argv: list[str], log: Path) -> None:
+            with log.open("wb") as out:
+                relays.append(await asyncio.create_subprocess_exec(
+                    *self._argv(argv, self.layout.work), stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+                    start_new_session=True,
+                ))  # fmt: skip
+
+        async def stop(pid: int) -> None:
+            for process in relays:
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
                 await process.wait()
+
+        tunnel = gateway_tunnel(
+            url, socket_dir=self.socket_dir, private=self.layout.private, tools_dir=self.tools_dir, start=start, stop=stop,
+            where=f"apptainer instance {self.instance}",
+        )  # fmt: skip
+        async with tunnel as inner:
+            yield inner

@@ -33,18 +33,15 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from polar.errors import SandboxError
 from polar.runtime.base import ExecResult, ProcessHandle, SpawnHook
 from polar.runtime.local import LocalRuntime, _tail
-from polar.runtime.tunnel import UnixTunnel
+from polar.runtime.tunnel import SANDBOX_SOCKET_DIR, gateway_tunnel
 
 LABEL = "polar.runtime"
-SOCKET_DIR = "/run/polar"  # where the tunnel's socket folder appears inside the container
-RELAY = Path(__file__).resolve().parents[1] / "assets" / "relay.js"
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Runs the command as the leader of a new session: its pid (= process group) goes to a file first, its exit
 # code to another, then the group is killed so nothing it started in the background outlives it.
@@ -135,7 +132,7 @@ class DockerRuntime(LocalRuntime):
 
     def _mounts(self) -> dict[str, dict[str, str]]:
         root = str(self.layout.root)
-        volumes = {root: {"bind": root, "mode": "rw"}, str(self._socket_dir()): {"bind": SOCKET_DIR, "mode": "rw"}}
+        volumes = {root: {"bind": root, "mode": "rw"}, str(self._socket_dir()): {"bind": SANDBOX_SOCKET_DIR, "mode": "rw"}}
         if self.options.mount_tools and self.tools_dir.is_dir():
             volumes[str(self.tools_dir)] = {"bind": str(self.tools_dir), "mode": "ro"}
         return volumes
@@ -339,31 +336,18 @@ class DockerRuntime(LocalRuntime):
         if self.network == "host":
             yield url
             return
-        parts = urlsplit(url)
-        host, port = parts.hostname or "127.0.0.1", parts.port or 80
-        node = self.tools_dir / "node" / "bin" / "node"
-        if not node.exists():
-            raise SandboxError(f"the gateway relay needs Node in the tools folder ({node}): run `polar harness install node`")
-        relay = self.layout.private / "relay.js"
-        ready = self.layout.private / f"relay-{port}.ready"
-        shutil.copyfile(RELAY, relay)
-        ready.unlink(missing_ok=True)
-        socket = self._socket_dir() / "gateway.sock"
-        async with UnixTunnel(socket, host, port):
-            container = await self._call(self._ensure)
-            argv = [str(node), str(relay), f"{SOCKET_DIR}/gateway.sock", str(port), str(ready)]
-            launch = f"exec {shlex.join(argv)} >{shlex.quote(str(ready))}.log 2>&1"
+        container = await self._call(self._ensure)
+
+        async def start(argv: list[str], log: Path) -> None:
+            launch = f"exec {shlex.join(argv)} >{shlex.quote(str(log))} 2>&1"
             await self._call(container.exec_run, ["sh", "-c", launch], detach=True)
-            deadline = time.monotonic() + 15
-            while not (ready.exists() and ready.read_text()):
-                if time.monotonic() > deadline:
-                    log = _tail(Path(f"{ready}.log"))
-                    raise SandboxError(f"the gateway relay in container {self.name} did not start: {log[-300:]}")
-                await asyncio.sleep(0.01)
-            relay_pid = int(ready.read_text() or 0)
-            try:
-                yield urlunsplit((parts.scheme, f"127.0.0.1:{port}", parts.path, parts.query, parts.fragment))
-            finally:
-                if relay_pid:
-                    with contextlib.suppress(Exception):
-                        await self._call(container.exec_run, ["kill", "-KILL", str(relay_pid)])
+
+        async def stop(pid: int) -> None:
+            await self._call(container.exec_run, ["kill", "-KILL", str(pid)])
+
+        tunnel = gateway_tunnel(
+            url, socket_dir=self._socket_dir(), private=self.layout.private, tools_dir=self.tools_dir, start=start, stop=stop,
+            where=f"container {self.name}",
+        )  # fmt: skip
+        async with tunnel as inner:
+            yield inner

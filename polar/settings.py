@@ -9,6 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -116,7 +117,7 @@ class Settings(BaseSettings):
     tools: Path | None = Field(default=None, description="agent CLIs and Node (polar harness install); empty means home/tools")
     docker_host: str = Field(default="", description="Docker engine URL; empty means DOCKER_HOST or the default socket")
     docker_image: str = Field(default="polar/base:bookworm", description="image of docker runtimes that name none")
-    docker_network: str = Field(default="none", description="none (a tunnel to the gateway only) or host")
+    docker_network: Literal["none", "host"] = Field(default="none", description="none (a tunnel to the gateway only) or host")
     apptainer_image: str = Field(default="", description="SIF image or sandbox folder of apptainer runtimes")
 
     @property

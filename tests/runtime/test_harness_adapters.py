@@ -59,3 +59,32 @@ def test_the_registry_lists_every_harness_and_rejects_unknown_names():
 def test_a_session_seen_through_a_tunnel_keeps_its_paths():
     moved = SESSION.rebased("http://127.0.0.1:9", "http://127.0.0.1:7")
     assert moved.base_urls == {"openai": "http://127.0.0.1:7/v1", "anthropic": "http://127.0.0.1:7", "gemini": "http://127.0.0.1:7"}
+
+
+def test_node_is_installed_beside_the_clis_once(tmp_path):
+    import shutil
+
+    from harness_adapters.install import install_tool, node_path
+
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    first = install_tool("node", tmp_path)
+    assert not first.already and node_path(tmp_path).stat().st_mode & 0o111
+    assert install_tool("node", tmp_path).already
+
+
+def test_the_command_line_installs_a_tool_into_polar_tools(tmp_path, monkeypatch, capsys):
+    from polar.cli import main
+    from polar.settings import get_settings
+
+    monkeypatch.setenv("POLAR_HOME", str(tmp_path))
+    monkeypatch.setenv("POLAR_TOOLS", str(tmp_path / "tools"))
+    get_settings.cache_clear()
+    try:
+        assert main(["harness", "install", "node"]) == 0
+        assert "node host: installed" in capsys.readouterr().out and (tmp_path / "tools" / "node" / "bin" / "node").exists()
+        with pytest.raises(SystemExit) as exit_info:
+            main(["harness", "install", "cursor"])  # argparse lists the known names
+        assert exit_info.value.code == 2 and "claude" in capsys.readouterr().err
+    finally:
+        get_settings.cache_clear()

@@ -56,7 +56,17 @@ MESSAGE = pa.struct(
         ("name", pa.string()),
     ]
 )
-SFT_SCHEMA = pa.schema([*_COMMON, ("instruction", pa.string()), ("messages", pa.list_(MESSAGE)), ("tools", pa.string())])
+SFT_SCHEMA = pa.schema(
+    [
+        *_COMMON,
+        ("instruction", pa.string()),
+        ("messages", pa.list_(MESSAGE)),
+        ("tools", pa.string()),  # JSON
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("response_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+    ]
+)
 
 _JSON_COLUMNS = ("metadata", "version_spans", "tools")
 _MESSAGE_KEYS = [field.name for field in MESSAGE]

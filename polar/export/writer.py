@@ -1,5 +1,6 @@
 """Streaming exports of trajectories: RL rows (token ids, loss mask, logprobs, reward, versions) or SFT rows
-(OpenAI-style messages and tools, one conversation per line), as JSONL or parquet.
+(OpenAI-style messages and tools, one conversation per line, plus its prompt and response ids and loss mask), as
+JSONL or parquet.
 
 Rows are read with ``yield_per`` (a server-side cursor on Postgres) and written ``batch_rows`` at a time (a
 parquet row group per batch), so memory stays bounded by one batch whatever the store holds.
@@ -95,7 +96,16 @@ def rows(factory: sessionmaker[Session], settings: Settings, kind: ExportKind, f
             if last is None:
                 continue
             messages, tools = conversation(db, last, parse_reply)
-            yield {**_common(trajectory, rollout, task, harness), "instruction": task.instruction, "messages": messages, "tools": tools}
+            yield {
+                **_common(trajectory, rollout, task, harness),
+                "instruction": task.instruction,
+                "messages": messages,
+                "tools": tools,
+                # The same conversation as tokens, for SFT on exactly what the model saw and sampled.
+                "prompt_ids": list(trajectory.prompt_ids),
+                "response_ids": list(trajectory.response_ids),
+                "loss_mask": list(trajectory.loss_mask),
+            }
             db.expunge_all()  # the chain's captures were loaded to rebuild the request: let them go
 
 

@@ -99,6 +99,8 @@ def prefect_env(tmp_path_factory, prefect_database) -> Iterator[dict[str, str]]:
         "PREFECT_SERVER_API_PORT": str(port),
         "PREFECT_SERVER_DATABASE_CONNECTION_URL": prefect_database,
         "PREFECT_LOGGING_LEVEL": "INFO",
+        # The scheduler turns deployment schedules into runs; once a second, so a scheduled test need not wait.
+        "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "1",
     }
     log = (home / "server.log").open("w")
     server = subprocess.Popen([PREFECT, "server", "start"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=home)
@@ -266,3 +268,84 @@ def test_the_control_api_runs_tasks_as_pool_flow_runs_and_cancels_them(deployed,
         stop(worker, worker=True)
         worker_log.close()
         api_log.close()
+
+
+def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, postgres_url, tmp_path, cache_dir):  # noqa: F811
+    """The sft-generation deployment on a schedule: the server's scheduler creates the run, a worker runs it, and
+    the parquet it writes holds the store's accepted conversations (messages and token arrays)."""
+    import asyncio
+    from datetime import timedelta
+
+    import pyarrow.parquet as pq
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import DeploymentUpdate
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.client.schemas.schedules import IntervalSchedule
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from db.models import Trajectory
+    from tests.rollout.helpers import FAIL, SOLVE
+
+    rows = [{"id": "solved", "instruction": "Write polar into answer.txt.", "policies": [SOLVE]},
+            {"id": "failed", "instruction": "Write polar into answer.txt.", "policies": [FAIL]}]  # fmt: skip
+    dataset = tmp_path / "sft.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    name = f"sched-{uuid.uuid4().hex[:8]}"
+    parameters = {"dataset": str(dataset), "name": name, "harness": {"name": "agent", "config": {"max_turns": 4}},
+                  "evaluator": {"type": "file", "config": {"path": "answer.txt", "equals": "polar"}},
+                  "samples_per_task": 1, "output": str(tmp_path / "exports")}  # fmt: skip
+
+    async def with_client(action):
+        with temporary_settings({PREFECT_API_URL: deployed["PREFECT_API_URL"]}):
+            async with get_client() as client:
+                return await action(client)
+
+    async def schedule(client):
+        deployment = await client.read_deployment_by_name("polar-sft-generation/sft-generation")
+        await client.update_deployment(deployment.id, DeploymentUpdate(parameters=parameters))
+        await client.create_deployment_schedules(deployment.id, [(IntervalSchedule(interval=timedelta(seconds=10)), True)])
+        return deployment.id
+
+    deployment_id = asyncio.run(with_client(schedule))
+    polar = polar_environment(tmp_path, cache_dir, postgres_url, gateway.url)
+    env = {**deployed, **polar, "POLAR_REPO_DIR": str(REPO), "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    log = (tmp_path / "worker.log").open("w")
+    worker = start_worker(env, 4, log)
+
+    async def finished_runs(client):
+        runs = await client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])))
+        return [r for r in runs if r.state is not None and r.state.is_final()]
+
+    async def pause(client):
+        for item in await client.read_deployment_schedules(deployment_id):
+            await client.update_deployment_schedule(deployment_id, item.id, active=False)
+
+    try:
+        deadline = time.monotonic() + 240
+        while not (done := asyncio.run(with_client(finished_runs))):
+            assert worker.poll() is None and time.monotonic() < deadline, (tmp_path / "worker.log").read_text()[-3000:]
+            time.sleep(1)
+        asyncio.run(with_client(pause))
+    finally:
+        stop(worker, worker=True)
+        log.close()
+    run = done[0]
+    assert run.auto_scheduled and run.state.is_completed(), run.state
+    [parquet] = sorted((tmp_path / "exports").glob(f"{name}-*.parquet"))[:1]
+    exported = pq.read_table(parquet).to_pylist()
+    factory = _store(postgres_url)
+    with factory() as db:
+        solved = db.execute(
+            sa.select(Trajectory, Task.meta).join(Rollout, Rollout.id == Trajectory.rollout_id).join(Task, Task.id == Rollout.task_id)
+            .where(Task.name == f"{name}:solved", Trajectory.reward >= 1, Trajectory.builder == "prefix_merge")
+        ).all()  # fmt: skip
+    # The run's own accepted conversations (a second scheduled run may have started before the first accepted any).
+    accepted = [t for t, meta in solved if meta["sft_run"] == str(run.id)]
+    assert len(exported) == len(accepted) == 1
+    row, stored = exported[0], accepted[0]
+    assert row["trajectory_id"] == stored.id and json.loads(row["metadata"])["sft_key"] == "solved"
+    assert row["prompt_ids"] == list(stored.prompt_ids) and row["response_ids"] == list(stored.response_ids)
+    assert row["loss_mask"] == list(stored.loss_mask)
+    calls = [c for m in row["messages"] if m["tool_calls"] for c in m["tool_calls"]]
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"command": "echo polar > answer.txt"}]
+    assert row["messages"][-1]["role"] == "assistant" and row["messages"][-1]["content"] == "Done."

@@ -24,6 +24,7 @@ from polar.backends.base import (
     LogprobSemantics,
     SamplingParams,
     VersionSpan,
+    WeightUpdate,
     collect,
 )
 from polar.backends.vllm import VLLMBackend
@@ -287,14 +288,13 @@ async def test_weight_version_labels_outputs(backend):
 
 
 async def test_pause_keep_update_resume_splits_version_spans(vllm_server):
-    """The RL weight-update cycle: pause (keep requests), relabel, resume; the running request spans both."""
+    """The RL weight-update cycle (``update_weights``: pause keeping requests, relabel, resume); the running
+    request spans both versions."""
     backend = await VLLMBackend.connect(vllm_server.url)
 
     async def cycle() -> None:
-        await backend.pause("keep")
-        assert await backend.is_paused()
-        await backend.update_weight_version("mid-stream")
-        await backend.resume()
+        await backend.update_weights(WeightUpdate("mid-stream"))
+        assert not await backend.is_paused()
 
     try:
         chunks = await interrupted_stream(

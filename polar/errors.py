@@ -37,6 +37,13 @@ class InvalidRequest(PolarError):
     error_type = "invalid_request_error"
 
 
+def invalid_from(exc: Exception, what: str = "request") -> InvalidRequest:
+    """A pydantic ``ValidationError`` as an ``InvalidRequest`` naming its first bad field."""
+    first = exc.errors()[0]  # type: ignore[attr-defined]
+    field = ".".join(str(p) for p in first["loc"]) or "body"
+    return InvalidRequest(f"invalid {what} at {field}: {first['msg']}", field=field)
+
+
 class UnknownSamplingParameter(InvalidRequest):
     """A sampling parameter the backend does not know (SGLang rejects these with 400 as well)."""
 

@@ -16,6 +16,26 @@ POSTGRES_URL = os.environ.get("POLAR_TEST_POSTGRES_URL", "")
 needs_postgres = pytest.mark.skipif(not POSTGRES_URL, reason="POLAR_TEST_POSTGRES_URL is not set")
 
 
+STORES = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=needs_postgres)]
+"""Parameters of a store fixture: SQLite always, Postgres when POLAR_TEST_POSTGRES_URL is set."""
+
+
+@contextmanager
+def migrated_store(kind: str, folder) -> Iterator[str]:
+    """The URL of a fresh store migrated to head: a SQLite file in ``folder``, or a throw-away Postgres schema."""
+    from db.migrate import upgrade
+
+    if kind == "sqlite":
+        url = f"sqlite:///{folder / 'polar.db'}"
+        upgrade(url)
+        yield url
+        return
+    with postgres_schema() as schema:
+        url = schema_url(schema)
+        upgrade(url)
+        yield url
+
+
 def schema_url(schema: str, base: str = "") -> str:
     url = make_url(base or POSTGRES_URL).update_query_dict({"options": f"-csearch_path={schema}"})
     return url.render_as_string(hide_password=False)

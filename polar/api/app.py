@@ -28,7 +28,7 @@ from polar.api.callbacks import deliver_due
 from polar.api.runner import TaskRunner, flow_run_states
 from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody, WeightsRequest
 from polar.api.weights import WeightSource, publish
-from polar.errors import AuthenticationError, InvalidRequest, PolarError
+from polar.errors import AuthenticationError, InvalidRequest, PolarError, invalid_from
 from polar.rollout.submit import submit_tasks
 from polar.settings import Settings, TaskDispatch
 
@@ -230,7 +230,5 @@ async def _weight_source(request: Request) -> WeightSource:
     try:
         parsed = WeightsRequest.model_validate_json(await request.body() or b"{}")
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "body"
-        raise InvalidRequest(f"invalid {field}: {first['msg']}", field=field) from None
+        raise invalid_from(exc, "weights request") from None
     return WeightSource(parsed.version, checkpoint_path=parsed.checkpoint_path, notes=parsed.notes)

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from polar.backends.base import WeightUpdate
-from polar.errors import InvalidRequest, PayloadTooLarge, PolarError
+from polar.errors import InvalidRequest, PayloadTooLarge, PolarError, invalid_from
 from polar.proxy.gateway import Gateway
 
 MAX_TENSOR_BYTES = 2 * 1024**3
@@ -55,9 +55,7 @@ async def parse_weight_update(request: Request, read_json: Callable[[Request, in
     try:
         body = WeightsBody.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "body"
-        raise InvalidRequest(f"invalid weights request at {field}: {first['msg']}", field=field) from None
+        raise invalid_from(exc, "weights request") from None
     return WeightUpdate(body.version, path=body.checkpoint_path)
 
 

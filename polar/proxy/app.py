@@ -22,7 +22,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from db import Capture, full_prompt_ids, session_scope
 from db.request_json import full_request_json
-from polar.errors import AuthenticationError, InvalidRequest, NotFound, PayloadTooLarge, PermissionDenied, PolarError
+from polar.errors import (
+    AuthenticationError,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    PolarError,
+    invalid_from,
+)
 from polar.proxy.admin import add_admin_routes
 from polar.proxy.gateway import Gateway
 from polar.proxy.policy import ScriptedPolicySpec
@@ -205,9 +213,7 @@ def create_app(gw: Gateway) -> FastAPI:
             try:
                 spec = SessionCreate.model_validate(raw if raw is not None else {})
             except ValidationError as exc:
-                first = exc.errors()[0]
-                field = ".".join(str(p) for p in first["loc"]) or "body"
-                raise InvalidRequest(f"invalid session request at {field}: {first['msg']}", field=field) from None
+                raise invalid_from(exc, "session request") from None
             if spec.policy is not None:
                 ScriptedPolicySpec.parse(spec.policy)  # reject a bad script now, not at the first call
             info, key = await asyncio.to_thread(

@@ -11,23 +11,15 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from db.migrate import upgrade
 from polar.api import create_api
 from polar.rollout.context import store_factory
-from tests.pg import needs_postgres, postgres_schema, schema_url
+from tests.pg import STORES, migrated_store
 from tests.rollout.helpers import test_settings
 
 
-@pytest.fixture(scope="module", params=[pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=needs_postgres)])
+@pytest.fixture(scope="module", params=STORES)
 def store_for_fuzz(request, tmp_path_factory) -> Iterator[str]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'polar.db'}"
-        upgrade(url)
-        yield url
-        return
-    with postgres_schema() as schema:
-        url = schema_url(schema)
-        upgrade(url)
+    with migrated_store(request.param, tmp_path_factory.mktemp("fuzz")) as url:
         yield url
 
 

@@ -9,23 +9,12 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.engine import make_engine, make_session_factory
-from db.migrate import upgrade
-from tests.pg import needs_postgres, postgres_schema, schema_url
+from tests.pg import STORES, migrated_store
 
 
-@pytest.fixture(
-    scope="module",
-    params=[pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=needs_postgres)],
-)
+@pytest.fixture(scope="module", params=STORES)
 def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('store') / 'polar.db'}"
-        upgrade(url)
-        yield url
-        return
-    with postgres_schema() as schema:
-        url = schema_url(schema)
-        upgrade(url)
+    with migrated_store(request.param, tmp_path_factory.mktemp("store")) as url:
         yield url
 
 

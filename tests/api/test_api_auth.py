@@ -1,0 +1,29 @@
+"""With POLAR_CONTROL_TOKEN set, every /v1 route of the control API needs it as a Bearer token; /health does not."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from db.migrate import upgrade
+from polar.api import create_api
+from polar.rollout.context import store_factory
+from tests.rollout.helpers import test_settings
+
+
+def test_the_control_token_guards_every_v1_route(tmp_path, cache_dir):
+    url = f"sqlite:///{tmp_path / 'polar.db'}"
+    upgrade(url)
+    settings = test_settings(tmp_path, cache_dir, url, control_token="s3cret", task_dispatch="inline")
+    client = TestClient(create_api(settings, store_factory(settings)))  # no lifespan: nothing is dispatched
+    assert client.get("/health").status_code == 200
+    calls = [("GET", "/v1/tasks"), ("GET", "/v1/trajectories"), ("GET", "/v1/weights"), ("POST", "/v1/claims"),
+             ("POST", "/v1/tasks/x/cancel"), ("GET", "/v1/rollouts/x")]  # fmt: skip
+    for method, path in calls:
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            reply = client.request(method, path, headers=headers, json={"trainer": "t"})
+            assert reply.status_code == 401 and reply.json()["error"]["type"] == "authentication_error", (path, reply.text)
+    good = {"Authorization": "Bearer s3cret"}
+    assert client.get("/v1/tasks", headers=good).json() == {"tasks": []}
+    assert client.post("/v1/claims", headers=good, json={"trainer": "t"}).json()["claim_id"] is None
+    assert client.get("/v1/rollouts/x", headers=good).status_code == 404
+    assert client.get("/openapi.json").status_code == 200 and "/v1/claims" in client.get("/openapi.json").json()["paths"]

@@ -22,13 +22,14 @@ from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.enums import TaskStatus
+from db.models import Rollout
 from polar import feed
 from polar.api import queries
 from polar.api.callbacks import deliver_due
 from polar.api.runner import TaskRunner, flow_run_states
 from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody, WeightsRequest
 from polar.api.weights import WeightSource, publish
-from polar.errors import AuthenticationError, InvalidRequest, PolarError, invalid_from
+from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, invalid_from
 from polar.rollout.submit import submit_tasks
 from polar.settings import Settings, TaskDispatch
 
@@ -141,9 +142,6 @@ def create_api(settings: Settings, factory: sessionmaker[Session], *, gateway_ur
     @app.get("/v1/rollouts/{rollout_id}", dependencies=v1)
     async def rollout(rollout_id: str) -> dict[str, Any]:
         def one(db: Session) -> dict[str, Any]:
-            from db.models import Rollout
-            from polar.errors import NotFound
-
             row = db.get(Rollout, rollout_id)
             if row is None:
                 raise NotFound(f"no rollout {rollout_id}", field="rollout_id")

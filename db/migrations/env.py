@@ -2,7 +2,8 @@
 
 ``db.migrate`` is the entry point; it passes the URL as ``config.attributes["url"]`` (a plain
 ``sqlalchemy.url`` option works too). SQLite gets batch mode (it cannot ALTER most things in place),
-foreign-key enforcement off while tables are rebuilt (checked once at the end instead), and real
+foreign-key enforcement off while tables are rebuilt (checked once at the end instead), legacy ALTER TABLE
+renames (so the analysis views do not block a rebuild), and real
 transactions, so a failed migration leaves the schema as it was on both databases.
 """
 
@@ -35,6 +36,9 @@ def _make_sqlite_transactional(engine: Engine) -> None:
         # Batch mode rebuilds a table (copy, drop, rename); with enforcement on, dropping a referenced table
         # fails or cascades. SQLite only takes this pragma outside a transaction, hence at connect.
         dbapi_connection.execute("PRAGMA foreign_keys=OFF")
+        # The final RENAME of a rebuild would otherwise re-check every view (db.views) while the table is being
+        # swapped and fail; the views name tables, not their definitions, so they stay valid after the swap.
+        dbapi_connection.execute("PRAGMA legacy_alter_table=ON")
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:

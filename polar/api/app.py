@@ -30,11 +30,11 @@ from polar.api.runner import TaskRunner, flow_run_states
 from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody, WeightsRequest
 from polar.api.weights import WeightSource, publish
 from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, invalid_from
+from polar.proxy.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 from polar.rollout.submit import submit_tasks
 from polar.settings import Settings, TaskDispatch
 
 log = logging.getLogger(__name__)
-MAX_WEIGHT_BYTES = 2 * 1024**3
 
 
 def _error(exc: PolarError) -> JSONResponse:
@@ -215,16 +215,10 @@ def create_api(settings: Settings, factory: sessionmaker[Session], *, gateway_ur
 async def _weight_source(request: Request) -> WeightSource:
     from pydantic import ValidationError
 
-    if request.headers.get("content-type", "").startswith("application/octet-stream"):
-        version = request.query_params.get("version", "")
-        if not version:
-            raise InvalidRequest("a tensor upload needs ?version=", field="version")
-        body = bytearray()
-        async for part in request.stream():
-            body += part
-            if len(body) > MAX_WEIGHT_BYTES:
-                raise InvalidRequest(f"weights exceed {MAX_WEIGHT_BYTES} bytes", field="body")
-        return WeightSource(version, tensors=bytes(body), notes=request.query_params.get("notes"))
+    version = tensor_upload_version(request)
+    if version is not None:
+        body = await read_body(request, MAX_WEIGHT_BYTES)
+        return WeightSource(version, tensors=body, notes=request.query_params.get("notes"))
     try:
         parsed = WeightsRequest.model_validate_json(await request.body() or b"{}")
     except ValidationError as exc:

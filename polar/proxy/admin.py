@@ -17,10 +17,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from polar.backends.base import WeightUpdate
-from polar.errors import InvalidRequest, PayloadTooLarge, PolarError, invalid_from
+from polar.errors import InvalidRequest, PolarError, invalid_from
+from polar.proxy.body import MAX_WEIGHT_BYTES, read_body, read_json, tensor_upload_version
 from polar.proxy.gateway import Gateway
-
-MAX_TENSOR_BYTES = 2 * 1024**3
 
 
 class WeightsBody(BaseModel):
@@ -29,25 +28,14 @@ class WeightsBody(BaseModel):
     checkpoint_path: str | None = Field(default=None, min_length=1)
 
 
-async def _read_bytes(request: Request, limit: int) -> bytes:
-    raw = bytearray()
-    async for part in request.stream():
-        raw += part
-        if len(raw) > limit:
-            raise PayloadTooLarge(f"weights body exceeds the {limit}-byte limit", field="body")
-    return bytes(raw)
-
-
-async def parse_weight_update(request: Request, read_json: Callable[[Request, int], Awaitable[object]], limit: int) -> WeightUpdate:
-    if request.headers.get("content-type", "").startswith("application/octet-stream"):
-        version = request.query_params.get("version", "")
-        if not version:
-            raise InvalidRequest("a tensor upload needs ?version=", field="version")
+async def parse_weight_update(request: Request, limit: int) -> WeightUpdate:
+    version = tensor_upload_version(request)
+    if version is not None:
         from safetensors import SafetensorError
         from safetensors.torch import load
 
         try:
-            tensors = load(await _read_bytes(request, MAX_TENSOR_BYTES))
+            tensors = load(await read_body(request, MAX_WEIGHT_BYTES))
         except (SafetensorError, ValueError) as exc:
             raise InvalidRequest(f"the body is not a safetensors file: {exc}", field="body") from None
         return WeightUpdate(version, tensors=tensors)
@@ -63,14 +51,13 @@ def add_admin_routes(
     app: FastAPI,
     gw: Gateway,
     authorize: Callable[[Request], Awaitable[None]],
-    read_json: Callable[[Request, int], Awaitable[object]],
     on_error: Callable[[PolarError], Response],
 ) -> None:
     @app.post("/v1/admin/weights")
     async def update_weights(request: Request) -> Response:
         try:
             await authorize(request)
-            update = await parse_weight_update(request, read_json, gw.settings.max_body_bytes)
+            update = await parse_weight_update(request, gw.settings.max_body_bytes)
             await gw.backend.update_weights(update)
             version = await gw.backend.weight_version()
         except PolarError as exc:

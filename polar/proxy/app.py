@@ -7,7 +7,6 @@ status and body. Nothing reaches the harness as a bare 500 traceback.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,12 +25,12 @@ from polar.errors import (
     AuthenticationError,
     InvalidRequest,
     NotFound,
-    PayloadTooLarge,
     PermissionDenied,
     PolarError,
     invalid_from,
 )
 from polar.proxy.admin import add_admin_routes
+from polar.proxy.body import read_json
 from polar.proxy.gateway import Gateway
 from polar.proxy.policy import ScriptedPolicySpec
 from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
@@ -52,21 +51,6 @@ def _api_key(request: Request) -> str | None:
     return request.headers.get("x-api-key") or request.headers.get("x-goog-api-key") or request.query_params.get("key")
 
 
-async def _read_json(request: Request, limit: int) -> Any:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit", field="body")
-    raw = bytearray()
-    async for part in request.stream():
-        raw += part
-        if len(raw) > limit:
-            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit", field="body")
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}", field="body") from None
-
-
 async def _frames_as_bytes(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
     async for frame in frames:
         yield frame.encode()
@@ -74,7 +58,7 @@ async def _frames_as_bytes(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
 
 async def _model_call(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None, stream: bool | None = None) -> Response:
     try:
-        body = await _read_json(request, gw.settings.max_body_bytes)
+        body = await read_json(request, gw.settings.max_body_bytes)
         session = await asyncio.to_thread(gw.sessions.authenticate, _api_key(request))
         chat = codec.parse_request(body, path_model=model, path_stream=stream)
         plan = await asyncio.to_thread(gw.calls.plan, session, codec, body, chat, gw.policy_for(session))
@@ -90,7 +74,7 @@ async def _model_call(gw: Gateway, request: Request, codec: ProtocolCodec, *, mo
 
 
 async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> tuple[int, Any]:
-    body = await _read_json(request, gw.settings.max_body_bytes)
+    body = await read_json(request, gw.settings.max_body_bytes)
     await asyncio.to_thread(gw.sessions.authenticate, _api_key(request))
     if isinstance(body, dict) and codec is ANTHROPIC:
         body = {"max_tokens": 1, **body}  # count_tokens bodies carry no max_tokens
@@ -209,7 +193,7 @@ def create_app(gw: Gateway) -> FastAPI:
     async def create_session(request: Request) -> Response:
         try:
             await authorize_control(request)
-            raw = await _read_json(request, gw.settings.max_body_bytes)
+            raw = await read_json(request, gw.settings.max_body_bytes)
             try:
                 spec = SessionCreate.model_validate(raw if raw is not None else {})
             except ValidationError as exc:
@@ -262,7 +246,7 @@ def create_app(gw: Gateway) -> FastAPI:
             return _control_error(exc)
         return JSONResponse({"session_id": session_id, "captures": rows})
 
-    add_admin_routes(app, gw, authorize_control, _read_json, _control_error)
+    add_admin_routes(app, gw, authorize_control, _control_error)
     return app
 
 

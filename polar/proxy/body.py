@@ -1,0 +1,47 @@
+"""Request bodies under a size limit, for the gateway and the control API.
+
+A body larger than the limit is a ``PayloadTooLarge`` (413), refused from its declared length when it has one,
+otherwise as soon as the bytes read pass the limit, so an oversize upload is never held in memory whole.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import Request
+
+from polar.errors import InvalidRequest, PayloadTooLarge
+
+MAX_WEIGHT_BYTES = 2 * 1024**3
+"""The largest safetensors upload of new weights (``POST /v1/admin/weights``, ``POST /v1/weights``)."""
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit", field="body")
+    raw = bytearray()
+    async for part in request.stream():
+        raw += part
+        if len(raw) > limit:
+            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit", field="body")
+    return bytes(raw)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    raw = await read_body(request, limit)
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}", field="body") from None
+
+
+def tensor_upload_version(request: Request) -> str | None:
+    """The ``?version=`` of a weights upload sent as safetensors bytes; None when the body is JSON instead."""
+    if not request.headers.get("content-type", "").startswith("application/octet-stream"):
+        return None
+    version = request.query_params.get("version", "")
+    if not version:
+        raise InvalidRequest("a tensor upload needs ?version=", field="version")
+    return version

@@ -30,6 +30,7 @@ from polar.api.runner import TaskRunner, flow_run_states
 from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody, WeightsRequest
 from polar.api.weights import WeightSource, publish
 from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, invalid_from
+from polar.export.filters import ExportFilter
 from polar.proxy.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 from polar.rollout.submit import submit_tasks
 from polar.settings import Settings, TaskDispatch
@@ -164,9 +165,11 @@ def create_api(settings: Settings, factory: sessionmaker[Session], *, gateway_ur
         limit: int = Query(100, ge=1, le=10_000),
         offset: int = Query(0, ge=0, le=1_000_000_000),
     ) -> dict[str, Any]:
-        filters = {"task_id": task_id, "rollout_id": rollout_id, "builder": builder, "status": status,
-                   "min_reward": min_reward, "max_reward": max_reward, "weight_version": weight_version,
-                   "since": since, "consumed": consumed}  # fmt: skip
+        filters = ExportFilter(
+            task_ids=[task_id] if task_id is not None else None, rollout_id=rollout_id, builder=builder,
+            all_builders=True, status=[status] if status is not None else None, min_reward=min_reward,
+            max_reward=max_reward, weight_version=weight_version, since=since, consumed=consumed,
+        )  # fmt: skip
         rows = await read(queries.list_trajectories, filters, limit=limit, offset=offset, tokens=tokens)
         return {"trajectories": rows}
 

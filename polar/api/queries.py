@@ -15,6 +15,7 @@ from db.enums import TaskStatus
 from db.models import Rollout, Task, Trajectory
 from polar.api.runner import held_reason
 from polar.errors import NotFound
+from polar.export.filters import ExportFilter, apply
 from polar.feed import versions
 
 
@@ -114,23 +115,12 @@ def trajectory_view(row: Trajectory, task_id: str | None, *, tokens: bool) -> di
     return item
 
 
-def list_trajectories(db: Session, filters: dict[str, Any], *, limit: int, offset: int, tokens: bool) -> list[dict[str, Any]]:
-    """Trajectories matching ``filters`` (task_id, rollout_id, builder, status, min/max_reward, weight_version,
-    since, consumed), oldest first."""
-    query = sa.select(Trajectory, Rollout.task_id).join(Rollout, Rollout.id == Trajectory.rollout_id)
-    where = {
-        "task_id": lambda v: Rollout.task_id == v,
-        "rollout_id": lambda v: Trajectory.rollout_id == v,
-        "builder": lambda v: Trajectory.builder == v,
-        "status": lambda v: Trajectory.status == v,
-        "min_reward": lambda v: Trajectory.reward >= v,
-        "max_reward": lambda v: Trajectory.reward <= v,
-        "weight_version": lambda v: sa.or_(Trajectory.weight_version_min == v, Trajectory.weight_version_max == v),
-        "since": lambda v: Trajectory.created_at >= v,
-        "consumed": lambda v: Trajectory.consumed_by.is_not(None) if v else Trajectory.consumed_by.is_(None),
-    }
-    for name, value in filters.items():
-        if value is not None:
-            query = query.where(where[name](value))
-    query = query.order_by(Trajectory.id).limit(limit).offset(offset)
+def list_trajectories(db: Session, filters: ExportFilter, *, limit: int, offset: int, tokens: bool) -> list[dict[str, Any]]:
+    """Trajectories matching ``filters`` (the exports' filters), oldest first."""
+    query = (
+        sa.select(Trajectory, Rollout.task_id)
+        .join(Rollout, Rollout.id == Trajectory.rollout_id)
+        .join(Task, Task.id == Rollout.task_id, isouter=True)  # a session without a task has trajectories too
+    )
+    query = apply(query, filters, db.get_bind().dialect.name).order_by(Trajectory.id).limit(limit).offset(offset)
     return [trajectory_view(row, task_id, tokens=tokens) for row, task_id in db.execute(query)]

@@ -29,8 +29,10 @@ class ExportFilter(BaseModel):
     model_config = ConfigDict(extra="forbid")
     task_ids: list[str] | None = None
     task_name: str | None = None
+    rollout_id: str | None = None
     harness: str | None = None
     builder: str | None = Field(default=None, description="default: each task's own builder")
+    all_builders: bool = Field(default=False, description="with no builder given, every builder's trajectories")
     min_reward: float | None = None
     max_reward: float | None = None
     status: list[str] | None = Field(default=None, description="trajectory statuses, e.g. COMPLETED, TIMEOUT")
@@ -38,6 +40,7 @@ class ExportFilter(BaseModel):
     since: datetime | None = None
     until: datetime | None = None
     metadata: dict[str, Any] | None = Field(default=None, description="task metadata keys that must equal these values")
+    consumed: bool | None = Field(default=None, description="claimed and acknowledged by a trainer, or not yet")
     acceptance: Acceptance | None = None
 
 
@@ -58,9 +61,14 @@ def apply(query: sa.Select, f: ExportFilter, dialect: str) -> sa.Select:
         query = query.where(Task.id.in_(f.task_ids))
     if f.task_name is not None:
         query = query.where(Task.name == f.task_name)
+    if f.rollout_id is not None:
+        query = query.where(Trajectory.rollout_id == f.rollout_id)
     if f.harness is not None:
         query = query.where(harness_name(dialect) == f.harness)
-    query = query.where(Trajectory.builder == (f.builder if f.builder is not None else Task.builder))
+    if f.builder is not None:
+        query = query.where(Trajectory.builder == f.builder)
+    elif not f.all_builders:
+        query = query.where(Trajectory.builder == Task.builder)
     if f.min_reward is not None:
         query = query.where(Trajectory.reward >= f.min_reward)
     if f.max_reward is not None:
@@ -73,6 +81,8 @@ def apply(query: sa.Select, f: ExportFilter, dialect: str) -> sa.Select:
         query = query.where(Trajectory.created_at >= f.since)
     if f.until is not None:
         query = query.where(Trajectory.created_at < f.until)
+    if f.consumed is not None:
+        query = query.where(Trajectory.consumed_by.is_not(None) if f.consumed else Trajectory.consumed_by.is_(None))
     for key, value in (f.metadata or {}).items():
         # JSON text on both databases: compare as text (numbers and strings alike).
         query = query.where(sa.cast(meta_value(dialect, key), sa.String) == str(value))

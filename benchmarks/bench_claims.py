@@ -34,20 +34,62 @@ def fill(factory, groups: int, samples: int) -> int:
     with factory() as db, db.begin():
         for _ in range(groups):
             task_id = str(uuid.uuid4())
-            db.add(Task(id=task_id, instruction="bench", harness={}, runtime={}, evaluator={}, builder="prefix_merge",
-                        num_samples=samples, meta={}, status=TaskStatus.COMPLETED))  # fmt: skip
+            db.add(
+                Task(
+                    id=task_id,
+                    instruction="bench",
+                    harness={},
+                    runtime={},
+                    evaluator={},
+                    builder="prefix_merge",
+                    num_samples=samples,
+                    meta={},
+                    status=TaskStatus.COMPLETED,
+                )
+            )
             rollouts = [str(uuid.uuid4()) for _ in range(samples)]
             db.flush()
-            db.execute(sa.insert(Rollout), [
-                {"id": r, "task_id": task_id, "sample_index": i, "status": RolloutStatus.COMPLETED, "stage_results": {},
-                 "stage_timings": {}, "weight_version_min": "default", "weight_version_max": "default"}
-                for i, r in enumerate(rollouts)])  # fmt: skip
-            db.execute(sa.insert(Trajectory), [
-                {"rollout_id": r, "builder": "prefix_merge", "chain_index": 0, "capture_ids": [1], "prompt_ids": prompt,
-                 "response_ids": response, "loss_mask": [1] * 256, "response_logprobs": [-0.5] * 256, "reward": 1.0,
-                 "weight_version_min": "default", "weight_version_max": "default", "version_spans": [], "turn_count": 1,
-                 "n_prompt": 64, "n_response": 256, "n_loss_tokens": 256, "status": "COMPLETED"}
-                for r in rollouts])  # fmt: skip
+            db.execute(
+                sa.insert(Rollout),
+                [
+                    {
+                        "id": r,
+                        "task_id": task_id,
+                        "sample_index": i,
+                        "status": RolloutStatus.COMPLETED,
+                        "stage_results": {},
+                        "stage_timings": {},
+                        "weight_version_min": "default",
+                        "weight_version_max": "default",
+                    }
+                    for i, r in enumerate(rollouts)
+                ],
+            )
+            db.execute(
+                sa.insert(Trajectory),
+                [
+                    {
+                        "rollout_id": r,
+                        "builder": "prefix_merge",
+                        "chain_index": 0,
+                        "capture_ids": [1],
+                        "prompt_ids": prompt,
+                        "response_ids": response,
+                        "loss_mask": [1] * 256,
+                        "response_logprobs": [-0.5] * 256,
+                        "reward": 1.0,
+                        "weight_version_min": "default",
+                        "weight_version_max": "default",
+                        "version_spans": [],
+                        "turn_count": 1,
+                        "n_prompt": 64,
+                        "n_response": 256,
+                        "n_loss_tokens": 256,
+                        "status": "COMPLETED",
+                    }
+                    for r in rollouts
+                ],
+            )
     return groups * samples
 
 

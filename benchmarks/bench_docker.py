@@ -1,7 +1,8 @@
 """The docker runtime on a real engine: container start, exec round trip and teardown times, and the overlap the
 READY buffer buys when real containers are initialised while other rollouts run.
 
-    .venv/bin/python benchmarks/bench_docker.py [--containers 10] [--execs 50] [--rollouts 8] [--prepare 1.0] [--run 2.0]
+    .venv/bin/python benchmarks/bench_docker.py [--containers 10] [--execs 50] [--rollouts 8] \
+        [--prepare 1.0] [--run 2.0]
 
 Needs a Docker engine and the base image (``scripts/docker_env.sh start``).
 
@@ -65,10 +66,19 @@ async def ready_overlap(home: Path, rollouts: int, prepare_s: float, run_s: floa
     from polar.settings import Settings
 
     settings = Settings(
-        home=home, database_url=f"sqlite:///{home / 'bench.db'}", runtime_root=home / "runtimes", runtime="docker",
-        docker_image=IMAGE, tools=TOOLS, init_concurrency=2, run_concurrency=2, postrun_concurrency=2, ready_buffer=ready,
-        init_retries=0, run_retries=0,
-    )  # fmt: skip
+        home=home,
+        database_url=f"sqlite:///{home / 'bench.db'}",
+        runtime_root=home / "runtimes",
+        runtime="docker",
+        docker_image=IMAGE,
+        tools=TOOLS,
+        init_concurrency=2,
+        run_concurrency=2,
+        postrun_concurrency=2,
+        ready_buffer=ready,
+        init_retries=0,
+        run_retries=0,
+    )
     ctx = RolloutContext.create(settings)
     try:
         task = {
@@ -106,13 +116,24 @@ def main() -> None:
         sys.exit(f"{reason} (scripts/docker_env.sh start)")
     with tempfile.TemporaryDirectory(prefix="polar-bench-docker-") as tmp:
         asyncio.run(lifecycle(Path(tmp) / "lifecycle", args.containers, args.execs))
-        print(f"\nREADY buffer: {args.rollouts} rollouts, init = container + prepare {args.prepare:g} s, run {args.run:g} s, 2 run slots")
+        print(
+            f"\nREADY buffer: {args.rollouts} rollouts, init = container + prepare {args.prepare:g} s, run "
+            f"{args.run:g} s, 2 run slots"
+        )
         walls = {}
         for ready in (1, 4):
-            walls[ready] = asyncio.run(ready_overlap(Path(tmp) / f"ready{ready}", args.rollouts, args.prepare, args.run, ready))
-            print(f"  ready buffer {ready}: wall {walls[ready]:6.2f} s   {args.rollouts / walls[ready] * 60:5.1f} rollouts/min")
+            walls[ready] = asyncio.run(
+                ready_overlap(Path(tmp) / f"ready{ready}", args.rollouts, args.prepare, args.run, ready)
+            )
+            print(
+                f"  ready buffer {ready}: wall {walls[ready]:6.2f} s   {args.rollouts / walls[ready] * 60:5.1f} "
+                "rollouts/min"
+            )
         bound = args.rollouts / 2 * args.run
-        print(f"  run-bound ideal (runs back to back in 2 slots): {bound:.2f} s; buffer 4 saves {walls[1] - walls[4]:.2f} s")
+        print(
+            f"  run-bound ideal (runs back to back in 2 slots): {bound:.2f} s; buffer 4 saves "
+            f"{walls[1] - walls[4]:.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ if mode == "naive":
 else:
     count = export(factory, Settings(database_url=url), Path(out), kind="rl", fmt=mode).rows
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({{"rows": count, "peak_mb": peak / 1024, "baseline_mb": base / 1024, "seconds": time.perf_counter() - started}}))
+seconds = time.perf_counter() - started
+print(json.dumps({{"rows": count, "peak_mb": peak / 1024, "baseline_mb": base / 1024, "seconds": seconds}}))
 """
 
 
@@ -59,28 +60,79 @@ def fill(url: str, n: int, batch: int = 5000) -> None:
     import random
 
     rng = random.Random(0)  # 97 distinct token rows, cycled: realistic entropy for the writers, a cheap fill
-    variants = [([rng.randrange(150_000) for _ in range(64)], [rng.randrange(150_000) for _ in range(256)],
-                 [round(-rng.random() * 5, 4) for _ in range(256)]) for _ in range(97)]  # fmt: skip
+    variants = [
+        (
+            [rng.randrange(150_000) for _ in range(64)],
+            [rng.randrange(150_000) for _ in range(256)],
+            [round(-rng.random() * 5, 4) for _ in range(256)],
+        )
+        for _ in range(97)
+    ]
     with factory() as db, db.begin():
         task_id = str(uuid.uuid4())
-        db.add(Task(id=task_id, instruction="bench", harness={"name": "agent"}, runtime={}, evaluator={}, builder="prefix_merge",
-                    num_samples=n, meta={}, status=TaskStatus.COMPLETED))  # fmt: skip
+        db.add(
+            Task(
+                id=task_id,
+                instruction="bench",
+                harness={"name": "agent"},
+                runtime={},
+                evaluator={},
+                builder="prefix_merge",
+                num_samples=n,
+                meta={},
+                status=TaskStatus.COMPLETED,
+            )
+        )
         db.flush()
         for start in range(0, n, batch):
             ids = [str(uuid.uuid4()) for _ in range(min(batch, n - start))]
-            db.execute(sa.insert(Rollout), [{"id": r, "task_id": task_id, "sample_index": start + i, "status": RolloutStatus.COMPLETED,
-                                             "stage_results": {}, "stage_timings": {}} for i, r in enumerate(ids)])  # fmt: skip
-            db.execute(sa.insert(Trajectory), [
-                {"rollout_id": r, "builder": "prefix_merge", "chain_index": 0, "capture_ids": [1], "prompt_ids": variants[i % 97][0],
-                 "response_ids": variants[i % 97][1], "loss_mask": [1] * 256, "response_logprobs": variants[i % 97][2],
-                 "reward": 1.0, "version_spans": [], "turn_count": 1, "n_prompt": 64, "n_response": 256, "n_loss_tokens": 256,
-                 "status": "COMPLETED"}
-                for i, r in enumerate(ids)])  # fmt: skip
+            db.execute(
+                sa.insert(Rollout),
+                [
+                    {
+                        "id": r,
+                        "task_id": task_id,
+                        "sample_index": start + i,
+                        "status": RolloutStatus.COMPLETED,
+                        "stage_results": {},
+                        "stage_timings": {},
+                    }
+                    for i, r in enumerate(ids)
+                ],
+            )
+            db.execute(
+                sa.insert(Trajectory),
+                [
+                    {
+                        "rollout_id": r,
+                        "builder": "prefix_merge",
+                        "chain_index": 0,
+                        "capture_ids": [1],
+                        "prompt_ids": variants[i % 97][0],
+                        "response_ids": variants[i % 97][1],
+                        "loss_mask": [1] * 256,
+                        "response_logprobs": variants[i % 97][2],
+                        "reward": 1.0,
+                        "version_spans": [],
+                        "turn_count": 1,
+                        "n_prompt": 64,
+                        "n_response": 256,
+                        "n_loss_tokens": 256,
+                        "status": "COMPLETED",
+                    }
+                    for i, r in enumerate(ids)
+                ],
+            )
     engine.dispose()
 
 
 def measure(mode: str, url: str, out: Path) -> dict:
-    done = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT)), mode, url, str(out)], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD.format(root=str(ROOT)), mode, url, str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -101,7 +153,10 @@ def main() -> None:
                 result = measure(mode, url, out)
                 size = f"{out.stat().st_size / 2**20:7.0f}MB" if out.exists() else "-"
                 grown = result["peak_mb"] - result["baseline_mb"]
-                print(f"{n:>12} {mode:>8} {result['peak_mb']:>8.0f}MB {grown:>6.0f}MB {result['seconds']:>8.1f} {result['rows'] / result['seconds']:>8.0f} {size:>9}")
+                print(
+                    f"{n:>12} {mode:>8} {result['peak_mb']:>8.0f}MB {grown:>6.0f}MB {result['seconds']:>8.1f} "
+                    f"{result['rows'] / result['seconds']:>8.0f} {size:>9}"
+                )
                 if out.exists():
                     out.unlink()
 

@@ -99,26 +99,68 @@ def start_servers(stack: ExitStack, tmp: Path, args: argparse.Namespace, pg_url:
 
     def gateway(name: str, backend_url: str, database_url: str) -> Server:
         port = free_port()
-        env = {"POLAR_HOME": str(tmp / name), "POLAR_CACHE": str(cache), "POLAR_BACKEND": "sglang",
-               "POLAR_BACKEND_URL": backend_url, "POLAR_MODEL": "tiny", "POLAR_DATABASE_URL": database_url}  # fmt: skip
+        env = {
+            "POLAR_HOME": str(tmp / name),
+            "POLAR_CACHE": str(cache),
+            "POLAR_BACKEND": "sglang",
+            "POLAR_BACKEND_URL": backend_url,
+            "POLAR_MODEL": "tiny",
+            "POLAR_DATABASE_URL": database_url,
+        }
         return start(name, [str(BIN / "polar"), "gateway", "--port", str(port)], env, port, "/")
 
     # The backends first: a gateway reads /model_info when it starts.
     port = free_port()
-    upstream = start("upstream", [sys.executable, "benchmarks/instant_backend.py", "--port", str(port)], {"POLAR_CACHE": str(cache)}, port, "/health")
+    upstream = start(
+        "upstream",
+        [sys.executable, "benchmarks/instant_backend.py", "--port", str(port)],
+        {"POLAR_CACHE": str(cache)},
+        port,
+        "/health",
+    )
     if not args.no_model:
         port = free_port()
-        start("model", [str(BIN / "polar"), "serve-model", "--port", str(port), "--log-level", "warning", "--cache-dir", str(cache)], {}, port, "/health")
+        start(
+            "model",
+            [
+                str(BIN / "polar"),
+                "serve-model",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+                "--cache-dir",
+                str(cache),
+            ],
+            {},
+            port,
+            "/health",
+        )
     if not args.no_litellm:
         port = free_port()
         config = {
-            "model_list": [{"model_name": "instant", "litellm_params": {"model": "openai/instant", "api_base": upstream.url + "/v1", "api_key": "none"}}],
+            "model_list": [
+                {
+                    "model_name": "instant",
+                    "litellm_params": {"model": "openai/instant", "api_base": upstream.url + "/v1", "api_key": "none"},
+                }
+            ],
             "litellm_settings": {"telemetry": False, "drop_params": True},
             "general_settings": {"master_key": LITELLM_KEY, "disable_spend_logs": True},
-        }  # fmt: skip
+        }
         (tmp / "litellm.yaml").write_text(json.dumps(config, indent=1))  # JSON is YAML
         env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
-        argv = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(tmp / "litellm.yaml"), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+        argv = [
+            str(LITELLM_VENV / "bin" / "litellm"),
+            "--config",
+            str(tmp / "litellm.yaml"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--num_workers",
+            "1",
+        ]
         start("litellm", argv, env, port, "/health/liveliness")
     upstream.wait_ready()
     gateway("polar", upstream.url, f"sqlite:///{tmp / 'polar' / 'polar.db'}")
@@ -142,7 +184,9 @@ async def new_session(client: httpx.AsyncClient, gateway: Server) -> tuple[str, 
     return data["session_id"], data["api_key"]
 
 
-async def section_latency(client: httpx.AsyncClient, servers: dict[str, Server], levels: list[int], n_requests: int) -> None:
+async def section_latency(
+    client: httpx.AsyncClient, servers: dict[str, Server], levels: list[int], n_requests: int
+) -> None:
     body = json.dumps(chat_body(conversation(9))).encode()
     keys = [(await new_session(client, servers["polar"]))[1] for _ in range(max(levels))]
     targets: list[tuple[str, str, list[str | None]]] = [
@@ -165,13 +209,22 @@ async def section_latency(client: httpx.AsyncClient, servers: dict[str, Server],
     results: dict[tuple[str, int], tuple[list[float], float]] = {}
     for level in levels:
         for name, url, worker_keys in targets:
-            results[name, level] = await closed_loop(level, n_requests * (2 if level > 1 else 1), caller(url, worker_keys))
+            results[name, level] = await closed_loop(
+                level, n_requests * (2 if level > 1 else 1), caller(url, worker_keys)
+            )
 
-    print(f"\n== 1. added latency and throughput, instant backend ({len(json.loads(body)['messages'])}-message agent "
-          f"conversation, {len(body) / KIB:.1f} KiB body, tool-call reply) ==")  # fmt: skip
-    print("Polar: one session per connection, the same request every call, so each call renders and tokenizes the whole\n"
-          "conversation (no parent to append to), streams /generate and commits a capture to SQLite before answering")  # fmt: skip
-    print(f"{'target':<8} {'conc':>4} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'added p50':>10} {'added p99':>10} {'req/s':>8}")
+    print(
+        f"\n== 1. added latency and throughput, instant backend ({len(json.loads(body)['messages'])}-message agent "
+        f"conversation, {len(body) / KIB:.1f} KiB body, tool-call reply) =="
+    )
+    print(
+        "Polar: one session per connection, the same request every call, so each call renders and tokenizes the whole\n"
+        "conversation (no parent to append to), streams /generate and commits a capture to SQLite before answering"
+    )
+    print(
+        f"{'target':<8} {'conc':>4} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'added p50':>10} "
+        f"{'added p99':>10} {'req/s':>8}"
+    )
     summary: dict[tuple[str, int], tuple[float, float, float]] = {}
     for level in levels:
         base = results["direct", level][0]
@@ -181,17 +234,25 @@ async def section_latency(client: httpx.AsyncClient, servers: dict[str, Server],
             added50, added99 = p50 - statistics.median(base), p99 - percentile(base, 99)
             summary[name, level] = (added50, added99, len(lat) / wall)
             added = ("-", "-") if name == "direct" else (ms(added50), ms(added99))
-            print(f"{name:<8} {level:>4} {len(lat):>8} {ms(p50):>8} {ms(p99):>8} {added[0]:>10} {added[1]:>10} {len(lat) / wall:>8.0f}")
+            print(
+                f"{name:<8} {level:>4} {len(lat):>8} {ms(p50):>8} {ms(p99):>8} {added[0]:>10} {added[1]:>10} "
+                f"{len(lat) / wall:>8.0f}"
+            )
     if "litellm" in servers:
         for level in levels:
             (p50, p99, rps), (l50, l99, lrps) = summary["polar", level], summary["litellm", level]
-            print(f"Polar/LiteLLM at conc {level}: added p50 {p50 / l50:.2f}x, added p99 {p99 / l99:.2f}x, req/s {rps / lrps:.2f}x")
+            print(
+                f"Polar/LiteLLM at conc {level}: added p50 {p50 / l50:.2f}x, added p99 {p99 / l99:.2f}x, req/s "
+                f"{rps / lrps:.2f}x"
+            )
 
 
 # ---- 2. time to first byte, streaming --------------------------------------------------------------------
 
 
-async def stream_times(client: httpx.AsyncClient, url: str, body: bytes, key: str | None, is_token) -> tuple[float, float, float]:
+async def stream_times(
+    client: httpx.AsyncClient, url: str, body: bytes, key: str | None, is_token
+) -> tuple[float, float, float]:
     """Seconds to the first body byte, to the first event carrying a token, and to the end of the stream."""
     headers = {"content-type": "application/json", **({"authorization": f"Bearer {key}"} if key else {})}
     started = time.perf_counter()
@@ -225,21 +286,32 @@ def _chat_token(event: dict) -> bool:
 async def section_ttfb(client: httpx.AsyncClient, servers: dict[str, Server], tokenizer: ChatTokenizer, n: int) -> None:
     chat = chat_body(conversation(9), stream=True, max_tokens=STREAM_MAX_TOKENS)
     parsed = OPENAI_CHAT.parse_request(chat)
-    prompt = PromptBuilder(tokenizer, ChatTemplate(get_settings().tool_format)).canonical_ids(parsed.messages, parsed.tools)
+    prompt = PromptBuilder(tokenizer, ChatTemplate(get_settings().tool_format)).canonical_ids(
+        parsed.messages, parsed.tools
+    )
     direct_body = json.dumps(
-        {"input_ids": list(prompt), "sampling_params": {"max_new_tokens": STREAM_MAX_TOKENS}, "return_logprob": True, "stream": True}
+        {
+            "input_ids": list(prompt),
+            "sampling_params": {"max_new_tokens": STREAM_MAX_TOKENS},
+            "return_logprob": True,
+            "stream": True,
+        }
     ).encode()
     chat_bytes = json.dumps(chat).encode()
     rows = []
-    await client.post(servers["upstream"].url + "/bench/config", json={"reply": "text", "stream_token_delay_ms": TOKEN_DELAY_MS})
+    await client.post(
+        servers["upstream"].url + "/bench/config", json={"reply": "text", "stream_token_delay_ms": TOKEN_DELAY_MS}
+    )
     try:
         pairs = [(f"instant, {TOKEN_DELAY_MS} ms/token", servers["upstream"], servers["polar"])]
         if "model" in servers:
             pairs.append(("tiny model (serve-model)", servers["model"], servers["polar-model"]))
         for label, backend, gateway in pairs:
             _, key = await new_session(client, gateway)
-            paths = [("direct /generate", backend.url + "/generate", direct_body, None, _generate_token),
-                     ("gateway chat", gateway.url + "/v1/chat/completions", chat_bytes, key, _chat_token)]  # fmt: skip
+            paths = [
+                ("direct /generate", backend.url + "/generate", direct_body, None, _generate_token),
+                ("gateway chat", gateway.url + "/v1/chat/completions", chat_bytes, key, _chat_token),
+            ]
             for _ in range(3):  # warm-up
                 for _path, url, body, k, is_token in paths:
                     await stream_times(client, url, body, k, is_token)
@@ -252,9 +324,14 @@ async def section_ttfb(client: httpx.AsyncClient, servers: dict[str, Server], to
     finally:
         await client.post(servers["upstream"].url + "/bench/config", json={"reply": "tool", "stream_token_delay_ms": 0})
 
-    print(f"\n== 2. streaming: time to first byte / first token, direct vs through the gateway "
-          f"({len(prompt)}-token prompt, {STREAM_MAX_TOKENS} tokens, p50 of {n}) ==")  # fmt: skip
-    print(f"{'backend':<26} {'path':<17} {'first byte ms':>13} {'first token ms':>14} {'end ms':>8} {'added (token) ms':>16}")
+    print(
+        f"\n== 2. streaming: time to first byte / first token, direct vs through the gateway "
+        f"({len(prompt)}-token prompt, {STREAM_MAX_TOKENS} tokens, p50 of {n}) =="
+    )
+    print(
+        f"{'backend':<26} {'path':<17} {'first byte ms':>13} {'first token ms':>14} {'end ms':>8} "
+        f"{'added (token) ms':>16}"
+    )
     for i, (label, path, first_byte, first_token, end) in enumerate(rows):
         added = "-" if i % 2 == 0 else ms(first_token - rows[i - 1][3])
         print(f"{label:<26} {path:<17} {ms(first_byte):>13} {ms(first_token):>14} {ms(end):>8} {added:>16}")
@@ -280,7 +357,9 @@ async def agent_session(client: httpx.AsyncClient, gateway: Server, key: str, ca
     return latencies, sent
 
 
-async def run_sessions(client: httpx.AsyncClient, gateway: Server, sessions: list[tuple[str, str]], calls: int, concurrency: int) -> tuple[list[float], float]:
+async def run_sessions(
+    client: httpx.AsyncClient, gateway: Server, sessions: list[tuple[str, str]], calls: int, concurrency: int
+) -> tuple[list[float], float]:
     """``sessions`` run ``calls`` calls each, ``concurrency`` sessions at a time; latencies and wall time."""
     queue = list(sessions)
     latencies: list[float] = []
@@ -296,7 +375,9 @@ async def run_sessions(client: httpx.AsyncClient, gateway: Server, sessions: lis
 
 
 async def captures_of(client: httpx.AsyncClient, gateway: Server, session_id: str, key: str) -> list[dict[str, Any]]:
-    reply = await client.get(f"{gateway.url}/v1/sessions/{session_id}/captures", headers={"authorization": f"Bearer {key}"})
+    reply = await client.get(
+        f"{gateway.url}/v1/sessions/{session_id}/captures", headers={"authorization": f"Bearer {key}"}
+    )
     reply.raise_for_status()
     return reply.json()["captures"]
 
@@ -315,31 +396,51 @@ async def section_memory(client: httpx.AsyncClient, gateway: Server, n_sessions:
     rows = await captures_of(client, gateway, *sessions[0])
     tokens = sum(r["n_prompt_delta"] + r["n_output"] for r in rows)
     per_session = (after - before) / n_sessions
-    print(f"\n== 3. gateway memory per open session ({n_sessions} sessions x {calls} calls of a growing conversation, "
-          f"append mode, 8 at a time; sessions left open) ==")  # fmt: skip
-    print(f"{'RSS before MiB':>14} {'RSS after MiB':>14} {'per session KiB':>16} {'tokens/session':>15} {'B/token':>8} {'calls/s':>8}")
-    print(f"{before / KIB:>14.1f} {after / KIB:>14.1f} {per_session:>16.1f} {tokens:>15} {per_session * KIB / tokens:>8.0f} {len(latencies) / wall:>8.0f}")
+    print(
+        f"\n== 3. gateway memory per open session ({n_sessions} sessions x {calls} calls of a growing conversation, "
+        f"append mode, 8 at a time; sessions left open) =="
+    )
+    print(
+        f"{'RSS before MiB':>14} {'RSS after MiB':>14} {'per session KiB':>16} {'tokens/session':>15} "
+        f"{'B/token':>8} {'calls/s':>8}"
+    )
+    print(
+        f"{before / KIB:>14.1f} {after / KIB:>14.1f} {per_session:>16.1f} {tokens:>15} "
+        f"{per_session * KIB / tokens:>8.0f} {len(latencies) / wall:>8.0f}"
+    )
 
 
 # ---- 4. durable capture commits/s to Postgres ------------------------------------------------------------
 
 
-async def section_commits(client: httpx.AsyncClient, gateway: Server, admin: sa.Engine, levels: list[int], calls: int) -> None:
-    count = sa.text(
-        "SELECT count(*), count(DISTINCT created_at) FROM captures WHERE rollout_id IN :ids"
-    ).bindparams(sa.bindparam("ids", expanding=True))
+async def section_commits(
+    client: httpx.AsyncClient, gateway: Server, admin: sa.Engine, levels: list[int], calls: int
+) -> None:
+    count = sa.text("SELECT count(*), count(DISTINCT created_at) FROM captures WHERE rollout_id IN :ids").bindparams(
+        sa.bindparam("ids", expanding=True)
+    )
     rows = []
     for level in levels:
         sessions = [await new_session(client, gateway) for _ in range(max(2 * level, 16))]
         latencies, wall = await run_sessions(client, gateway, sessions, calls, level)
         with admin.connect() as db:
             n_captures, n_commits = db.execute(count, {"ids": [sid for sid, _ in sessions]}).one()
-        rows.append((level, len(sessions), n_captures, wall, n_commits, statistics.median(latencies), percentile(latencies, 99)))
-    print(f"\n== 4. durable capture commits to Postgres, concurrent sessions ({calls} calls each, growing conversation; "
-          "commit transactions counted as distinct created_at = now() of the writer's transaction) ==")  # fmt: skip
-    print(f"{'sessions at once':>16} {'sessions':>8} {'captures':>8} {'captures/s':>10} {'commits':>8} {'captures/commit':>15} {'call p50 ms':>11} {'call p99 ms':>11}")
+        rows.append(
+            (level, len(sessions), n_captures, wall, n_commits, statistics.median(latencies), percentile(latencies, 99))
+        )
+    print(
+        f"\n== 4. durable capture commits to Postgres, concurrent sessions ({calls} calls each, growing conversation; "
+        "commit transactions counted as distinct created_at = now() of the writer's transaction) =="
+    )
+    print(
+        f"{'sessions at once':>16} {'sessions':>8} {'captures':>8} {'captures/s':>10} {'commits':>8} "
+        f"{'captures/commit':>15} {'call p50 ms':>11} {'call p99 ms':>11}"
+    )
     for level, n_sessions, n_captures, wall, n_commits, p50, p99 in rows:
-        print(f"{level:>16} {n_sessions:>8} {n_captures:>8} {n_captures / wall:>10.0f} {n_commits:>8} {n_captures / n_commits:>15.2f} {ms(p50):>11} {ms(p99):>11}")
+        print(
+            f"{level:>16} {n_sessions:>8} {n_captures:>8} {n_captures / wall:>10.0f} {n_commits:>8} "
+            f"{n_captures / n_commits:>15.2f} {ms(p50):>11} {ms(p99):>11}"
+        )
 
 
 # ---- 5. stored bytes for one 100-turn session ------------------------------------------------------------
@@ -371,7 +472,9 @@ def postgres_column_bytes(admin: sa.Engine, session_id: str) -> dict[str, int]:
     columns = [c.name for c in Capture.__table__.columns]
     select = ", ".join(f"coalesce(sum(pg_column_size({c})), 0)" for c in columns)
     with admin.connect() as db:
-        values = db.execute(sa.text(f"SELECT {select} FROM captures WHERE rollout_id = :sid"), {"sid": session_id}).one()
+        values = db.execute(
+            sa.text(f"SELECT {select} FROM captures WHERE rollout_id = :sid"), {"sid": session_id}
+        ).one()
     return _grouped({c: int(v) for c, v in zip(columns, values, strict=True)})
 
 
@@ -383,7 +486,12 @@ def relation_bytes(admin: sa.Engine) -> int:
 async def hundred_turns(client: httpx.AsyncClient, gateway: Server, turns: int) -> dict[str, Any]:
     session_id, key = await new_session(client, gateway)
     latencies, sent = await agent_session(client, gateway, key, turns)
-    return {"session_id": session_id, "captures": await captures_of(client, gateway, session_id, key), "latencies": latencies, "sent": sent}
+    return {
+        "session_id": session_id,
+        "captures": await captures_of(client, gateway, session_id, key),
+        "latencies": latencies,
+        "sent": sent,
+    }
 
 
 def session_tokens(captures: list[dict[str, Any]]) -> tuple[list[int], bool]:
@@ -393,11 +501,21 @@ def session_tokens(captures: list[dict[str, Any]]) -> tuple[list[int], bool]:
     for row in captures:
         parent = sequences[row["parent_id"]] if row["parent_id"] is not None else []
         sequences[row["id"]] = parent[: row["prefix_len"]] + row["prompt_delta_ids"] + row["output_ids"]
-    one_chain = all(r["parent_id"] == p["id"] and r["prefix_len"] == p["n_prompt"] + p["n_output"] for p, r in itertools.pairwise(captures))
+    one_chain = all(
+        r["parent_id"] == p["id"] and r["prefix_len"] == p["n_prompt"] + p["n_output"]
+        for p, r in itertools.pairwise(captures)
+    )
     return sequences[captures[-1]["id"]], one_chain
 
 
-def section_storage(run_sqlite: dict[str, Any], sqlite_path: Path, run_pg: dict[str, Any], admin: sa.Engine, pg_table_bytes: int, tokenizer: ChatTokenizer) -> None:
+def section_storage(
+    run_sqlite: dict[str, Any],
+    sqlite_path: Path,
+    run_pg: dict[str, Any],
+    admin: sa.Engine,
+    pg_table_bytes: int,
+    tokenizer: ChatTokenizer,
+) -> None:
     captures = run_pg["captures"]
     tokens, one_chain = session_tokens(captures)
     text_bytes = len(tokenizer.decode(tokens).encode())
@@ -405,14 +523,19 @@ def section_storage(run_sqlite: dict[str, Any], sqlite_path: Path, run_pg: dict[
     lite = sqlite_column_bytes(sqlite_path, run_sqlite["session_id"])
     pg = postgres_column_bytes(admin, run_pg["session_id"])
     turns = len(captures)
-    print(f"\n== 5. stored bytes, one {turns}-turn session (append mode, each turn adds a tool call and a "
-          f"{len(tool_turn(0)[1]['content'])}-character tool result; captures {'in one chain' if one_chain else 'NOT in one chain'}) ==")  # fmt: skip
+    print(
+        f"\n== 5. stored bytes, one {turns}-turn session (append mode, each turn adds a tool call and a "
+        f"{len(tool_turn(0)[1]['content'])}-character tool result; captures "
+        f"{'in one chain' if one_chain else 'NOT in one chain'}) =="
+    )
     print(f"{'captures table':<42} {'SQLite KiB':>11} {'Postgres KiB':>13}")
     for group in lite:
         print(f"{'  ' + group:<42} {lite[group] / KIB:>11.1f} {pg[group] / KIB:>13.1f}")
     print(f"{'  on disk: table + TOAST + indexes':<42} {'-':>11} {pg_table_bytes / KIB:>13.1f}")
-    print("  (Postgres compresses large values (TOAST); the instant backend's constant logprobs and the repetitive tool\n"
-          "   results compress better than real ones would)")  # fmt: skip
+    print(
+        "  (Postgres compresses large values (TOAST); the instant backend's constant logprobs and the repetitive tool\n"
+        "   results compress better than real ones would)"
+    )
     print(f"{'reference':<42} {'KiB':>11}")
     print(f"{'  (a) unique tokens x 4 B (' + str(len(tokens)) + ' tokens)':<42} {len(tokens) * 4 / KIB:>11.1f}")
     print(f"{'  (b) unique text, UTF-8':<42} {text_bytes / KIB:>11.1f}")
@@ -420,13 +543,18 @@ def section_storage(run_sqlite: dict[str, Any], sqlite_path: Path, run_pg: dict[
     print(f"{'  request bodies as sent (JSON)':<42} {run_pg['sent'] / KIB:>11.1f}")
     for label, run in (("SQLite", run_sqlite), ("Postgres", run_pg)):
         lat = run["latencies"]
-        print(f"call p50 on {label:<8}: turns 1-10 {ms(statistics.median(lat[:10]))} ms, turns {turns - 9}-{turns} {ms(statistics.median(lat[-10:]))} ms")
+        print(
+            f"call p50 on {label:<8}: turns 1-10 {ms(statistics.median(lat[:10]))} ms, turns {turns - 9}-{turns} "
+            f"{ms(statistics.median(lat[-10:]))} ms"
+        )
 
 
 # ---- main ------------------------------------------------------------------------------------------------
 
 
-async def run(servers: dict[str, Server], admin: sa.Engine, tmp: Path, args: argparse.Namespace, tokenizer: ChatTokenizer) -> None:
+async def run(
+    servers: dict[str, Server], admin: sa.Engine, tmp: Path, args: argparse.Namespace, tokenizer: ChatTokenizer
+) -> None:
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         started = time.perf_counter()
@@ -467,12 +595,16 @@ def main() -> None:
         admin = make_engine(schema_url(schema))
         stack.callback(admin.dispose)
         servers = start_servers(stack, tmp, args, schema_url(schema))
-        print(f"servers up in {time.perf_counter() - wall:.0f} s: "
-              + ", ".join(f"{s.name} (pid {s.pid})" for s in servers.values()))  # fmt: skip
+        print(
+            f"servers up in {time.perf_counter() - wall:.0f} s: "
+            + ", ".join(f"{s.name} (pid {s.pid})" for s in servers.values())
+        )
         marker = LITELLM_VENV / ".polar-litellm-ready"
         litellm = marker.read_text().strip() if "litellm" in servers else "skipped"
-        print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; {litellm}; "
-              f"all clients share one httpx.AsyncClient in this process")  # fmt: skip
+        print(
+            f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; {litellm}; "
+            f"all clients share one httpx.AsyncClient in this process"
+        )
         asyncio.run(run(servers, admin, tmp, args, tokenizer))
     print(f"total {time.perf_counter() - wall:.0f} s; servers stopped, schema {schema} dropped")
 

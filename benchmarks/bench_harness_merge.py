@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from db import make_engine, make_session_factory, session_scope
 from benchmarks.bench_trajectories import throughput
+from db import make_engine, make_session_factory, session_scope
 from polar.settings import get_settings
 from polar.trajectory import get_builder, load_capture_records
 from tests.e2e.harnesses import HARNESSES
@@ -82,14 +82,20 @@ def main() -> None:
     runs = args.runs_dir or Path(tempfile.mkdtemp(prefix="polar-harness-merge-"))
     rows = [merge_row(name, record(name, runs, cache)) for name in names]
     print(f"sessions recorded under {runs}")
-    print(f"{'harness':<10} {'captures':>8} {'per_request':>11} {'merged':>6} {'ratio':>6} {'exact':>6} {'roots':>5}  breaks")
+    print(
+        f"{'harness':<10} {'captures':>8} {'per_request':>11} {'merged':>6} {'ratio':>6} {'exact':>6} {'roots':>5} "
+        " breaks"
+    )
     for r in rows:
         print(
             f"{r['harness']:<10} {r['captures']:>8} {r['per_request']:>11} {r['merged']:>6} {r['ratio']:>6.2f} "
             f"{r['exact']:>6.0%} {r['roots']:>5}  {r['breaks'] or '-'}"
         )
     captures, merged = sum(r["captures"] for r in rows), sum(r["merged"] for r in rows)
-    print(f"{'total':<10} {captures:>8} {sum(r['per_request'] for r in rows):>11} {merged:>6} {captures / max(merged, 1):>6.2f}")
+    print(
+        f"{'total':<10} {captures:>8} {sum(r['per_request'] for r in rows):>11} {merged:>6} "
+        f"{captures / max(merged, 1):>6.2f}"
+    )
     print()
     throughput(200)
 

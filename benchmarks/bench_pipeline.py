@@ -40,7 +40,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--durations", default="0.2,1.0,0.2,0.1", help="seconds of init,run,postrun,evaluate")
     parser.add_argument("--limits", default="2,4,2", help="concurrency of init,run,postrun")
     parser.add_argument("--ready", type=int, default=4, help="READY buffer")
-    parser.add_argument("--alone", type=int, default=4, help="rollouts run one at a time for the latency overhead (>= 1)")
+    parser.add_argument(
+        "--alone", type=int, default=4, help="rollouts run one at a time for the latency overhead (>= 1)"
+    )
     parser.add_argument("--no-prefect", action="store_true")
     return parser.parse_args()
 
@@ -165,14 +167,18 @@ def prefect_runs(ctx, stages, batch_ids: list[str], alone_ids: list[str]) -> tup
 
 def main() -> None:
     args = parse_args()
-    durations = dict(zip(STAGE_NAMES, (float(x) for x in args.durations.split(","))))
+    durations = dict(zip(STAGE_NAMES, (float(x) for x in args.durations.split(",")), strict=True))
     home = Path(tempfile.mkdtemp(prefix="polar-bench-pipeline-"))
     configure(args, home)
 
     from polar.rollout.context import close_contexts, rollout_context
 
     ctx = rollout_context()
-    limits = {"init": ctx.settings.init_concurrency, "run": ctx.settings.run_concurrency, "postrun": ctx.settings.postrun_concurrency}
+    limits = {
+        "init": ctx.settings.init_concurrency,
+        "run": ctx.settings.run_concurrency,
+        "postrun": ctx.settings.postrun_concurrency,
+    }
     stages = simulated_stages(durations)
     n = args.rollouts
 
@@ -185,17 +191,24 @@ def main() -> None:
     print(
         "simulated stages: "
         + ", ".join(f"{name} {durations[name]:.2f} s" for name in STAGE_NAMES)
-        + f"; limits init {limits['init']}, run {limits['run']}, postrun {limits['postrun']}, ready {args.ready}; {n} rollouts"
+        + f"; limits init {limits['init']}, run {limits['run']}, postrun {limits['postrun']}, ready {args.ready}; "
+        f"{n} rollouts"
     )
     print(f"{'ideal bound for the stage limits':<44} {ideal:7.1f} rollouts/min  (bottleneck: {bottleneck})")
     print(f"{'bound, stages back-to-back in run slots':<44} {sequential:7.1f} rollouts/min")
 
     wall = asyncio.run(plain_pipeline(ctx, stages, submit(ctx, n)))
     plain_rate = 60 * n / wall
-    print(f"{'measured: pipeline, no Prefect':<44} {plain_rate:7.1f} rollouts/min  ({plain_rate / ideal:.0%} of the bound, {wall:.1f} s)")
+    print(
+        f"{'measured: pipeline, no Prefect':<44} {plain_rate:7.1f} rollouts/min  ({plain_rate / ideal:.0%} of the "
+        f"bound, {wall:.1f} s)"
+    )
     wall_b2b = asyncio.run(back_to_back(ctx, stages, submit(ctx, n), limits["run"]))
     b2b_rate = 60 * n / wall_b2b
-    print(f"{'measured: back-to-back, no Prefect':<44} {b2b_rate:7.1f} rollouts/min  (pipeline is {plain_rate / b2b_rate:.2f}x)")
+    print(
+        f"{'measured: back-to-back, no Prefect':<44} {b2b_rate:7.1f} rollouts/min  (pipeline is "
+        f"{plain_rate / b2b_rate:.2f}x)"
+    )
 
     if not args.no_prefect:
         api = os.environ.get("PREFECT_API_URL") or "Prefect ephemeral server (SQLite)"
@@ -203,12 +216,16 @@ def main() -> None:
         started = time.perf_counter()
         prefect_wall, alone_wall = prefect_runs(ctx, stages, submit(ctx, n), alone_ids)
         prefect_rate = 60 * n / prefect_wall
-        print(f"{'measured: pipeline as Prefect flows':<44} {prefect_rate:7.1f} rollouts/min  ({prefect_rate / ideal:.0%} of the bound, {prefect_wall:.1f} s; {api})")
+        print(
+            f"{'measured: pipeline as Prefect flows':<44} {prefect_rate:7.1f} rollouts/min  "
+            f"({prefect_rate / ideal:.0%} of the bound, {prefect_wall:.1f} s; {api})"
+        )
         baseline = asyncio.run(plain_alone(ctx, stages, submit(ctx, args.alone))) / args.alone
         latency = alone_wall / args.alone - baseline
         print(
             f"Prefect overhead per rollout: {(prefect_wall - wall) / n:+.2f} s of batch wall time; "
-            f"{latency:+.2f} s of latency for a rollout run alone ({baseline:.2f} s without Prefect; a flow run + 4 task runs)"
+            f"{latency:+.2f} s of latency for a rollout run alone ({baseline:.2f} s without Prefect; a flow run + "
+            "4 task runs)"
         )
         print(f"(Prefect runs including server start took {time.perf_counter() - started:.1f} s)")
     close_contexts()

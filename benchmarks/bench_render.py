@@ -49,14 +49,20 @@ def main() -> None:
     for turn in range(1, max(CHECKPOINTS) + 1):
         prompt = builder.build(messages, (BASH,), prior)
         if turn in CHECKPOINTS:
-            append_s = timed(lambda: builder.build(messages, (BASH,), prior), args.repeat)
-            canonical_s = timed(lambda: builder.build(messages, (BASH,), (), mode=RenderMode.CANONICAL), args.repeat)
+            append_s = timed(lambda m=messages, p=prior: builder.build(m, (BASH,), p), args.repeat)
+            canonical_s = timed(
+                lambda m=messages: builder.build(m, (BASH,), (), mode=RenderMode.CANONICAL), args.repeat
+            )
             rows.append((turn, len(prompt.ids), append_s, canonical_s))
-        reply = assistant(f"Step {turn}.", tool_calls=(ToolCall("bash", json.dumps({"cmd": f"ls -la src/{turn}"}), f"c{turn}"),))
+        reply = assistant(
+            f"Step {turn}.", tool_calls=(ToolCall("bash", json.dumps({"cmd": f"ls -la src/{turn}"}), f"c{turn}"),)
+        )
         output_ids = tuple(tokenizer.encode(builder.template.assistant_body(reply))) + (tokenizer.im_end_id,)
         prior.append(PriorCall(tuple(messages), (BASH,), reply, prompt.ids, output_ids))
         messages += [reply, tool_result(tool_output(turn), f"c{turn}")]
-    print(f"tokenizer={args.tokenizer}  median of {args.repeat}  (append: parent search over all earlier calls included)")
+    print(
+        f"tokenizer={args.tokenizer}  median of {args.repeat}  (append: parent search over all earlier calls included)"
+    )
     print(f"{'turn':>5} {'prompt tokens':>14} {'append ms':>10} {'canonical ms':>13} {'canonical/append':>17}")
     for turn, n, append_s, canonical_s in rows:
         print(f"{turn:>5} {n:>14} {append_s * 1e3:>10.2f} {canonical_s * 1e3:>13.2f} {canonical_s / append_s:>16.1f}x")

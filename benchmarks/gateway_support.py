@@ -34,7 +34,9 @@ def free_port() -> int:
 class Server:
     """A server subprocess on a loopback port, its output in ``log_dir/<name>.log``."""
 
-    def __init__(self, name: str, argv: Sequence[str], *, env: dict[str, str], log_dir: Path, port: int, ready_path: str):
+    def __init__(
+        self, name: str, argv: Sequence[str], *, env: dict[str, str], log_dir: Path, port: int, ready_path: str
+    ):
         self.name = name
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -117,7 +119,9 @@ TOOLS = [
 
 def tool_output(turn: int) -> str:
     """A few hundred characters of directory listing, different every turn."""
-    return "\n".join(f"-rw-r--r-- 1 root root {turn * 37 + i:>6} Nov 29 12:00 src/pkg_{turn}/mod_{i}.py" for i in range(7))
+    return "\n".join(
+        f"-rw-r--r-- 1 root root {turn * 37 + i:>6} Nov 29 12:00 src/pkg_{turn}/mod_{i}.py" for i in range(7)
+    )
 
 
 def tool_turn(turn: int, assistant: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -126,7 +130,13 @@ def tool_turn(turn: int, assistant: dict[str, Any] | None = None) -> list[dict[s
     assistant = assistant or {
         "role": "assistant",
         "content": None,
-        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": "ls -la"})}}],
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"cmd": "ls -la"})},
+            }
+        ],
     }
     return [assistant, {"role": "tool", "tool_call_id": call_id, "content": tool_output(turn)}]
 

@@ -59,7 +59,11 @@ def _meta(rid: str, n_prompt: int, reply: Reply, n: int, finished: bool, started
     ids = reply.ids[:n]
     return {
         "id": rid,
-        "finish_reason": ({"type": "stop", "matched": ids[-1]} if n == len(reply.ids) else {"type": "length", "length": n}) if finished else None,
+        "finish_reason": (
+            {"type": "stop", "matched": ids[-1]} if n == len(reply.ids) else {"type": "length", "length": n}
+        )
+        if finished
+        else None,
         "prompt_tokens": n_prompt,
         "completion_tokens": n,
         "cached_tokens": 0,
@@ -95,7 +99,9 @@ def create_app() -> Starlette:
         n_total = min(len(reply.ids), (body.get("sampling_params") or {}).get("max_new_tokens") or CONTEXT_LENGTH)
         if not body.get("stream"):
             meta = _meta(rid, n_prompt, reply, n_total, True, started)
-            return JSONResponse({"text": reply.texts[n_total - 1], "output_ids": reply.ids[:n_total], "meta_info": meta})
+            return JSONResponse(
+                {"text": reply.texts[n_total - 1], "output_ids": reply.ids[:n_total], "meta_info": meta}
+            )
 
         async def chunks() -> AsyncIterator[bytes]:
             for n in range(1, n_total + 1):
@@ -114,27 +120,64 @@ def create_app() -> Starlette:
         n_prompt = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4  # a rough count
         reply = replies[config["reply"]]
         if not body.get("stream") and config["reply"] == "tool":
-            call = {"id": "call_" + uuid.uuid4().hex[:12], "type": "function", "function": {"name": "bash", "arguments": json.dumps(TOOL_ARGS)}}
+            call = {
+                "id": "call_" + uuid.uuid4().hex[:12],
+                "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps(TOOL_ARGS)},
+            }
             return JSONResponse(
                 {
-                    "id": cid, "object": "chat.completion", "created": created, "model": model,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]}, "finish_reason": "tool_calls", "logprobs": None}],
-                    "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(reply.ids), "total_tokens": n_prompt + len(reply.ids)},
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                            "finish_reason": "tool_calls",
+                            "logprobs": None,
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": n_prompt,
+                        "completion_tokens": len(reply.ids),
+                        "total_tokens": n_prompt + len(reply.ids),
+                    },
                 }
-            )  # fmt: skip
+            )
 
         if not body.get("stream"):
             return JSONResponse(
                 {
-                    "id": cid, "object": "chat.completion", "created": created, "model": model,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.texts[-1]}, "finish_reason": "stop", "logprobs": None}],
-                    "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(reply.ids), "total_tokens": n_prompt + len(reply.ids)},
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": reply.texts[-1]},
+                            "finish_reason": "stop",
+                            "logprobs": None,
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": n_prompt,
+                        "completion_tokens": len(reply.ids),
+                        "total_tokens": n_prompt + len(reply.ids),
+                    },
                 }
-            )  # fmt: skip
+            )
 
         async def chunks() -> AsyncIterator[bytes]:
             base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
-            yield _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+            yield _sse(
+                {
+                    **base,
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+                }
+            )
             seen = ""
             for text in reply.texts:
                 await pause()
@@ -148,12 +191,24 @@ def create_app() -> Starlette:
 
     async def model_info(request: Request) -> Response:
         return JSONResponse(
-            {"model_path": MODEL, "served_model_name": MODEL, "is_generation": True, "weight_version": WEIGHT_VERSION,
-             "max_context_length": CONTEXT_LENGTH, "vocab_size": tokenizer.vocab_size, "eos_token_ids": sorted(tokenizer.eos_ids)}
-        )  # fmt: skip
+            {
+                "model_path": MODEL,
+                "served_model_name": MODEL,
+                "is_generation": True,
+                "weight_version": WEIGHT_VERSION,
+                "max_context_length": CONTEXT_LENGTH,
+                "vocab_size": tokenizer.vocab_size,
+                "eos_token_ids": sorted(tokenizer.eos_ids),
+            }
+        )
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "bench", "max_model_len": CONTEXT_LENGTH}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": MODEL, "object": "model", "owned_by": "bench", "max_model_len": CONTEXT_LENGTH}],
+            }
+        )
 
     async def health(request: Request) -> Response:
         return Response(status_code=200)

@@ -40,7 +40,12 @@ def compact_request(body: Any, parent_body: Any) -> Any:
         old = parent_body.get(key)
         if key in parent_body and old == value:
             same.append(key)
-        elif isinstance(value, list) and isinstance(old, list) and 0 < len(old) <= len(value) and value[: len(old)] == old:
+        elif (
+            isinstance(value, list)
+            and isinstance(old, list)
+            and 0 < len(old) <= len(value)
+            and value[: len(old)] == old
+        ):
             kept[key] = len(old)
             rest[key] = value[len(old) :]
         else:

@@ -26,8 +26,13 @@ from polar.settings import get_settings
 def summarize(factory: sessionmaker[Session], rollout_ids: list[str], flows: dict[str, str]) -> dict[str, Any]:
     """Final status, reward and error of each rollout, with how its flow run ended; counts by status."""
     with factory() as db:
-        rows = db.execute(sa.select(Rollout.id, Rollout.status, Rollout.reward, Rollout.error).where(Rollout.id.in_(rollout_ids))).all()
-    rollouts = {row.id: {"status": row.status.value, "reward": row.reward, "error": row.error, "flow": flows.get(row.id)} for row in rows}
+        rows = db.execute(
+            sa.select(Rollout.id, Rollout.status, Rollout.reward, Rollout.error).where(Rollout.id.in_(rollout_ids))
+        ).all()
+    rollouts = {
+        row.id: {"status": row.status.value, "reward": row.reward, "error": row.error, "flow": flows.get(row.id)}
+        for row in rows
+    }
     counts: dict[str, int] = {}
     for item in rollouts.values():
         counts[item["status"]] = counts.get(item["status"], 0) + 1

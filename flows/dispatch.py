@@ -55,5 +55,5 @@ async def dispatch_rollouts(
     results = await asyncio.gather(*(one(rollout_id) for rollout_id in rollout_ids), return_exceptions=True)
     return {
         rollout_id: "ok" if not isinstance(result, BaseException) else f"{result.__class__.__name__}: {result}"
-        for rollout_id, result in zip(rollout_ids, results)
+        for rollout_id, result in zip(rollout_ids, results, strict=True)
     }

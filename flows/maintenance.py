@@ -21,5 +21,11 @@ async def rebuild_trajectories(
     when = datetime.fromisoformat(since) if since else None
     if when is not None and when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    report = await asyncio.to_thread(rebuild, factory, builder=builder, rollout_id=rollout_id, task_id=task_id, since=when)
-    return {"summary": report.summary(), "failed": [list(item) for item in report.failed], "skipped": len(report.skipped)}
+    report = await asyncio.to_thread(
+        rebuild, factory, builder=builder, rollout_id=rollout_id, task_id=task_id, since=when
+    )
+    return {
+        "summary": report.summary(),
+        "failed": [list(item) for item in report.failed],
+        "skipped": len(report.skipped),
+    }

@@ -31,6 +31,8 @@ async def retry_failed(
     settings = get_settings()
     factory = await get_store(settings)
     stale = (stale_after_s if stale_after_s is not None else settings.stale_after_s) if include_stale else None
-    chosen = await asyncio.to_thread(select_retryable, factory, rollout_ids=rollout_ids, task_id=task_id, stale_after_s=stale)
+    chosen = await asyncio.to_thread(
+        select_retryable, factory, rollout_ids=rollout_ids, task_id=task_id, stale_after_s=stale
+    )
     flows = await dispatch_rollouts(chosen, dispatch=Dispatch(dispatch), settings=settings, takeover=True)
     return {"retried": chosen, **(await asyncio.to_thread(summarize, factory, chosen, flows))}

@@ -68,7 +68,11 @@ def _options(stage: Stage, view: RolloutView, settings: Settings) -> dict[str, A
         Stage.POSTRUN: settings.postrun_timeout_s,
         Stage.EVALUATE: view.task.evaluator.timeout_s,
     }[stage]
-    return {"retries": retries, "retry_delay_seconds": settings.stage_retry_delay_s, "timeout_seconds": limit + BACKSTOP_S}
+    return {
+        "retries": retries,
+        "retry_delay_seconds": settings.stage_retry_delay_s,
+        "timeout_seconds": limit + BACKSTOP_S,
+    }
 
 
 def build_rollout_flow(stage_functions: Mapping[Stage, StageFunction], *, name: str = "polar-rollout") -> Flow:
@@ -83,7 +87,9 @@ def build_rollout_flow(stage_functions: Mapping[Stage, StageFunction], *, name: 
         async def call(stage: Stage, view: RolloutView) -> object:
             return await stage_tasks[stage].with_options(**_options(stage, view, ctx.settings))(rollout_id, owner)
 
-        summary = await drive_rollout(ctx, rollout_id, owner, limiter=make_limiter(ctx.settings), call=call, takeover=takeover)
+        summary = await drive_rollout(
+            ctx, rollout_id, owner, limiter=make_limiter(ctx.settings), call=call, takeover=takeover
+        )
         return {
             "rollout_id": summary.rollout_id,
             "status": summary.status.value,

@@ -52,9 +52,15 @@ async def sft_generation(
     if not todo:
         return {**summary, "attempts": 0, "accepted": 0, "files": {}}
     requests = sft.task_requests(
-        todo, dataset=name, harness=harness, samples=samples_per_task, evaluator=evaluator,
-        teacher_model=teacher_model, builder=builder, run_id=run_id,
-    )  # fmt: skip
+        todo,
+        dataset=name,
+        harness=harness,
+        samples=samples_per_task,
+        evaluator=evaluator,
+        teacher_model=teacher_model,
+        builder=builder,
+        run_id=run_id,
+    )
     submitted = await asyncio.to_thread(submit_tasks, factory, requests)
     await dispatch_rollouts(dispatch_order(submitted), dispatch=Dispatch(dispatch), settings=settings)
     task_ids = [t.task_id for t in submitted]
@@ -62,4 +68,10 @@ async def sft_generation(
         sft.export_accepted, factory, settings, task_ids, rule, Path(output), name, formats or ["jsonl", "parquet"]
     )
     accepted = next(iter(files.values()))["rows"]
-    return {**summary, "tasks": len(task_ids), "attempts": len(task_ids) * samples_per_task, "accepted": accepted, "files": files}
+    return {
+        **summary,
+        "tasks": len(task_ids),
+        "attempts": len(task_ids) * samples_per_task,
+        "accepted": accepted,
+        "files": files,
+    }

@@ -44,7 +44,9 @@ class SessionAccess:
         """The same session seen at ``new_root`` instead of ``root`` (the gateway's address inside a runtime)."""
         if root == new_root:
             return self
-        urls = {name: new_root + url[len(root):] if url.startswith(root) else url for name, url in self.base_urls.items()}
+        urls = {
+            name: new_root + url[len(root) :] if url.startswith(root) else url for name, url in self.base_urls.items()
+        }
         return SessionAccess(self.session_id, self.api_key, urls)
 
     def provider_env(self) -> dict[str, str]:

@@ -38,16 +38,26 @@ class BuiltinAgent:
 
     def launch(self, config: AgentConfig, ctx: HarnessContext, session: SessionAccess) -> LaunchSpec:
         argv = (
-            ctx.python, "-m", "harness_adapters.polar_agent",
-            "--instruction-file", ctx.instruction_file,
-            "--model", ctx.model,
-            "--max-turns", str(config.max_turns),
-            "--max-tokens", str(config.max_tokens),
-            "--temperature", str(config.temperature),
-            "--command-timeout", str(config.command_timeout_s),
-            "--output-limit", str(config.output_limit),
-            "--transcript", f"{ctx.logs_dir}/agent.jsonl",
-        )  # fmt: skip
+            ctx.python,
+            "-m",
+            "harness_adapters.polar_agent",
+            "--instruction-file",
+            ctx.instruction_file,
+            "--model",
+            ctx.model,
+            "--max-turns",
+            str(config.max_turns),
+            "--max-tokens",
+            str(config.max_tokens),
+            "--temperature",
+            str(config.temperature),
+            "--command-timeout",
+            str(config.command_timeout_s),
+            "--output-limit",
+            str(config.output_limit),
+            "--transcript",
+            f"{ctx.logs_dir}/agent.jsonl",
+        )
         env = {
             "OPENAI_BASE_URL": session.base_urls["openai"],
             "OPENAI_API_KEY": session.api_key,

@@ -23,9 +23,17 @@ SPEC = CliSpec(
         "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
     },
     argv=[
-        "-p", "--model", "{model}", "--permission-mode", "acceptEdits", "--allowedTools", "Bash",
-        "--output-format", "json", "{prompt}",
+        "-p",
+        "--model",
+        "{model}",
+        "--permission-mode",
+        "acceptEdits",
+        "--allowedTools",
+        "Bash",
+        "--output-format",
+        "json",
+        "{prompt}",
     ],
-)  # fmt: skip
+)
 
 ADAPTER = NpmCliHarness("claude_code", SPEC)

@@ -37,10 +37,23 @@ SPEC = CliSpec(
     },
     env={"CODEX_HOME": "{home}/.codex", "POLAR_SESSION_KEY": "{key}"},
     argv=[
-        "exec", "--skip-git-repo-check", "--ephemeral", "-s", "danger-full-access",
-        "--disable", "plugins", "--disable", "remote_plugin", "--disable", "apps",
-        "-C", "{workdir}", "-m", "{model}", "{prompt}",
+        "exec",
+        "--skip-git-repo-check",
+        "--ephemeral",
+        "-s",
+        "danger-full-access",
+        "--disable",
+        "plugins",
+        "--disable",
+        "remote_plugin",
+        "--disable",
+        "apps",
+        "-C",
+        "{workdir}",
+        "-m",
+        "{model}",
+        "{prompt}",
     ],
-)  # fmt: skip
+)
 
 ADAPTER = NpmCliHarness("codex", SPEC)

@@ -36,7 +36,12 @@ class CommandHarness:
         return dict(config.files)
 
     def launch(self, config: CommandConfig, ctx: HarnessContext, session: SessionAccess) -> LaunchSpec:
-        values = {"instruction_file": ctx.instruction_file, "workdir": ctx.workdir, "model": ctx.model, "python": ctx.python}
+        values = {
+            "instruction_file": ctx.instruction_file,
+            "workdir": ctx.workdir,
+            "model": ctx.model,
+            "python": ctx.python,
+        }
         if isinstance(config.command, str):
             argv: tuple[str, ...] = ("bash", "-c", fill_placeholders(config.command, values))
         else:

@@ -102,8 +102,11 @@ def install_tool(name: str, tools_dir: Path | str, *, force: bool = False) -> In
     started = time.monotonic()
     done = subprocess.run(
         [npm, "install", "--prefix", str(prefix), "--no-save", "--loglevel=error", f"{pin.package}@{pin.version}"],
-        capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if done.returncode != 0 or not pin.executable(tools_dir).exists():
         raise InstallFailed(f"npm install {pin.package}@{pin.version} failed: {(done.stderr or done.stdout)[-800:]}")
     (prefix / ".installed").write_text(f"{pin.package}@{pin.version}\n")

@@ -103,7 +103,10 @@ class NpmCliHarness:
             "anthropic_url": session.base_urls["anthropic"],
             "gemini_url": session.base_urls["gemini"],
         }
-        files = {f"{ctx.home}/{fill(path, values)}": render(fmt, fill(data, values)) for path, (fmt, data) in self.spec.files.items()}
+        files = {
+            f"{ctx.home}/{fill(path, values)}": render(fmt, fill(data, values))
+            for path, (fmt, data) in self.spec.files.items()
+        }
         env = {
             **COMMON_ENV,
             "XDG_CONFIG_HOME": f"{ctx.home}/.config",

@@ -99,7 +99,12 @@ def main(argv: list[str] | None = None) -> int:
                 results.append({"role": "tool", "tool_call_id": call.id, "content": output})
             messages.extend(results)
             if transcript:
-                record = {"turn": turn, "finish_reason": reply.choices[0].finish_reason, "reply": messages[-1 - len(results)], "tools": results}
+                record = {
+                    "turn": turn,
+                    "finish_reason": reply.choices[0].finish_reason,
+                    "reply": messages[-1 - len(results)],
+                    "tools": results,
+                }
                 transcript.write(json.dumps(record) + "\n")
                 transcript.flush()
             if not results:

@@ -15,7 +15,9 @@ SPEC = CliSpec(
             "json",
             {
                 "modelProviders": {
-                    "openai": [{"id": "{model}", "name": "{model}", "baseUrl": "{openai_url}", "envKey": "POLAR_SESSION_KEY"}]
+                    "openai": [
+                        {"id": "{model}", "name": "{model}", "baseUrl": "{openai_url}", "envKey": "POLAR_SESSION_KEY"}
+                    ]
                 },
                 "security": {"auth": {"selectedType": "openai"}, "folderTrust": {"enabled": False}},
                 "model": {"name": "{model}"},

@@ -27,7 +27,9 @@ def _read(factory: sessionmaker[Session], sql: str, params: dict) -> pd.DataFram
         return pd.read_sql(sa.text(sql), db.connection(), params=params)
 
 
-def _where(since: datetime | None, until: datetime | None, task_ids: Sequence[str] | None, prefix: str = "") -> tuple[str, dict]:
+def _where(
+    since: datetime | None, until: datetime | None, task_ids: Sequence[str] | None, prefix: str = ""
+) -> tuple[str, dict]:
     clauses, params = [], {}
     if since is not None:
         clauses.append(f"{prefix}created_at >= :since")
@@ -38,7 +40,7 @@ def _where(since: datetime | None, until: datetime | None, task_ids: Sequence[st
     if task_ids is not None:
         names = [f"t{i}" for i in range(len(task_ids))]
         clauses.append(f"{prefix}task_id IN ({', '.join(':' + n for n in names)})" if names else "1 = 0")
-        params.update(dict(zip(names, task_ids)))
+        params.update(dict(zip(names, task_ids, strict=True)))
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
@@ -56,14 +58,22 @@ def rewards_by(factory, *keys: str, since=None, until=None, task_ids=None) -> pd
     if bad:
         raise InvalidRequest(f"cannot group rewards by {bad}; choose from {', '.join(REWARD_KEYS)}", field="keys")
     frame = rollouts(factory, since=since, until=until, task_ids=task_ids)
-    frame = frame[frame["status"].isin(["COMPLETED", "ERROR", "TIMEOUT"])].rename(columns={"weight_version_min": "weight_version"})
+    frame = frame[frame["status"].isin(["COMPLETED", "ERROR", "TIMEOUT"])].rename(
+        columns={"weight_version_min": "weight_version"}
+    )
     frame["solved"] = (frame["reward"] >= 1).astype(int)
     frame["version_order"] = frame["version_id"].fillna(0)
     frame["weight_version"] = frame["weight_version"].fillna("(no captures)")
-    out = frame.groupby(list(keys), dropna=False).agg(
-        rollouts=("rollout_id", "count"), mean_reward=("reward", "mean"), solved=("solved", "sum"),
-        version_order=("version_order", "min"),
-    ).reset_index()  # fmt: skip
+    out = (
+        frame.groupby(list(keys), dropna=False)
+        .agg(
+            rollouts=("rollout_id", "count"),
+            mean_reward=("reward", "mean"),
+            solved=("solved", "sum"),
+            version_order=("version_order", "min"),
+        )
+        .reset_index()
+    )
     order = (["version_order"] if "weight_version" in keys else []) + list(keys)
     return out.sort_values(order).drop(columns="version_order").reset_index(drop=True)
 
@@ -91,5 +101,7 @@ def failure_causes(factory, *, since=None, until=None, task_ids=None) -> pd.Data
     frame = frame[frame["status"].isin(["ERROR", "TIMEOUT", "CANCELLED"])].copy()
     frame["failed_stage"] = frame["failed_stage"].fillna("-")
     frame["cause"] = frame["error"].fillna("(no error text)").str.slice(0, 120)
-    out = frame.groupby(["harness", "status", "failed_stage", "cause"], dropna=False).size().reset_index(name="rollouts")
+    out = (
+        frame.groupby(["harness", "status", "failed_stage", "cause"], dropna=False).size().reset_index(name="rollouts")
+    )
     return out.sort_values("rollouts", ascending=False).reset_index(drop=True)

@@ -38,7 +38,11 @@ def _gateway(args: argparse.Namespace) -> None:
 def _generate(args: argparse.Namespace) -> None:
     from polar.generate import generate_reply
 
-    print(json.dumps(asyncio.run(generate_reply(get_settings(), args.prompt, args.max_new_tokens, args.temperature)), indent=1))
+    print(
+        json.dumps(
+            asyncio.run(generate_reply(get_settings(), args.prompt, args.max_new_tokens, args.temperature)), indent=1
+        )
+    )
 
 
 def _trajectories(args: argparse.Namespace) -> None:
@@ -89,7 +93,10 @@ def _retry(args: argparse.Namespace) -> None:
     async def main() -> dict:
         try:
             return await retry_failed(
-                rollout_ids=args.rollout or None, task_id=args.task, include_stale=not args.failed_only, stale_after_s=args.stale_after
+                rollout_ids=args.rollout or None,
+                task_id=args.task,
+                include_stale=not args.failed_only,
+                stale_after_s=args.stale_after,
             )
         finally:
             await asyncio.to_thread(close_contexts)
@@ -125,11 +132,21 @@ def _export(args: argparse.Namespace) -> None:
 
     settings = get_settings()
     filters = ExportFilter(
-        task_ids=args.task, task_name=args.task_name, harness=args.harness, builder=args.builder,
-        min_reward=args.min_reward, max_reward=args.max_reward, status=args.status, weight_version=args.version,
-        since=_when(args.since), until=_when(args.until), acceptance=Acceptance(min_reward=args.min_reward or 1.0) if args.accepted else None,
-    )  # fmt: skip
-    report = export(store_factory(settings), settings, Path(args.output), kind=args.kind, filters=filters, fmt=args.format)
+        task_ids=args.task,
+        task_name=args.task_name,
+        harness=args.harness,
+        builder=args.builder,
+        min_reward=args.min_reward,
+        max_reward=args.max_reward,
+        status=args.status,
+        weight_version=args.version,
+        since=_when(args.since),
+        until=_when(args.until),
+        acceptance=Acceptance(min_reward=args.min_reward or 1.0) if args.accepted else None,
+    )
+    report = export(
+        store_factory(settings), settings, Path(args.output), kind=args.kind, filters=filters, fmt=args.format
+    )
     print(json.dumps({"path": str(report.path), "kind": report.kind.value, "rows": report.rows, "bytes": report.bytes}))
 
 
@@ -137,8 +154,18 @@ def _report(args: argparse.Namespace) -> None:
     from polar.report import build_report
     from polar.rollout.context import store_factory
 
-    report = build_report(store_factory(get_settings()), Path(args.out), since=_when(args.since), until=_when(args.until), task_ids=args.task)
-    print(json.dumps({"html": str(report.html), "images": {k: str(v) for k, v in report.images.items()}, **report.summary}))
+    report = build_report(
+        store_factory(get_settings()),
+        Path(args.out),
+        since=_when(args.since),
+        until=_when(args.until),
+        task_ids=args.task,
+    )
+    print(
+        json.dumps(
+            {"html": str(report.html), "images": {k: str(v) for k, v in report.images.items()}, **report.summary}
+        )
+    )
 
 
 def _when(value: str | None):
@@ -154,7 +181,9 @@ def _when(value: str | None):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="polar", description="Polar: token-faithful rollouts for real agent harnesses")
+    parser = argparse.ArgumentParser(
+        prog="polar", description="Polar: token-faithful rollouts for real agent harnesses"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     db = sub.add_parser("db", help="database migrations")
@@ -228,7 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--version", help="sampled under this weight version")
     exp.add_argument("--since", help="created at or after this ISO date/time (UTC if no zone)")
     exp.add_argument("--until", help="created before this ISO date/time")
-    exp.add_argument("--accepted", action="store_true", help="SFT acceptance: reward >= --min-reward (1), no errors, not truncated")
+    exp.add_argument(
+        "--accepted", action="store_true", help="SFT acceptance: reward >= --min-reward (1), no errors, not truncated"
+    )
     exp.set_defaults(func=_export)
 
     rep = sub.add_parser("report", help="plots (PNG) and a self-contained HTML summary of a run or a date range")

@@ -53,7 +53,9 @@ class PolarClient:
         if reply.status_code >= 400:
             try:
                 error = reply.json()["error"]
-                raise ApiError(reply.status_code, error.get("type", "error"), error.get("message", ""), error.get("field"))
+                raise ApiError(
+                    reply.status_code, error.get("type", "error"), error.get("message", ""), error.get("field")
+                )
             except (ValueError, KeyError, TypeError):
                 raise ApiError(reply.status_code, "error", reply.text[:500], None) from None
         return reply.json()
@@ -95,7 +97,9 @@ class PolarClient:
 
     # ---- trainer feed -------------------------------------------------------------------------------
 
-    def claim(self, trainer: str, *, max_groups: int = 1, lease_s: float | None = None, max_staleness: int | None = None) -> dict[str, Any]:
+    def claim(
+        self, trainer: str, *, max_groups: int = 1, lease_s: float | None = None, max_staleness: int | None = None
+    ) -> dict[str, Any]:
         """A batch of complete groups (``claim_id`` is None when none is ready)."""
         body = {"trainer": trainer, "max_groups": max_groups, "lease_s": lease_s, "max_staleness": max_staleness}
         return self._call("POST", "/v1/claims", json={k: v for k, v in body.items() if v is not None})
@@ -112,7 +116,11 @@ class PolarClient:
     # ---- weights ------------------------------------------------------------------------------------
 
     def register_weights(
-        self, version: str, *, checkpoint_path: str | None = None, state_dict: Mapping[str, Any] | None = None,
+        self,
+        version: str,
+        *,
+        checkpoint_path: str | None = None,
+        state_dict: Mapping[str, Any] | None = None,
         notes: str | None = None,
     ) -> dict[str, Any]:
         """Publish a new version: a checkpoint folder the backends can read, or in-memory tensors (uploaded as
@@ -122,9 +130,12 @@ class PolarClient:
 
             data = save({k: v.detach().contiguous() for k, v in state_dict.items()})
             params = {"version": version, **({"notes": notes} if notes else {})}
-            return self._call("POST", "/v1/weights", params=params, content=data,
-                              headers={"content-type": "application/octet-stream"})
-        return self._call("POST", "/v1/weights", json={"version": version, "checkpoint_path": checkpoint_path, "notes": notes})
+            return self._call(
+                "POST", "/v1/weights", params=params, content=data, headers={"content-type": "application/octet-stream"}
+            )
+        return self._call(
+            "POST", "/v1/weights", json={"version": version, "checkpoint_path": checkpoint_path, "notes": notes}
+        )
 
     def weights(self) -> dict[str, Any]:
         return self._call("GET", "/v1/weights")

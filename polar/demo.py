@@ -71,7 +71,10 @@ def toy_tasks(samples: int) -> list[dict[str, Any]]:
                 },
             },
             "num_samples": samples,
-            "policies": [_script("cat calc.py", "sed -i 's/a - b/a + b/' calc.py"), _script("echo '# checked' >> calc.py")],
+            "policies": [
+                _script("cat calc.py", "sed -i 's/a - b/a + b/' calc.py"),
+                _script("echo '# checked' >> calc.py"),
+            ],
         },
         {
             "name": "count-lines",
@@ -109,7 +112,11 @@ async def _progress(factory, since: datetime, started: float, stop: asyncio.Even
         for status in statuses:
             key = STAGE_OF.get(status.value, status.value)
             counts[key] = counts.get(key, 0) + 1
-        line = " | ".join(f"{name} {counts[name]}" for name in [*STAGE_OF.values(), "COMPLETED", "ERROR", "TIMEOUT"] if counts.get(name))
+        line = " | ".join(
+            f"{name} {counts[name]}"
+            for name in [*STAGE_OF.values(), "COMPLETED", "ERROR", "TIMEOUT"]
+            if counts.get(name)
+        )
         if statuses and line != last:
             print(f"[{time.monotonic() - started:6.1f} s] {len(statuses)} rollouts: {line}", flush=True)
             last = line
@@ -129,7 +136,9 @@ async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, titl
     since = datetime.now(UTC).replace(microsecond=0)
     started = time.monotonic()
     print(title, flush=True)
-    print("starting Prefect's temporary server, the gateway and the model (10-20 s on a fresh POLAR_HOME) ...", flush=True)
+    print(
+        "starting Prefect's temporary server, the gateway and the model (10-20 s on a fresh POLAR_HOME) ...", flush=True
+    )
     stop = asyncio.Event()
     monitor = asyncio.create_task(_progress(factory, since, started, stop))
     try:

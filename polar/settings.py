@@ -76,7 +76,9 @@ class Settings(BaseSettings):
 
     # ---- rollout pipeline ---------------------------------------------------------------------------
     gateway_url: str = Field(default="", description="gateway for rollouts; empty starts one inside the process")
-    runtime_root: Path | None = Field(default=None, description="per-rollout working folders; empty means home/runtimes")
+    runtime_root: Path | None = Field(
+        default=None, description="per-rollout working folders; empty means home/runtimes"
+    )
     runtime_isolation: Isolation = Isolation.NONE
     keep_workdirs: bool = Field(default=False, description="keep a finished rollout's working folders")
     rollout_timeout_s: float = Field(default=1800.0, gt=0, description="deadline of init+run when a task sets none")
@@ -106,7 +108,8 @@ class Settings(BaseSettings):
         default=None, ge=0, description="start a task only when metadata.step <= current version ordinal + this"
     )
     weight_targets: str = Field(
-        default="", description="comma-separated gateway URLs that new weights are pushed to; empty: the rollout gateway"
+        default="",
+        description="comma-separated gateway URLs that new weights are pushed to; empty: the rollout gateway",
     )
     claim_lease_s: float = Field(default=300.0, gt=0, description="lease of a trainer's claim before it expires")
     callback_attempts: int = Field(default=5, ge=1, description="webhook deliveries tried before giving up")
@@ -114,10 +117,14 @@ class Settings(BaseSettings):
     api_poll_s: float = Field(default=0.25, gt=0, description="how often the API admits tasks and sends callbacks")
 
     # ---- runtimes and harness tools (docker, apptainer; polar harness install) ---------------------------
-    tools: Path | None = Field(default=None, description="agent CLIs and Node (polar harness install); empty means home/tools")
+    tools: Path | None = Field(
+        default=None, description="agent CLIs and Node (polar harness install); empty means home/tools"
+    )
     docker_host: str = Field(default="", description="Docker engine URL; empty means DOCKER_HOST or the default socket")
     docker_image: str = Field(default="polar/base:bookworm", description="image of docker runtimes that name none")
-    docker_network: Literal["none", "host"] = Field(default="none", description="none (a tunnel to the gateway only) or host")
+    docker_network: Literal["none", "host"] = Field(
+        default="none", description="none (a tunnel to the gateway only) or host"
+    )
     apptainer_image: str = Field(default="", description="SIF image or sandbox folder of apptainer runtimes")
 
     @property

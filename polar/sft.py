@@ -42,7 +42,9 @@ def load_dataset(path: str | Path) -> list[dict[str, Any]]:
     for index, row in enumerate(rows):
         for key in ("id", "instruction"):
             if not isinstance(row.get(key), str) or not row[key]:
-                raise InvalidRequest(f"dataset row {index} needs a non-empty string {key!r}", field=f"dataset.{index}.{key}")
+                raise InvalidRequest(
+                    f"dataset row {index} needs a non-empty string {key!r}", field=f"dataset.{index}.{key}"
+                )
     return rows
 
 
@@ -62,8 +64,15 @@ def accepted_keys(factory: sessionmaker[Session], dataset: str, rule: Acceptance
 
 
 def task_requests(
-    rows: Sequence[dict[str, Any]], *, dataset: str, harness: dict[str, Any], samples: int, evaluator: dict[str, Any] | None,
-    teacher_model: str | None, builder: str, run_id: str,
+    rows: Sequence[dict[str, Any]],
+    *,
+    dataset: str,
+    harness: dict[str, Any],
+    samples: int,
+    evaluator: dict[str, Any] | None,
+    teacher_model: str | None,
+    builder: str,
+    run_id: str,
 ) -> list[dict[str, Any]]:
     """One TaskRequest per row; the row's own evaluator wins over the run's."""
     harness = {**harness, **({"model": teacher_model} if teacher_model else {})}
@@ -72,15 +81,31 @@ def task_requests(
         task = {key: row[key] for key in ROW_FIELDS if row.get(key) is not None}
         task.setdefault("evaluator", evaluator)
         if task["evaluator"] is None:
-            raise InvalidRequest(f"dataset row {row['id']!r} has no evaluator and the run gives none", field="evaluator")
+            raise InvalidRequest(
+                f"dataset row {row['id']!r} has no evaluator and the run gives none", field="evaluator"
+            )
         metadata = {**(row.get("metadata") or {}), "sft_dataset": dataset, "sft_key": row["id"], "sft_run": run_id}
-        tasks.append({"name": f"{dataset}:{row['id']}"[:128], "instruction": row["instruction"], "harness": harness,
-                      "num_samples": samples, "builder": builder, "metadata": metadata, **task})  # fmt: skip
+        tasks.append(
+            {
+                "name": f"{dataset}:{row['id']}"[:128],
+                "instruction": row["instruction"],
+                "harness": harness,
+                "num_samples": samples,
+                "builder": builder,
+                "metadata": metadata,
+                **task,
+            }
+        )
     return tasks
 
 
 def export_accepted(
-    factory: sessionmaker[Session], settings: Settings, task_ids: list[str], rule: Acceptance, output: Path, dataset: str,
+    factory: sessionmaker[Session],
+    settings: Settings,
+    task_ids: list[str],
+    rule: Acceptance,
+    output: Path,
+    dataset: str,
     formats: Sequence[str],
 ) -> dict[str, Any]:
     """Write the run's accepted conversations (one file per format); returns their paths and row counts."""

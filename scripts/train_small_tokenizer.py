@@ -10,8 +10,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-from tokenizers import Regex
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from polar.tokens.tokenizer import QWEN_PRETOKENIZE_PATTERN, SPECIAL_TOKENS, TEXT_ADDED_TOKENS
 

@@ -17,7 +17,12 @@ from polar.cli import main
 
 def run_polar(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "polar.cli", *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, "-m", "polar.cli", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 

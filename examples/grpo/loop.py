@@ -37,13 +37,17 @@ def version_name(step: int) -> str:
     return f"grpo-step-{step}"
 
 
-def run_closed_loop(client: PolarClient, trainer: GRPOTrainer, *, steps: int, groups: int, samples: int, log=print) -> list[StepRecord]:
+def run_closed_loop(
+    client: PolarClient, trainer: GRPOTrainer, *, steps: int, groups: int, samples: int, log=print
+) -> list[StepRecord]:
     """``steps`` GRPO steps; raises if a sample was drawn under any version but the one live for its step.
 
     The next step's tasks are submitted before the update, carrying the ordinal of the version they are for as
     ``metadata.step``; admission control (max async level 0) holds them until the trainer publishes it.
     """
-    base = client.register_weights(version_name(0), state_dict=trainer.state_dict(), notes="the random start")["ordinal"]
+    base = client.register_weights(version_name(0), state_dict=trainer.state_dict(), notes="the random start")[
+        "ordinal"
+    ]
 
     def submit(step: int) -> list[str]:
         return client.submit([toy_task(step=base + step, group=g, samples=samples) for g in range(groups)])
@@ -57,9 +61,13 @@ def run_closed_loop(client: PolarClient, trainer: GRPOTrainer, *, steps: int, gr
         claimed = batch["groups"]
         if sorted(g["task_id"] for g in claimed) != sorted(pending):
             raise RuntimeError(f"step {step}: claimed {len(claimed)} groups, expected the {groups} just run")
-        seen = {v for g in claimed for t in g["trajectories"] for v in (t["weight_version_min"], t["weight_version_max"])}
+        seen = {
+            v for g in claimed for t in g["trajectories"] for v in (t["weight_version_min"], t["weight_version_max"])
+        }
         if seen != {version}:
-            raise RuntimeError(f"step {step}: samples carry weight versions {sorted(map(str, seen))}, expected {version}")
+            raise RuntimeError(
+                f"step {step}: samples carry weight versions {sorted(map(str, seen))}, expected {version}"
+            )
         pending = submit(step + 1) if step + 1 < steps else []
         held = [client.task(t)["held"] for t in pending]
         if not all(held):
@@ -127,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = get_settings()
     trainer = GRPOTrainer(ensure_model_dir(settings.model, settings.cache_dir), lr=args.lr)
-    print(f"POLAR_HOME={home}; model {settings.model}; {args.steps} steps x {args.groups} groups x {args.samples} samples")
+    print(
+        f"POLAR_HOME={home}; model {settings.model}; {args.steps} steps x {args.groups} groups x {args.samples} samples"
+    )
     try:
         with ServerThread(build_app(settings), lifespan="on") as api, PolarClient(api.url) as client:
             records = run_closed_loop(client, trainer, steps=args.steps, groups=args.groups, samples=args.samples)

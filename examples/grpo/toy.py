@@ -43,7 +43,11 @@ def toy_task(*, step: int, group: int, samples: int, max_tokens: int = 12) -> di
         "instruction": "Write a few words using only the letters a to m.",
         "harness": {
             "name": "command",
-            "config": {"command": "{python} reply.py", "files": {"reply.py": REPLY_PY}, "env": {"TOY_MAX_TOKENS": str(max_tokens)}},
+            "config": {
+                "command": "{python} reply.py",
+                "files": {"reply.py": REPLY_PY},
+                "env": {"TOY_MAX_TOKENS": str(max_tokens)},
+            },
         },
         "evaluator": {"type": "script", "config": {"script": SCORE_SH}},
         "builder": "prefix_merge",

@@ -55,7 +55,11 @@ class GRPOTrainer:
             trajectories = group["trajectories"]
             rewards = [float(t["reward"] or 0.0) for t in trajectories]
             rewards_all += rewards
-            samples += [(t, a) for t, a in zip(trajectories, advantages(rewards)) if a != 0.0 and any(t["loss_mask"])]
+            samples += [
+                (t, a)
+                for t, a in zip(trajectories, advantages(rewards), strict=True)
+                if a != 0.0 and any(t["loss_mask"])
+            ]
         losses, gap, tokens = [], 0.0, sum(sum(t["loss_mask"]) for t, _ in samples)
         for epoch in range(self.epochs if samples else 0):
             self.optimizer.zero_grad()

@@ -119,11 +119,15 @@ def create_api(settings: Settings, factory: sessionmaker[Session], *, gateway_ur
     async def submit(batch: TaskBatch) -> dict[str, Any]:
         submitted = await asyncio.to_thread(submit_tasks, factory, batch.tasks)
         wake.set()
-        return {"tasks": [{"task_id": t.task_id, "name": t.name, "rollout_ids": list(t.rollout_ids)} for t in submitted]}
+        return {
+            "tasks": [{"task_id": t.task_id, "name": t.name, "rollout_ids": list(t.rollout_ids)} for t in submitted]
+        }
 
     @app.get("/v1/tasks", dependencies=v1)
     async def tasks(
-        status: TaskStatus | None = None, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=1_000_000_000)
+        status: TaskStatus | None = None,
+        limit: int = Query(100, ge=1, le=1000),
+        offset: int = Query(0, ge=0, le=1_000_000_000),
     ) -> dict[str, Any]:
         return {"tasks": await read(queries.list_tasks, status=status, limit=limit, offset=offset)}
 
@@ -166,19 +170,30 @@ def create_api(settings: Settings, factory: sessionmaker[Session], *, gateway_ur
         offset: int = Query(0, ge=0, le=1_000_000_000),
     ) -> dict[str, Any]:
         filters = ExportFilter(
-            task_ids=[task_id] if task_id is not None else None, rollout_id=rollout_id, builder=builder,
-            all_builders=True, status=[status] if status is not None else None, min_reward=min_reward,
-            max_reward=max_reward, weight_version=weight_version, since=since, consumed=consumed,
-        )  # fmt: skip
+            task_ids=[task_id] if task_id is not None else None,
+            rollout_id=rollout_id,
+            builder=builder,
+            all_builders=True,
+            status=[status] if status is not None else None,
+            min_reward=min_reward,
+            max_reward=max_reward,
+            weight_version=weight_version,
+            since=since,
+            consumed=consumed,
+        )
         rows = await read(queries.list_trajectories, filters, limit=limit, offset=offset, tokens=tokens)
         return {"trajectories": rows}
 
     @app.post("/v1/claims", dependencies=v1)
     async def claim(body: ClaimRequest) -> dict[str, Any]:
         batch = await asyncio.to_thread(
-            feed.claim, factory, body.trainer, max_groups=body.max_groups,
-            lease_s=body.lease_s or settings.claim_lease_s, max_staleness=body.max_staleness,
-        )  # fmt: skip
+            feed.claim,
+            factory,
+            body.trainer,
+            max_groups=body.max_groups,
+            lease_s=body.lease_s or settings.claim_lease_s,
+            max_staleness=body.max_staleness,
+        )
         out = asdict(batch)
         out["lease_expires_at"] = batch.lease_expires_at.isoformat() if batch.lease_expires_at else None
         return out
@@ -202,9 +217,19 @@ def create_api(settings: Settings, factory: sessionmaker[Session], *, gateway_ur
         items = [{**asdict(r), "created_at": r.created_at.isoformat()} for r in rows]
         return {"versions": items, "current": items[-1]["version"] if items else None}
 
-    @app.post("/v1/weights", status_code=201, dependencies=v1, openapi_extra={"requestBody": {"content": {
-        "application/json": {"schema": WeightsRequest.model_json_schema()},
-        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})  # fmt: skip
+    @app.post(
+        "/v1/weights",
+        status_code=201,
+        dependencies=v1,
+        openapi_extra={
+            "requestBody": {
+                "content": {
+                    "application/json": {"schema": WeightsRequest.model_json_schema()},
+                    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+                }
+            }
+        },
+    )
     async def register_weights(request: Request) -> dict[str, Any]:
         """JSON ``{version, checkpoint_path?, notes?}``, or one safetensors file's bytes with ``?version=``."""
         source = await _weight_source(request)

@@ -43,7 +43,13 @@ def payload(db: Session, task: Task) -> dict[str, Any]:
         "metadata": task.meta or {},
         "finished_at": task.finished_at.isoformat() if task.finished_at else None,
         "rollouts": [
-            {"rollout_id": r.id, "sample_index": r.sample_index, "status": r.status.value, "reward": r.reward, "error": r.error}
+            {
+                "rollout_id": r.id,
+                "sample_index": r.sample_index,
+                "status": r.status.value,
+                "reward": r.reward,
+                "error": r.error,
+            }
             for r in rollouts
         ],
     }
@@ -80,7 +86,11 @@ def _deliver_one(factory: sessionmaker[Session], settings: Settings, client: htt
         state = dict(task.callback_state or {})
         attempt = int(state.get("attempts", 0)) + 1
         body = payload(db, task)
-        headers = {"Idempotency-Key": body["idempotency_key"], "X-Polar-Event": body["event"], "X-Polar-Attempt": str(attempt)}
+        headers = {
+            "Idempotency-Key": body["idempotency_key"],
+            "X-Polar-Event": body["event"],
+            "X-Polar-Attempt": str(attempt),
+        }
         error = None
         try:
             reply = client.post(task.callback_url or "", json=body, headers=headers)

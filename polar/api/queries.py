@@ -79,8 +79,14 @@ def list_tasks(db: Session, *, status: TaskStatus | None, limit: int, offset: in
     if status is not None:
         query = query.where(Task.status == status)
     return [
-        {"task_id": t.id, "name": t.name, "status": t.status.value, "num_samples": t.num_samples,
-         "created_at": _iso(t.created_at), "finished_at": _iso(t.finished_at)}
+        {
+            "task_id": t.id,
+            "name": t.name,
+            "status": t.status.value,
+            "num_samples": t.num_samples,
+            "created_at": _iso(t.created_at),
+            "finished_at": _iso(t.finished_at),
+        }
         for t in db.scalars(query)
     ]
 
@@ -115,7 +121,9 @@ def trajectory_view(row: Trajectory, task_id: str | None, *, tokens: bool) -> di
     return item
 
 
-def list_trajectories(db: Session, filters: ExportFilter, *, limit: int, offset: int, tokens: bool) -> list[dict[str, Any]]:
+def list_trajectories(
+    db: Session, filters: ExportFilter, *, limit: int, offset: int, tokens: bool
+) -> list[dict[str, Any]]:
     """Trajectories matching ``filters`` (the exports' filters), oldest first."""
     query = (
         sa.select(Trajectory, Rollout.task_id)

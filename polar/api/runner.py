@@ -67,7 +67,9 @@ def take_admissible(factory: sessionmaker[Session], max_async_level: int | None)
             if held_reason((meta or {}).get("step"), current, max_async_level) is not None:
                 continue
             won = db.execute(
-                sa.update(Task).where(Task.id == task_id, Task.dispatched_at.is_(None)).values(dispatched_at=now())
+                sa.update(Task)
+                .where(Task.id == task_id, Task.dispatched_at.is_(None))
+                .values(dispatched_at=now())
                 .execution_options(synchronize_session=False)
             ).rowcount
             if won:

@@ -12,14 +12,18 @@ class _Body(BaseModel):
 
 
 class TaskBatch(_Body):
-    tasks: list[TaskRequest] = Field(min_length=1, max_length=10_000, description="tasks to run; each sample is a rollout")
+    tasks: list[TaskRequest] = Field(
+        min_length=1, max_length=10_000, description="tasks to run; each sample is a rollout"
+    )
 
 
 class ClaimRequest(_Body):
     trainer: str = Field(min_length=1, max_length=128, description="who claims (a trainer's stable name)")
     max_groups: int = Field(default=1, ge=1, le=10_000, description="at most this many complete groups")
     lease_s: float | None = Field(default=None, gt=0, le=86_400, description="lease; default POLAR_CLAIM_LEASE_S")
-    max_staleness: int | None = Field(default=None, ge=0, le=1_000_000, description="skip groups sampled more versions ago than this")
+    max_staleness: int | None = Field(
+        default=None, ge=0, le=1_000_000, description="skip groups sampled more versions ago than this"
+    )
 
 
 class TrainerBody(_Body):

@@ -38,10 +38,16 @@ async def push(target: str, source: WeightSource, control_token: str) -> str:
     try:
         async with httpx.AsyncClient(timeout=PUSH_TIMEOUT_S, headers=headers, trust_env=False) as client:
             if source.tensors is not None:
-                reply = await client.post(url, params={"version": source.version}, content=source.tensors,
-                                          headers={"content-type": "application/octet-stream"})
+                reply = await client.post(
+                    url,
+                    params={"version": source.version},
+                    content=source.tensors,
+                    headers={"content-type": "application/octet-stream"},
+                )
             else:
-                reply = await client.post(url, json={"version": source.version, "checkpoint_path": source.checkpoint_path})
+                reply = await client.post(
+                    url, json={"version": source.version, "checkpoint_path": source.checkpoint_path}
+                )
     except httpx.HTTPError as exc:
         raise GatewayError(f"cannot push weights to the gateway at {target}: {exc.__class__.__name__}: {exc}") from None
     if reply.status_code != 200:
@@ -54,7 +60,9 @@ async def push(target: str, source: WeightSource, control_token: str) -> str:
     return reply.json()["weight_version"]
 
 
-async def publish(factory: sessionmaker[Session], targets: list[str], source: WeightSource, control_token: str = "") -> VersionRecord:
+async def publish(
+    factory: sessionmaker[Session], targets: list[str], source: WeightSource, control_token: str = ""
+) -> VersionRecord:
     if not targets:
         raise NotConfigured("no gateway to push weights to (set POLAR_WEIGHT_TARGETS or POLAR_GATEWAY_URL)")
     if not source.version or len(source.version) > 128:

@@ -208,7 +208,9 @@ class SGLangBackend:
         """SGLang's refit: pause in place, load from disk (or relabel), continue. Running requests resume under
         the new weights and carry version spans."""
         if update.tensors is not None:
-            raise InvalidRequest("the sglang backend loads weights from a checkpoint path, not tensors", field="checkpoint_path")
+            raise InvalidRequest(
+                "the sglang backend loads weights from a checkpoint path, not tensors", field="checkpoint_path"
+            )
         await self.pause("in_place")
         try:
             if update.path:

@@ -328,7 +328,9 @@ class VLLMBackend:
     async def update_weights(self, update: WeightUpdate) -> None:
         """Hold running requests (``keep``), reload from disk, label the version, resume."""
         if update.tensors is not None:
-            raise InvalidRequest("the vllm backend loads weights from a checkpoint path, not tensors", field="checkpoint_path")
+            raise InvalidRequest(
+                "the vllm backend loads weights from a checkpoint path, not tensors", field="checkpoint_path"
+            )
         await self.pause("keep")
         try:
             if update.path:

@@ -23,7 +23,9 @@ def get_evaluator(name: str) -> Evaluator:
     try:
         return EVALUATORS[name]
     except KeyError:
-        raise InvalidRequest(f"unknown evaluator {name!r}; known: {sorted(EVALUATORS)}", field="evaluator.type") from None
+        raise InvalidRequest(
+            f"unknown evaluator {name!r}; known: {sorted(EVALUATORS)}", field="evaluator.type"
+        ) from None
 
 
 __all__ = ["EVALUATORS", "ChatModel", "EvalContext", "EvalResult", "Evaluator", "get_evaluator"]

@@ -39,7 +39,9 @@ class BackendChat:
         tokenizer, builder, parser, backend = await self._connect()
         prompt = builder.build([Message(Role(role), content) for role, content in messages])
         budget = max(1, min(max_tokens, backend.context_length - len(prompt.ids)))
-        result = await backend.generate(GenerateRequest(prompt.ids, SamplingParams(max_new_tokens=budget, temperature=temperature)))
+        result = await backend.generate(
+            GenerateRequest(prompt.ids, SamplingParams(max_new_tokens=budget, temperature=temperature))
+        )
         return parser.parse(tokenizer.decode(list(result.output_ids), skip_special_tokens=True)).content
 
     async def aclose(self) -> None:

@@ -95,7 +95,9 @@ class ScriptEvaluator:
         if result.timed_out:
             raise EvaluationError(f"the check script timed out after {ctx.timeout_s:g} s")
         if not result.ok:
-            raise EvaluationError(f"the check script failed with exit code {result.returncode}: {result.stderr[-300:].strip()}")
+            raise EvaluationError(
+                f"the check script failed with exit code {result.returncode}: {result.stderr[-300:].strip()}"
+            )
         lines = result.stdout.strip().splitlines()
         try:
             value = float(lines[-1])

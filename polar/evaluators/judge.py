@@ -67,8 +67,12 @@ class LLMJudge:
     async def evaluate(self, config: JudgeConfig, ctx: EvalContext) -> EvalResult:
         if ctx.chat is None:
             raise EvaluationError("no model is configured for the LLM judge")
-        reply = await ctx.chat.complete(self.prompt(config, ctx), max_tokens=config.max_tokens, temperature=config.temperature)
+        reply = await ctx.chat.complete(
+            self.prompt(config, ctx), max_tokens=config.max_tokens, temperature=config.temperature
+        )
         score = parse_score(reply)
         if score is None:
             raise EvaluationError(f"the judge's reply has no 'SCORE: <number>': {reply[:200]!r}")
-        return EvalResult(clamp_reward(score / config.scale), {"score": score, "scale": config.scale, "reply": reply[:2000]})
+        return EvalResult(
+            clamp_reward(score / config.scale), {"score": score, "scale": config.scale, "reply": reply[:2000]}
+        )

@@ -52,7 +52,9 @@ class TestsEvaluator:
         if result.timed_out:
             raise EvaluationError(f"the test command timed out after {ctx.timeout_s:g} s")
         if result.returncode not in (0, 1):
-            raise EvaluationError(f"the test command ended with exit code {result.returncode}: {result.stdout[-300:].strip()}")
+            raise EvaluationError(
+                f"the test command ended with exit code {result.returncode}: {result.stdout[-300:].strip()}"
+            )
         counts = parse_summary(result.stdout)
         passed, failed = counts.get("passed", 0), counts.get("failed", 0) + counts.get("errors", 0)
         if not counts:  # a pytest-style command without pytest's summary: its exit code decides

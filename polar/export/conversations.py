@@ -28,7 +28,11 @@ def message_json(message: Message) -> dict[str, Any]:
         item["reasoning_content"] = message.reasoning
     if message.tool_calls:
         item["tool_calls"] = [
-            {"id": call.id or f"call_{index}", "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            {
+                "id": call.id or f"call_{index}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
             for index, call in enumerate(message.tool_calls)
         ]
     if message.tool_call_id is not None:
@@ -61,7 +65,9 @@ class ReplyParser:
         return Message(Role.ASSISTANT, parsed.content, parsed.reasoning, parsed.tool_calls)
 
 
-def conversation(db: Session, capture: Capture, parse_reply: ReplyParser) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def conversation(
+    db: Session, capture: Capture, parse_reply: ReplyParser
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(messages, tools) of the conversation ``capture`` continued, ending with its reply."""
     body = full_request_json(db, capture)
     request = get_codec(capture.protocol).parse_request(body, path_model=capture.model, path_stream=False)

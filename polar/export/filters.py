@@ -76,7 +76,9 @@ def apply(query: sa.Select, f: ExportFilter, dialect: str) -> sa.Select:
     if f.status:
         query = query.where(Trajectory.status.in_(f.status))
     if f.weight_version is not None:
-        query = query.where(sa.or_(Trajectory.weight_version_min == f.weight_version, Trajectory.weight_version_max == f.weight_version))
+        query = query.where(
+            sa.or_(Trajectory.weight_version_min == f.weight_version, Trajectory.weight_version_max == f.weight_version)
+        )
     if f.since is not None:
         query = query.where(Trajectory.created_at >= f.since)
     if f.until is not None:

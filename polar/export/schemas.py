@@ -45,7 +45,13 @@ RL_SCHEMA = pa.schema(
     ]
 )
 
-TOOL_CALL = pa.struct([("id", pa.string()), ("type", pa.string()), ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())]))])
+TOOL_CALL = pa.struct(
+    [
+        ("id", pa.string()),
+        ("type", pa.string()),
+        ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
+    ]
+)
 MESSAGE = pa.struct(
     [
         ("role", pa.string()),

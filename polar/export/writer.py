@@ -76,7 +76,9 @@ def rl_row(trajectory: Trajectory, rollout: Rollout, task: Task, harness: str | 
     }
 
 
-def rows(factory: sessionmaker[Session], settings: Settings, kind: ExportKind, filters: ExportFilter, *, yield_per: int = 500) -> Iterator[dict[str, Any]]:
+def rows(
+    factory: sessionmaker[Session], settings: Settings, kind: ExportKind, filters: ExportFilter, *, yield_per: int = 500
+) -> Iterator[dict[str, Any]]:
     """Export rows in trajectory-id order, streamed from the store."""
     with factory() as db:
         dialect = db.get_bind().dialect.name

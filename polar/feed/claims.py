@@ -117,8 +117,13 @@ def claim(
         task_ids = list(db.scalars(candidates))
         if not task_ids:
             return ClaimedBatch(None, trainer, None, current, [])
-        row = Claim(trainer=trainer, status=ClaimStatus.ACTIVE, n_groups=0, n_trajectories=0,
-                    lease_expires_at=at + timedelta(seconds=lease_s))
+        row = Claim(
+            trainer=trainer,
+            status=ClaimStatus.ACTIVE,
+            n_groups=0,
+            n_trajectories=0,
+            lease_expires_at=at + timedelta(seconds=lease_s),
+        )
         db.add(row)
         db.flush()
         db.execute(
@@ -196,7 +201,9 @@ def _held(db: Session, claim_id: str, trainer: str, at: datetime) -> Claim:
         row.status, row.finished_at = ClaimStatus.EXPIRED, at
         _free_groups(db, [claim_id])
         db.commit()
-        raise Conflict(f"claim {claim_id} expired at {row.lease_expires_at.isoformat()}; its groups were freed", field="claim_id")
+        raise Conflict(
+            f"claim {claim_id} expired at {row.lease_expires_at.isoformat()}; its groups were freed", field="claim_id"
+        )
     if row.status is not ClaimStatus.ACTIVE:
         raise Conflict(f"claim {claim_id} is {row.status.value}, not ACTIVE", field="claim_id")
     return row
@@ -204,7 +211,10 @@ def _held(db: Session, claim_id: str, trainer: str, at: datetime) -> Claim:
 
 def _free_groups(db: Session, claim_ids: list[str]) -> None:
     db.execute(
-        sa.update(Task).where(Task.claim_id.in_(claim_ids)).values(claim_id=None).execution_options(synchronize_session=False)
+        sa.update(Task)
+        .where(Task.claim_id.in_(claim_ids))
+        .values(claim_id=None)
+        .execution_options(synchronize_session=False)
     )
 
 
@@ -219,7 +229,9 @@ def _builder_of_rollout() -> Any:
 
 
 def _groups(db: Session, claim_id: str, known: dict[str, int]) -> list[Group]:
-    tasks = db.scalars(sa.select(Task).where(Task.claim_id == claim_id).order_by(Task.priority.desc(), Task.finished_at, Task.id)).all()
+    tasks = db.scalars(
+        sa.select(Task).where(Task.claim_id == claim_id).order_by(Task.priority.desc(), Task.finished_at, Task.id)
+    ).all()
     rows = db.execute(
         sa.select(Trajectory, Rollout.task_id, Rollout.sample_index)
         .join(Rollout, Rollout.id == Trajectory.rollout_id)
@@ -235,7 +247,14 @@ def _groups(db: Session, claim_id: str, known: dict[str, int]) -> list[Group]:
             ordinal = known.get(trajectory.weight_version_min, 0)
             oldest[task_id] = min(oldest.get(task_id, ordinal), ordinal)
     return [
-        Group(task.id, task.name, dict(task.meta or {}), task.builder, len(known) - oldest.get(task.id, len(known)), by_task[task.id])
+        Group(
+            task.id,
+            task.name,
+            dict(task.meta or {}),
+            task.builder,
+            len(known) - oldest.get(task.id, len(known)),
+            by_task[task.id],
+        )
         for task in tasks
     ]
 

@@ -195,7 +195,9 @@ class LocalEngine:
 
     async def score(self, prompt_ids: list[int], output_ids: list[int], temperature: float) -> list[float]:
         """Teacher-forced logprobs of ``output_ids`` after ``prompt_ids`` under the live weights."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._score, prompt_ids, output_ids, temperature)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._score, prompt_ids, output_ids, temperature
+        )
 
     def _score(self, prompt_ids: list[int], output_ids: list[int], temperature: float) -> list[float]:
         ids = [*prompt_ids, *output_ids]

@@ -56,7 +56,9 @@ async def _frames_as_bytes(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
         yield frame.encode()
 
 
-async def _model_call(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None, stream: bool | None = None) -> Response:
+async def _model_call(
+    gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None, stream: bool | None = None
+) -> Response:
     try:
         body = await read_json(request, gw.settings.max_body_bytes)
         session = await asyncio.to_thread(gw.sessions.authenticate, _api_key(request))
@@ -73,7 +75,9 @@ async def _model_call(gw: Gateway, request: Request, codec: ProtocolCodec, *, mo
         return _error(codec, PolarError("internal error in the gateway; see its log"))
 
 
-async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> tuple[int, Any]:
+async def _count_tokens(
+    gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None
+) -> tuple[int, Any]:
     body = await read_json(request, gw.settings.max_body_bytes)
     await asyncio.to_thread(gw.sessions.authenticate, _api_key(request))
     if isinstance(body, dict) and codec is ANTHROPIC:
@@ -130,7 +134,9 @@ def create_app(gw: Gateway) -> FastAPI:
     async def responses_websocket(websocket: WebSocket) -> None:
         # Codex's built-in provider tries a WebSocket first. 426 Upgrade Required makes it fall back to HTTP
         # at once; a 403 (a plain close before accept) costs five retries with backoff (~7 s) first.
-        _, body = OPENAI_RESPONSES.error_response(InvalidRequest("this gateway serves /v1/responses over HTTP POST only"))
+        _, body = OPENAI_RESPONSES.error_response(
+            InvalidRequest("this gateway serves /v1/responses over HTTP POST only")
+        )
         try:
             await websocket.send_denial_response(JSONResponse(body, status_code=426))
         except RuntimeError:  # a server without the WebSocket denial-response extension
@@ -159,7 +165,10 @@ def create_app(gw: Gateway) -> FastAPI:
             except PolarError as exc:
                 return _error(GEMINI, exc)
             return JSONResponse({"totalTokens": n})
-        return _error(GEMINI, NotFound(f"unknown method {method!r}; expected generateContent or streamGenerateContent", field="path"))
+        return _error(
+            GEMINI,
+            NotFound(f"unknown method {method!r}; expected generateContent or streamGenerateContent", field="path"),
+        )
 
     @app.api_route("/", methods=["GET", "HEAD"])
     async def root() -> Response:
@@ -167,11 +176,15 @@ def create_app(gw: Gateway) -> FastAPI:
 
     @app.get("/health")
     async def health() -> Response:
-        return JSONResponse({"status": "ok", "backend": gw.backend.name, "weight_version": await gw.backend.weight_version()})
+        return JSONResponse(
+            {"status": "ok", "backend": gw.backend.name, "weight_version": await gw.backend.weight_version()}
+        )
 
     @app.get("/v1/models")
     async def models() -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": gw.settings.model, "object": "model", "owned_by": "polar"}]})
+        return JSONResponse(
+            {"object": "list", "data": [{"id": gw.settings.model, "object": "model", "owned_by": "polar"}]}
+        )
 
     # ---- session control ----------------------------------------------------------------------------
 
@@ -201,7 +214,10 @@ def create_app(gw: Gateway) -> FastAPI:
             if spec.policy is not None:
                 ScriptedPolicySpec.parse(spec.policy)  # reject a bad script now, not at the first call
             info, key = await asyncio.to_thread(
-                gw.sessions.create, policy=spec.policy, models=spec.models, rollout_id=spec.rollout_id,
+                gw.sessions.create,
+                policy=spec.policy,
+                models=spec.models,
+                rollout_id=spec.rollout_id,
                 replace_key=spec.replace_key,
             )
         except PolarError as exc:
@@ -237,7 +253,9 @@ def create_app(gw: Gateway) -> FastAPI:
         return JSONResponse({"session_id": info.id, "closed": True})
 
     @app.get("/v1/sessions/{session_id}/captures")
-    async def list_captures(session_id: str, request: Request, full_prompt: bool = False, requests: bool = False) -> Response:
+    async def list_captures(
+        session_id: str, request: Request, full_prompt: bool = False, requests: bool = False
+    ) -> Response:
         try:
             await authorize_control(request, session_id)
             await asyncio.to_thread(gw.sessions.get, session_id)
@@ -251,11 +269,31 @@ def create_app(gw: Gateway) -> FastAPI:
 
 
 CAPTURE_FIELDS = (
-    "id", "seq", "protocol", "model", "status", "error", "parent_id", "prefix_len", "n_prompt", "n_prompt_delta",
-    "n_output", "prompt_delta_ids", "output_ids", "output_logprobs", "finish_reason", "matched_stop",
-    "weight_version", "version_spans", "sampling_params", "render_mode", "backend", "logprob_semantics",
-    "latency_s", "ttft_s",
-)  # fmt: skip
+    "id",
+    "seq",
+    "protocol",
+    "model",
+    "status",
+    "error",
+    "parent_id",
+    "prefix_len",
+    "n_prompt",
+    "n_prompt_delta",
+    "n_output",
+    "prompt_delta_ids",
+    "output_ids",
+    "output_logprobs",
+    "finish_reason",
+    "matched_stop",
+    "weight_version",
+    "version_spans",
+    "sampling_params",
+    "render_mode",
+    "backend",
+    "logprob_semantics",
+    "latency_s",
+    "ttft_s",
+)
 
 
 def _captures(gw: Gateway, session_id: str, full_prompt: bool, requests: bool) -> list[dict[str, Any]]:

@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import Capture, session_scope
 from db.capture_tree import prompt_from_chain
-from db.request_json import expand_request, full_request_json
 from db.enums import CaptureStatus
+from db.request_json import expand_request, full_request_json
 from polar.proxy.canonical import ChatRequest
 from polar.tokens.messages import Message, ToolSpec
 from polar.tokens.render import PriorCall

@@ -14,7 +14,15 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from polar.backends.base import Backend, FinishReason, GenerateChunk, GenerateRequest, GenerateResult, VersionSpan, collect
+from polar.backends.base import (
+    Backend,
+    FinishReason,
+    GenerateChunk,
+    GenerateRequest,
+    GenerateResult,
+    VersionSpan,
+    collect,
+)
 from polar.errors import InvalidRequest
 from polar.models.engine import LocalEngine
 from polar.tokens.messages import Message, Role, ToolCall
@@ -67,7 +75,8 @@ class ScriptedReply(BaseModel):
         import json
 
         calls = tuple(
-            ToolCall(c.name, json.dumps(c.arguments, ensure_ascii=False), f"call_{i}") for i, c in enumerate(self.tool_calls)
+            ToolCall(c.name, json.dumps(c.arguments, ensure_ascii=False), f"call_{i}")
+            for i, c in enumerate(self.tool_calls)
         )
         return Message(Role.ASSISTANT, self.content, reasoning=self.reasoning, tool_calls=calls)
 
@@ -89,7 +98,9 @@ class ScriptedPolicySpec(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise InvalidRequest(f"invalid policy at {where or 'policy'}: {first['msg']}", field=f"policy.{where}") from None
+            raise InvalidRequest(
+                f"invalid policy at {where or 'policy'}: {first['msg']}", field=f"policy.{where}"
+            ) from None
 
 
 class ScriptedPolicy:
@@ -117,11 +128,13 @@ class ScriptedPolicy:
         ids = [*tokenizer.encode(body), tokenizer.im_end_id]
         self.scorer.validate(request)
         budget = min(request.sampling.max_new_tokens, self.scorer.context_length - len(request.input_ids))
-        finish, matched = (FinishReason.STOP, tokenizer.im_end_id) if len(ids) <= budget else (FinishReason.LENGTH, None)
+        finish, matched = (
+            (FinishReason.STOP, tokenizer.im_end_id) if len(ids) <= budget else (FinishReason.LENGTH, None)
+        )
         ids = ids[:budget]
         logprobs = await self.scorer.score(list(request.input_ids), ids, request.sampling.temperature)
         ttft = time.perf_counter() - started  # the whole reply is ready once it is scored
-        for token, logprob in zip(ids, logprobs):
+        for token, logprob in zip(ids, logprobs, strict=True):
             yield GenerateChunk((token,), (logprob,))
         yield GenerateChunk(
             (),

@@ -92,7 +92,7 @@ class CaptureWriter:
                 error = StoreError(f"could not store the capture: {exc.__class__.__name__}")
                 break
             self.commits += 1
-            for pending, capture_id in zip(batch, ids):
+            for pending, capture_id in zip(batch, ids, strict=True):
                 pending.loop.call_soon_threadsafe(_resolve, pending.future, capture_id, None)
             return
         error = error or StoreError("could not assign a capture sequence number after retries")

@@ -12,5 +12,9 @@ from polar.settings import Settings
 async def serve_gateway(settings: Settings, host: str, port: int) -> None:
     gateway = await Gateway.create(settings)
     config = uvicorn.Config(create_app(gateway), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
-    print(f"polar gateway on http://{host}:{port} (backend={gateway.backend.name}, store={settings.resolved_database_url})", flush=True)
+    print(
+        f"polar gateway on http://{host}:{port} (backend={gateway.backend.name}, "
+        f"store={settings.resolved_database_url})",
+        flush=True,
+    )
     await uvicorn.Server(config).serve()

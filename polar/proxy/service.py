@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from array import array
 import uuid
+from array import array
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -77,10 +77,15 @@ class CallService:
 
     # ---- planning ---------------------------------------------------------------------------------
 
-    def plan(self, session: SessionInfo, codec: ProtocolCodec, body: Any, request: ChatRequest, policy: Policy) -> CallPlan:
+    def plan(
+        self, session: SessionInfo, codec: ProtocolCodec, body: Any, request: ChatRequest, policy: Policy
+    ) -> CallPlan:
         """Build the prompt and sampling parameters (blocking: runs in a worker thread)."""
         if session.models and request.model not in session.models:
-            raise NotFound(f"model {request.model!r} is not served for this session; use one of {list(session.models)}", field="model")
+            raise NotFound(
+                f"model {request.model!r} is not served for this session; use one of {list(session.models)}",
+                field="model",
+            )
         history = self.histories.load(session.id)
         prompt = self.builder.build(request.messages, request.tools, history.prior_calls(), self.render_mode)
         budget = self.context_length - len(prompt.ids)
@@ -124,7 +129,9 @@ class CallService:
             raise
         return self._frames(plan, first, chunks)
 
-    async def _frames(self, plan: CallPlan, first: GenerateChunk, chunks: AsyncIterator[GenerateChunk]) -> AsyncIterator[str]:
+    async def _frames(
+        self, plan: CallPlan, first: GenerateChunk, chunks: AsyncIterator[GenerateChunk]
+    ) -> AsyncIterator[str]:
         encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
         decoder = IncrementalDecoder(self.builder.tokenizer)
         parser = self.tool_format.stream_parser(tools=plan.request.tools)
@@ -223,10 +230,17 @@ class CallService:
         """Record a failed generation. If even that fails, the original error still reaches the caller."""
         try:
             row = capture_row(
-                rollout_id=plan.session.id, seq=-1, protocol=plan.codec.name, model=plan.request.model,
-                backend=plan.policy.name, request_json=await self._stored_request(plan), prompt=plan.prompt,
-                sampling=plan.sampling, result=None, error=f"{error.error_type}: {error.message}",
-            )  # fmt: skip
+                rollout_id=plan.session.id,
+                seq=-1,
+                protocol=plan.codec.name,
+                model=plan.request.model,
+                backend=plan.policy.name,
+                request_json=await self._stored_request(plan),
+                prompt=plan.prompt,
+                sampling=plan.sampling,
+                result=None,
+                error=f"{error.error_type}: {error.message}",
+            )
             await self.writer.write(row)
         except PolarError:
             log.warning("could not record the failed call of session %s", plan.session.id)

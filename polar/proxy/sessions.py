@@ -78,7 +78,9 @@ class SessionStore:
 
     def authenticate(self, key: str | None) -> SessionInfo:
         if not key:
-            raise AuthenticationError("missing API key: send the session key as a Bearer token, x-api-key or x-goog-api-key")
+            raise AuthenticationError(
+                "missing API key: send the session key as a Bearer token, x-api-key or x-goog-api-key"
+            )
         with session_scope(self._factory) as db:
             row = db.scalar(sa.select(Rollout).where(Rollout.session_token_hash == hash_key(key)))
             if row is None:

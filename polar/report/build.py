@@ -39,14 +39,21 @@ def _summary(rollouts: pd.DataFrame, tokens: pd.DataFrame) -> dict[str, object]:
 
 
 def build_report(
-    factory: sessionmaker[Session], out: Path, *, since: datetime | None = None, until: datetime | None = None,
-    task_ids: list[str] | None = None, title: str = "Polar report",
+    factory: sessionmaker[Session],
+    out: Path,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    task_ids: list[str] | None = None,
+    title: str = "Polar report",
 ) -> Report:
     """Write ``out``/report.html and its PNGs for the rollouts created in [since, until) (or of ``task_ids``)."""
     out.mkdir(parents=True, exist_ok=True)
     scope = {"since": since, "until": until, "task_ids": task_ids}
     rollouts = analysis.rollouts(factory, **scope)
-    tokens = analysis.token_counts(factory, task_ids=list(rollouts["task_id"].dropna().unique()) if task_ids or since or until else None)
+    tokens = analysis.token_counts(
+        factory, task_ids=list(rollouts["task_id"].dropna().unique()) if task_ids or since or until else None
+    )
     rewards = analysis.rewards_by(factory, "harness", "weight_version", **scope)
     merges = analysis.merge_ratio(factory)
     if not rollouts.empty and not merges.empty:
@@ -67,7 +74,11 @@ def build_report(
 
 def _html(title, scope, summary, images, rewards, latencies, failures) -> str:
     def table(frame: pd.DataFrame) -> str:
-        return frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="", border=0) if not frame.empty else "<p>none</p>"
+        return (
+            frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="", border=0)
+            if not frame.empty
+            else "<p>none</p>"
+        )
 
     def image(name: str, path: Path) -> str:
         data = base64.b64encode(path.read_bytes()).decode()
@@ -79,7 +90,7 @@ def _html(title, scope, summary, images, rewards, latencies, failures) -> str:
 <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto}} img{{max-width:100%}}
 table{{border-collapse:collapse;font-size:12px}} td,th{{padding:2px 8px;border-bottom:1px solid #ddd}}</style></head>
 <body><h1>{html.escape(title)}</h1><p>Scope: {html.escape(scope_text)}</p><ul>{items}</ul>
-{''.join(image(name, path) for name, path in images.items())}
+{"".join(image(name, path) for name, path in images.items())}
 <h2>Rewards by harness and weight version</h2>{table(rewards)}
 <h2>Stage latencies (s)</h2>{table(latencies)}
 <h2>Failure causes</h2>{table(failures)}

@@ -79,7 +79,10 @@ def failure_causes(frame: pd.DataFrame, path: Path, top: int = 10) -> Path:
         _empty(ax, "no failed, timed-out or cancelled rollouts")
     else:
         rows = frame.head(top).iloc[::-1]
-        labels = [f"{r.status}{'' if r.failed_stage == '-' else ' in ' + r.failed_stage}: {str(r.cause)[:50]}" for r in rows.itertuples()]
+        labels = [
+            f"{r.status}{'' if r.failed_stage == '-' else ' in ' + r.failed_stage}: {str(r.cause)[:50]}"
+            for r in rows.itertuples()
+        ]
         ax.barh(labels, rows["rollouts"], color="#c44e52")
         ax.tick_params(axis="y", labelsize=7)
     ax.set(title="Failure causes", xlabel="rollouts")

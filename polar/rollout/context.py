@@ -37,7 +37,9 @@ class RolloutContext:
     embedded: EmbeddedGateway | None = None
 
     @classmethod
-    def create(cls, settings: Settings, *, gateway_url: str | None = None, chat: ChatModel | None = None) -> RolloutContext:
+    def create(
+        cls, settings: Settings, *, gateway_url: str | None = None, chat: ChatModel | None = None
+    ) -> RolloutContext:
         url = settings.resolved_database_url
         migrate.upgrade(url)
         engine = make_engine(url)

@@ -31,7 +31,9 @@ class GatewayClient:
     async def open_session(self, rollout_id: str, *, policy: Mapping[str, Any] | None = None) -> SessionAccess:
         reply = await self._post("/v1/sessions", {"rollout_id": rollout_id, "policy": policy, "replace_key": True})
         if reply.status_code != 201:
-            raise GatewayError(f"the gateway refused a session for rollout {rollout_id}: {reply.status_code} {reply.text[:300]}")
+            raise GatewayError(
+                f"the gateway refused a session for rollout {rollout_id}: {reply.status_code} {reply.text[:300]}"
+            )
         body = reply.json()
         return SessionAccess(session_id=body["session_id"], api_key=body["api_key"], base_urls=body["base_urls"])
 
@@ -39,4 +41,6 @@ class GatewayClient:
         """Close the session (idempotent); a session that never opened is fine too."""
         reply = await self._post(f"/v1/sessions/{session_id}/close")
         if reply.status_code not in (200, 404):
-            raise GatewayError(f"the gateway could not close session {session_id}: {reply.status_code} {reply.text[:300]}")
+            raise GatewayError(
+                f"the gateway could not close session {session_id}: {reply.status_code} {reply.text[:300]}"
+            )

@@ -54,7 +54,9 @@ class NoLimits:
         yield
 
 
-_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, ProcessLimiter]] = weakref.WeakKeyDictionary()
+_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, ProcessLimiter]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def process_limiter(settings: Settings) -> ProcessLimiter:

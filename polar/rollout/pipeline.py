@@ -117,7 +117,9 @@ async def _keep_partial_work(ctx: RolloutContext, view: RolloutView, owner: str)
     except PolarError as exc:
         log.warning("rollout %s: could not close its session: %s", view.id, exc.message)
     try:
-        await asyncio.to_thread(build_trajectories, ctx, view.id, builder=view.task.builder, status="ERROR", aligned_agent_timeout=False)
+        await asyncio.to_thread(
+            build_trajectories, ctx, view.id, builder=view.task.builder, status="ERROR", aligned_agent_timeout=False
+        )
     except Exception:
         log.exception("rollout %s: could not build trajectories after a failure", view.id)
 
@@ -146,7 +148,9 @@ async def drive_rollout(
         return RolloutSummary(rollout_id, view.status, None, None, tuple(s.value for s in view.done))
     if Stage.INIT in view.done and Stage.RUN not in view.done and not agent_runtime(ctx, view).exists():
         await asyncio.to_thread(state.reopen_stage, ctx.factory, rollout_id, Stage.INIT, owner)
-        view = await asyncio.to_thread(state.load, ctx.factory, rollout_id, default_timeout_s=settings.rollout_timeout_s)
+        view = await asyncio.to_thread(
+            state.load, ctx.factory, rollout_id, default_timeout_s=settings.rollout_timeout_s
+        )
     call = call or direct_call(ctx, rollout_id, owner)
     done = view.done
     current = Stage.INIT

@@ -65,6 +65,12 @@ async def run_prepare(
                 field=f"runtime.prepare.{index}",
             )
         reports.append(
-            {"action": index, "type": action.type, "attempts": attempt, "errors": errors, "duration_s": round(time.monotonic() - started, 3)}
+            {
+                "action": index,
+                "type": action.type,
+                "attempts": attempt,
+                "errors": errors,
+                "duration_s": round(time.monotonic() - started, 3),
+            }
         )
     return reports

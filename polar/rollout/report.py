@@ -47,7 +47,9 @@ def rollout_rows(factory: sessionmaker[Session], task_ids: Sequence[str]) -> lis
         traj = {
             rollout_id: (count, tokens or 0)
             for rollout_id, count, tokens in db.execute(
-                sa.select(Trajectory.rollout_id, sa.func.count(), sa.func.sum(Trajectory.n_loss_tokens)).group_by(Trajectory.rollout_id)
+                sa.select(Trajectory.rollout_id, sa.func.count(), sa.func.sum(Trajectory.n_loss_tokens)).group_by(
+                    Trajectory.rollout_id
+                )
             )
         }
         query = (
@@ -80,7 +82,10 @@ def rollout_rows(factory: sessionmaker[Session], task_ids: Sequence[str]) -> lis
 
 
 def format_rollouts(rows: Sequence[RolloutRow]) -> str:
-    header = f"{'task':<12} {'#':>2} {'rollout':<8} {'status':<10} {'reward':>6} {'capt':>4} {'traj':>4} {'loss':>5} {'secs':>5}  note"
+    header = (
+        f"{'task':<12} {'#':>2} {'rollout':<8} {'status':<10} {'reward':>6} "
+        f"{'capt':>4} {'traj':>4} {'loss':>5} {'secs':>5}  note"
+    )
     lines = [header]
     for r in rows:
         reward = f"{r.reward:.2f}" if r.reward is not None else "-"

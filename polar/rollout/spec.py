@@ -66,7 +66,9 @@ class RuntimeSpec(BaseModel):
     prepare: list[PrepareAction] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict, description="environment of every command in the runtime")
     isolation: Isolation | None = Field(default=None, description="default POLAR_RUNTIME_ISOLATION")
-    options: dict[str, Any] = Field(default_factory=dict, description="the runtime's own options (polar.runtime.OPTIONS)")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="the runtime's own options (polar.runtime.OPTIONS)"
+    )
 
 
 class HarnessSpec(BaseModel):
@@ -82,8 +84,12 @@ class EvaluatorSpec(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict, description="the evaluator's Config")
     timeout_s: float = Field(default=300.0, gt=0)
     fresh_runtime: bool = Field(default=False, description="evaluate in a new runtime prepared while the agent runs")
-    prepare: list[PrepareAction] | None = Field(default=None, description="fresh runtime recipe; default runtime.prepare")
-    copy_paths: list[str] = Field(default_factory=list, description="files copied from the agent's folder to the fresh one")
+    prepare: list[PrepareAction] | None = Field(
+        default=None, description="fresh runtime recipe; default runtime.prepare"
+    )
+    copy_paths: list[str] = Field(
+        default_factory=list, description="files copied from the agent's folder to the fresh one"
+    )
 
 
 class TaskRequest(BaseModel):

@@ -132,7 +132,9 @@ def _task_request(task: Task, default_timeout_s: float) -> TaskRequest:
 
 def _view(db: Session, row: Rollout, default_timeout_s: float) -> RolloutView:
     if row.task_id is None:
-        raise NotFound(f"rollout {row.id} belongs to no task; only task rollouts run through the pipeline", field="rollout_id")
+        raise NotFound(
+            f"rollout {row.id} belongs to no task; only task rollouts run through the pipeline", field="rollout_id"
+        )
     task = db.get(Task, row.task_id)
     assert task is not None  # the foreign key guarantees it
     return RolloutView(
@@ -160,7 +162,9 @@ def _row(db: Session, rollout_id: str, *, lock: bool = True) -> Rollout:
 def _owned(db: Session, rollout_id: str, owner: str) -> Rollout:
     row = _row(db, rollout_id)
     if row.flow_run_id != owner:
-        raise RolloutClaimed(f"rollout {rollout_id} is owned by flow run {row.flow_run_id}, not {owner}", field="rollout_id")
+        raise RolloutClaimed(
+            f"rollout {rollout_id} is owned by flow run {row.flow_run_id}, not {owner}", field="rollout_id"
+        )
     return row
 
 
@@ -234,7 +238,9 @@ def begin_stage(
         if stage in view.done:
             return StageStart(view, skipped=True)
         if stage.previous is not None and stage.previous not in view.done:
-            raise StageOrderError(f"rollout {rollout_id}: {stage} cannot start before {stage.previous} is done", field="stage")
+            raise StageOrderError(
+                f"rollout {rollout_id}: {stage} cannot start before {stage.previous} is done", field="stage"
+            )
         timing = dict(view.stage_timings.get(stage.value) or {})
         timing["started_at"] = at.isoformat()
         timing["attempts"] = int(timing.get("attempts", 0)) + 1
@@ -247,7 +253,9 @@ def begin_stage(
         return StageStart(_view(db, row, default_timeout_s), skipped=False)
 
 
-def record_progress(factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str, values: Mapping[str, Any]) -> None:
+def record_progress(
+    factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str, values: Mapping[str, Any]
+) -> None:
     """Merge ``values`` into what ``stage`` has recorded while running (committed before this returns)."""
     with session_scope(factory) as db:
         row = _owned(db, rollout_id, owner)
@@ -261,7 +269,9 @@ def record_progress(factory: sessionmaker[Session], rollout_id: str, stage: Stag
 
 def heartbeat(factory: sessionmaker[Session], rollout_id: str, owner: str) -> None:
     with session_scope(factory) as db:
-        db.execute(sa.update(Rollout).where(Rollout.id == rollout_id, Rollout.flow_run_id == owner).values(heartbeat_at=now()))
+        db.execute(
+            sa.update(Rollout).where(Rollout.id == rollout_id, Rollout.flow_run_id == owner).values(heartbeat_at=now())
+        )
 
 
 @dataclass(frozen=True)
@@ -274,7 +284,9 @@ class StageOutput:
     error: str | None = None
 
 
-def finish_stage(factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str, output: StageOutput) -> None:
+def finish_stage(
+    factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str, output: StageOutput
+) -> None:
     at = now()
     with session_scope(factory) as db:
         row = _owned(db, rollout_id, owner)
@@ -300,7 +312,10 @@ def mark_failed(factory: sessionmaker[Session], rollout_id: str, stage: Stage, o
     at = now()
     with session_scope(factory) as db:
         row = _owned(db, rollout_id, owner)
-        row.stage_results = {**(row.stage_results or {}), "failure": {"stage": stage.value, "error": error, "at": at.isoformat()}}
+        row.stage_results = {
+            **(row.stage_results or {}),
+            "failure": {"stage": stage.value, "error": error, "at": at.isoformat()},
+        }
         row.status = RolloutStatus.ERROR
         row.error = f"{stage.value} failed: {error}"
         row.finished_at = at
@@ -329,9 +344,9 @@ def select_retryable(
 ) -> list[str]:
     """Rollouts to retry: those whose pipeline failed (``mark_failed``) and, with ``stale_after_s``, unfinished
     ones whose owner has been silent that long (a killed flow run, or a batch that died before dispatching)."""
-    query = sa.select(Rollout.id, Rollout.status, Rollout.stage_results, Rollout.heartbeat_at, Rollout.created_at).where(
-        Rollout.task_id.is_not(None)
-    )
+    query = sa.select(
+        Rollout.id, Rollout.status, Rollout.stage_results, Rollout.heartbeat_at, Rollout.created_at
+    ).where(Rollout.task_id.is_not(None))
     if rollout_ids is not None:
         query = query.where(Rollout.id.in_(list(rollout_ids)))
     if task_id is not None:
@@ -339,8 +354,15 @@ def select_retryable(
     stale_before = now() - timedelta(seconds=stale_after_s) if stale_after_s is not None else None
     chosen = []
     with session_scope(factory) as db:
-        for rollout_id, status, results, heartbeat_at, created_at in db.execute(query.order_by(Rollout.created_at, Rollout.id)):
-            if (results or {}).get("failure") or stale_before is not None and not RolloutStatus(status).is_terminal and (heartbeat_at or created_at) <= stale_before:
+        for rollout_id, status, results, heartbeat_at, created_at in db.execute(
+            query.order_by(Rollout.created_at, Rollout.id)
+        ):
+            if (
+                (results or {}).get("failure")
+                or stale_before is not None
+                and not RolloutStatus(status).is_terminal
+                and (heartbeat_at or created_at) <= stale_before
+            ):
                 chosen.append(rollout_id)
     return chosen
 

@@ -42,7 +42,9 @@ def validate_tasks(requests: Sequence[TaskRequest | dict[str, Any]]) -> list[Tas
     return validated
 
 
-def submit_tasks(factory: sessionmaker[Session], requests: Sequence[TaskRequest | dict[str, Any]]) -> list[SubmittedTask]:
+def submit_tasks(
+    factory: sessionmaker[Session], requests: Sequence[TaskRequest | dict[str, Any]]
+) -> list[SubmittedTask]:
     """Store the tasks and their rollouts (status PENDING); returns their ids, in submission order."""
     tasks = validate_tasks(requests)
     submitted = []

@@ -33,14 +33,27 @@ def _local(settings: Settings, key: str, env: Mapping[str, str], isolation: Isol
 
 def _docker(settings: Settings, key: str, env: Mapping[str, str], isolation: Isolation | None, options: Any) -> Runtime:
     return DockerRuntime(
-        key, settings.runtime_dir, image=settings.docker_image, tools_dir=settings.tools_dir, options=options, env=env,
-        docker_host=settings.docker_host, network=settings.docker_network,
-    )  # fmt: skip
+        key,
+        settings.runtime_dir,
+        image=settings.docker_image,
+        tools_dir=settings.tools_dir,
+        options=options,
+        env=env,
+        docker_host=settings.docker_host,
+        network=settings.docker_network,
+    )
 
 
-def _apptainer(settings: Settings, key: str, env: Mapping[str, str], isolation: Isolation | None, options: Any) -> Runtime:
+def _apptainer(
+    settings: Settings, key: str, env: Mapping[str, str], isolation: Isolation | None, options: Any
+) -> Runtime:
     return ApptainerRuntime(
-        key, settings.runtime_dir, image=settings.apptainer_image, tools_dir=settings.tools_dir, options=options, env=env
+        key,
+        settings.runtime_dir,
+        image=settings.apptainer_image,
+        tools_dir=settings.tools_dir,
+        options=options,
+        env=env,
     )
 
 

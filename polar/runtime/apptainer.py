@@ -47,8 +47,16 @@ def apptainer_available(binary: str = "apptainer") -> str | None:
 class ApptainerRuntime(LocalRuntime):
     kind = "apptainer"
 
-    def __init__(self, key: str, base: Path, *, image: str, tools_dir: Path, options: ApptainerOptions | None = None,
-                 env: Mapping[str, str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        key: str,
+        base: Path,
+        *,
+        image: str,
+        tools_dir: Path,
+        options: ApptainerOptions | None = None,
+        env: Mapping[str, str] | None = None,
+    ):
         super().__init__(key, base, env=env)
         self.options = options or ApptainerOptions()
         self.image = self.options.image or image
@@ -78,7 +86,9 @@ class ApptainerRuntime(LocalRuntime):
             args += ["--bind", bind]
         started = self._run(*args, self.image, self.instance)
         if started.returncode != 0:
-            raise SandboxError(f"cannot start apptainer instance {self.instance} from {self.image!r}: {started.stderr[-300:].strip()}")
+            raise SandboxError(
+                f"cannot start apptainer instance {self.instance} from {self.image!r}: {started.stderr[-300:].strip()}"
+            )
 
     def _stop_instance(self) -> None:
         self._run("instance", "stop", "--force", self.instance)
@@ -95,7 +105,13 @@ class ApptainerRuntime(LocalRuntime):
         await super().stop(remove=remove)
 
     def describe(self) -> dict[str, Any]:
-        return {"type": self.kind, "key": self.key, "root": str(self.layout.root), "instance": self.instance, "image": self.image}
+        return {
+            "type": self.kind,
+            "key": self.key,
+            "root": str(self.layout.root),
+            "instance": self.instance,
+            "image": self.image,
+        }
 
     def interpreter(self, host_python: str) -> str:
         return self.options.python
@@ -118,10 +134,15 @@ class ApptainerRuntime(LocalRuntime):
 
         async def start(argv: list[str], log: Path) -> None:
             with log.open("wb") as out:
-                relays.append(await asyncio.create_subprocess_exec(
-                    *self._argv(argv, self.layout.work), stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
-                    start_new_session=True,
-                ))  # fmt: skip
+                relays.append(
+                    await asyncio.create_subprocess_exec(
+                        *self._argv(argv, self.layout.work),
+                        stdin=asyncio.subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=out,
+                        start_new_session=True,
+                    )
+                )
 
         async def stop(pid: int) -> None:
             for process in relays:
@@ -130,8 +151,13 @@ class ApptainerRuntime(LocalRuntime):
                 await process.wait()
 
         tunnel = gateway_tunnel(
-            url, socket_dir=self.socket_dir, private=self.layout.private, tools_dir=self.tools_dir, start=start, stop=stop,
+            url,
+            socket_dir=self.socket_dir,
+            private=self.layout.private,
+            tools_dir=self.tools_dir,
+            start=start,
+            stop=stop,
             where=f"apptainer instance {self.instance}",
-        )  # fmt: skip
+        )
         async with tunnel as inner:
             yield inner

@@ -45,9 +45,7 @@ LABEL = "polar.runtime"
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Runs the command as the leader of a new session: its pid (= process group) goes to a file first, its exit
 # code to another, then the group is killed so nothing it started in the background outlives it.
-WRAPPER = (
-    'p=$1 o=$2 e=$3 r=$4; shift 4; echo $$ > "$p"; "$@" </dev/null >"$o" 2>"$e"; echo $? > "$r"; kill -KILL 0'
-)
+WRAPPER = 'p=$1 o=$2 e=$3 r=$4; shift 4; echo $$ > "$p"; "$@" </dev/null >"$o" 2>"$e"; echo $? > "$r"; kill -KILL 0'
 
 # Blocking SDK calls (an exec's attach lasts as long as the command) get threads of their own, so a batch of
 # running harnesses never starves the default executor the pipeline's database calls share.
@@ -132,7 +130,10 @@ class DockerRuntime(LocalRuntime):
 
     def _mounts(self) -> dict[str, dict[str, str]]:
         root = str(self.layout.root)
-        volumes = {root: {"bind": root, "mode": "rw"}, str(self._socket_dir()): {"bind": SANDBOX_SOCKET_DIR, "mode": "rw"}}
+        volumes = {
+            root: {"bind": root, "mode": "rw"},
+            str(self._socket_dir()): {"bind": SANDBOX_SOCKET_DIR, "mode": "rw"},
+        }
         if self.options.mount_tools and self.tools_dir.is_dir():
             volumes[str(self.tools_dir)] = {"bind": str(self.tools_dir), "mode": "ro"}
         return volumes
@@ -152,14 +153,26 @@ class DockerRuntime(LocalRuntime):
             limits["mem_limit"] = limits["memswap_limit"] = f"{self.options.memory_mb}m"
         if self.options.pids_limit:
             limits["pids_limit"] = self.options.pids_limit
-        labels = {LABEL: "docker", "polar.key": self.key, "polar.root": str(self.layout.root),
-                  "polar.created": str(int(time.time()))}  # fmt: skip
+        labels = {
+            LABEL: "docker",
+            "polar.key": self.key,
+            "polar.root": str(self.layout.root),
+            "polar.created": str(int(time.time())),
+        }
         try:
             container = self.client.containers.create(
-                self.image, ["sleep", "infinity"], name=self.name, labels=labels, init=True, detach=True,
-                network_mode=self.network, volumes=self._mounts(), working_dir=str(self.layout.work),
-                hostname="polar-sandbox", **limits,
-            )  # fmt: skip
+                self.image,
+                ["sleep", "infinity"],
+                name=self.name,
+                labels=labels,
+                init=True,
+                detach=True,
+                network_mode=self.network,
+                volumes=self._mounts(),
+                working_dir=str(self.layout.work),
+                hostname="polar-sandbox",
+                **limits,
+            )
             container.start()
         except docker.errors.ImageNotFound:
             raise SandboxError(
@@ -219,15 +232,28 @@ class DockerRuntime(LocalRuntime):
         return self.options.python  # the host's interpreter is not in the container
 
     def describe(self) -> dict[str, Any]:
-        return {"type": self.kind, "key": self.key, "root": str(self.layout.root), "container": self.name,
-                "image": self.image, "network": self.network}  # fmt: skip
+        return {
+            "type": self.kind,
+            "key": self.key,
+            "root": str(self.layout.root),
+            "container": self.name,
+            "image": self.image,
+            "network": self.network,
+        }
 
     # ---- commands -----------------------------------------------------------------------------------
 
     def command_env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         path = f"{self.tools_dir / 'node' / 'bin'}:{BASE_PATH}" if self.options.mount_tools else BASE_PATH
-        env = {"PATH": path, "HOME": str(self.layout.home), "TMPDIR": str(self.layout.tmp), "LANG": "C.UTF-8",
-               "PYTHONUNBUFFERED": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}  # fmt: skip
+        env = {
+            "PATH": path,
+            "HOME": str(self.layout.home),
+            "TMPDIR": str(self.layout.tmp),
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+        }
         env.update(self.env)
         env.update(extra or {})
         return env
@@ -275,7 +301,9 @@ class DockerRuntime(LocalRuntime):
         wrapped = ["setsid", "-w", "sh", "-c", WRAPPER, "polar-exec", *files, *argv]
         api = self.client.api
         try:
-            created = await self._call(api.exec_create, container.id, wrapped, environment=self.command_env(env), workdir=str(workdir))
+            created = await self._call(
+                api.exec_create, container.id, wrapped, environment=self.command_env(env), workdir=str(workdir)
+            )
             exec_id = created["Id"]
         except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds; all mean the command did not start
             raise SandboxError(f"cannot start {command!r} in container {self.name}: {_api_error(exc)}") from None
@@ -303,7 +331,9 @@ class DockerRuntime(LocalRuntime):
         stderr = _tail(stderr_path) + note
         pid_file.unlink(missing_ok=True)
         rc_file.unlink(missing_ok=True)
-        return ExecResult(None if timed_out else returncode, _tail(stdout_path), stderr, timed_out, time.monotonic() - started)
+        return ExecResult(
+            None if timed_out else returncode, _tail(stdout_path), stderr, timed_out, time.monotonic() - started
+        )
 
     async def _outcome(self, container: Any, exec_id: str, rc_file: Path) -> tuple[int | None, str]:
         with contextlib.suppress(OSError, ValueError):
@@ -346,8 +376,13 @@ class DockerRuntime(LocalRuntime):
             await self._call(container.exec_run, ["kill", "-KILL", str(pid)])
 
         tunnel = gateway_tunnel(
-            url, socket_dir=self._socket_dir(), private=self.layout.private, tools_dir=self.tools_dir, start=start, stop=stop,
+            url,
+            socket_dir=self._socket_dir(),
+            private=self.layout.private,
+            tools_dir=self.tools_dir,
+            start=start,
+            stop=stop,
             where=f"container {self.name}",
-        )  # fmt: skip
+        )
         async with tunnel as inner:
             yield inner

@@ -68,14 +68,20 @@ def _tail(path: Path) -> str:
 def _reason(exc: OSError | shutil.Error) -> str:
     """An OS error's own words (``No space left on device``); copytree's error lists each file's."""
     if isinstance(exc, shutil.Error):
-        return "; ".join(str(item[-1]) for item in exc.args[0][:3]) if exc.args and isinstance(exc.args[0], list) else str(exc)
+        return (
+            "; ".join(str(item[-1]) for item in exc.args[0][:3])
+            if exc.args and isinstance(exc.args[0], list)
+            else str(exc)
+        )
     return exc.strerror or str(exc)
 
 
 class LocalRuntime:
     kind = "local"
 
-    def __init__(self, key: str, base: Path, *, env: Mapping[str, str] | None = None, isolation: Isolation = Isolation.NONE):
+    def __init__(
+        self, key: str, base: Path, *, env: Mapping[str, str] | None = None, isolation: Isolation = Isolation.NONE
+    ):
         if not key or "/" in key or key.startswith("."):
             raise SandboxError(f"invalid runtime key {key!r}")
         self.key = key
@@ -175,7 +181,9 @@ class LocalRuntime:
             else:
                 await asyncio.to_thread(shutil.copy2, origin, target)
         except (OSError, shutil.Error) as exc:
-            raise SandboxError(f"cannot download {source!r} from runtime {self.key} to {target}: {_reason(exc)}") from None
+            raise SandboxError(
+                f"cannot download {source!r} from runtime {self.key} to {target}: {_reason(exc)}"
+            ) from None
 
     # ---- commands -----------------------------------------------------------------------------------
 
@@ -205,10 +213,31 @@ class LocalRuntime:
         visible = sorted({p for p in (sys.prefix, str(REPO_ROOT)) if Path(p).is_relative_to("/tmp")})
         keep = [arg for path in visible for arg in ("--ro-bind", path, path)]
         return [
-            "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *keep,
-            "--bind", root, root, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "polar-sandbox",
-            "--die-with-parent", "--chdir", str(cwd), "--", *argv,
-        ]  # fmt: skip
+            "bwrap",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            *keep,
+            "--bind",
+            root,
+            root,
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--hostname",
+            "polar-sandbox",
+            "--die-with-parent",
+            "--chdir",
+            str(cwd),
+            "--",
+            *argv,
+        ]
 
     async def exec(
         self,

@@ -101,7 +101,9 @@ async def gateway_tunnel(
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     node = tools_dir / "node" / "bin" / "node"
     if not node.exists():
-        raise SandboxError(f"the gateway relay needs Node in the tools folder ({node}): run `polar harness install node`")
+        raise SandboxError(
+            f"the gateway relay needs Node in the tools folder ({node}): run `polar harness install node`"
+        )
     relay, ready = private / "relay.js", private / f"relay-{port}.ready"
     shutil.copyfile(RELAY, relay)
     ready.unlink(missing_ok=True)

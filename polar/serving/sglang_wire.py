@@ -34,16 +34,44 @@ BATCH_NOT_SUPPORTED = "batch requests are not supported by this server"
 
 # Every key SGLang's SamplingParams (and its api/v1 contract) accepts; anything else is a 400 there too.
 SGLANG_SAMPLING_KEYS = (
-    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
-    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema",
-    "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-    "no_stop_trim", "custom_params", "stream_interval", "logit_bias", "sampling_seed",
-)  # fmt: skip
+    "max_new_tokens",
+    "stop",
+    "stop_token_ids",
+    "stop_regex",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_new_tokens",
+    "n",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "structural_tag",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+    "custom_params",
+    "stream_interval",
+    "logit_bias",
+    "sampling_seed",
+)
 # Keys the engine implements, under the same names as polar's SamplingParams (sampling_seed -> seed).
 _ENGINE_KEYS = (
-    "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "min_new_tokens", "stop", "stop_token_ids",
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "min_new_tokens",
+    "stop",
+    "stop_token_ids",
     "ignore_eos",
-)  # fmt: skip
+)
 # Accepted only at the value that changes nothing, because the engine does not implement them.
 _NEUTRAL_VALUES: dict[str, float] = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0}
 _UNSUPPORTED_UNLESS_NULL = (

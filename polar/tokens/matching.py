@@ -17,7 +17,7 @@ from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 
 def _same_calls(a: Sequence[ToolCall], b: Sequence[ToolCall]) -> bool:
     return len(a) == len(b) and all(
-        x.name == y.name and x.parsed_arguments() == y.parsed_arguments() for x, y in zip(a, b)
+        x.name == y.name and x.parsed_arguments() == y.parsed_arguments() for x, y in zip(a, b, strict=True)
     )
 
 
@@ -36,7 +36,8 @@ def same_message(a: Message, b: Message) -> bool:
 
 def same_tools(a: Sequence[ToolSpec], b: Sequence[ToolSpec]) -> bool:
     return len(a) == len(b) and all(
-        x.name == y.name and x.description == y.description and x.parameters == y.parameters for x, y in zip(a, b)
+        x.name == y.name and x.description == y.description and x.parameters == y.parameters
+        for x, y in zip(a, b, strict=True)
     )
 
 
@@ -82,7 +83,7 @@ def extension_start(
     n = len(prior_messages)
     if len(messages) <= n or not same_tools(tools, prior_tools):
         return None
-    if not all(same_message(a, b) for a, b in zip(messages[:n], prior_messages)):
+    if not all(same_message(a, b) for a, b in zip(messages[:n], prior_messages, strict=True)):
         return None
     echoed = echo_length(messages, n, prior_reply)
     if echoed is None or n + echoed >= len(messages):

@@ -109,4 +109,6 @@ class PromptBuilder:
         # The template puts "\n" after every end-of-turn; it opens the new text.
         new_ids = self.tokenizer.encode("\n" + self.template.render_tail(messages[start:]))
         prefix = (*parent.prompt_ids, *parent.output_ids)
-        return Prompt(prefix + tuple(glue) + tuple(new_ids), mode=RenderMode.APPEND, parent=parent, prefix_len=len(prefix))
+        return Prompt(
+            prefix + tuple(glue) + tuple(new_ids), mode=RenderMode.APPEND, parent=parent, prefix_len=len(prefix)
+        )

@@ -47,7 +47,9 @@ class ChatTemplate:
     def __post_init__(self) -> None:
         get_format(self.tool_format)  # fail early on an unknown format
 
-    def render(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, add_generation_prompt: bool = True) -> str:
+    def render(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, add_generation_prompt: bool = True
+    ) -> str:
         """The whole prompt text.
 
         With ``add_generation_prompt`` the text ends with the assistant header, or, when the conversation
@@ -92,7 +94,8 @@ class ChatTemplate:
         return _turn(
             "system",
             f"{header}# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-            f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\n"
+            "You are provided with function signatures within <tools></tools> XML "
+            f"tags:\n<tools>\n{lines}\n</tools>\n\n"
             f"{_TOOL_INSTRUCTIONS[self.tool_format]}",
         )
 

@@ -79,9 +79,20 @@ class SessionShape:
 
 
 LINEAR_TOOL_SESSION = SessionShape(
-    branch=0, retry=0, compact=0, subagent=0, fail=0, tool_call=1.0, truncate=0, drift=0, version_bump=0,
-    version_mid_reply=0, malformed=0, reply_words=(8, 24), tool_output_chars=400,
-)  # fmt: skip
+    branch=0,
+    retry=0,
+    compact=0,
+    subagent=0,
+    fail=0,
+    tool_call=1.0,
+    truncate=0,
+    drift=0,
+    version_bump=0,
+    version_mid_reply=0,
+    malformed=0,
+    reply_words=(8, 24),
+    tool_output_chars=400,
+)
 """A plain agent loop: every reply calls a tool, every result is ~400 characters (the benchmark's session)."""
 
 

@@ -16,11 +16,15 @@ from tests.rollout.helpers import answer_task
 
 @pytest.fixture(scope="module")
 def crashed(store_context, batch):  # noqa: F811
-    task = answer_task(name="crash", samples=1, policies=None, harness={"name": "command", "config": {"command": "exit 3"}})
+    task = answer_task(
+        name="crash", samples=1, policies=None, harness={"name": "command", "config": {"command": "exit 3"}}
+    )
     [submitted] = submit_tasks(store_context.factory, [task])
 
     async def run() -> list:
-        return await drive_rollouts(store_context, list(submitted.rollout_ids), "crash", limiter=process_limiter(store_context.settings))
+        return await drive_rollouts(
+            store_context, list(submitted.rollout_ids), "crash", limiter=process_limiter(store_context.settings)
+        )
 
     asyncio.run(run())
     return submitted.task_id

@@ -29,14 +29,29 @@ def test_rollout_facts_and_rewards(store_context, batch, crashed):
 
 def test_views_answer_the_documented_queries(store_context, batch, crashed):
     with store_context.factory() as db:
-        by_version = db.execute(sa.text(
-            "SELECT harness, weight_version, SUM(rollouts) AS n, AVG(mean_reward) AS reward FROM rewards_by_harness_task_version"
-            " GROUP BY harness, weight_version, version_id ORDER BY harness, version_id")).all()  # fmt: skip
+        by_version = db.execute(
+            sa.text(
+                "SELECT harness, weight_version, SUM(rollouts) AS n, AVG(mean_reward) AS reward FROM "
+                "rewards_by_harness_task_version"
+                " GROUP BY harness, weight_version, version_id ORDER BY harness, version_id"
+            )
+        ).all()
         assert ("agent", "default", 4, 0.5) in [tuple(r) for r in by_version]
-        tokens = db.execute(sa.text("SELECT task_name, SUM(captures), SUM(output_tokens) FROM token_counts GROUP BY task_name")).all()
+        tokens = db.execute(
+            sa.text("SELECT task_name, SUM(captures), SUM(output_tokens) FROM token_counts GROUP BY task_name")
+        ).all()
         assert {name: calls for name, calls, _ in tokens}["export-a"] == 4  # two turns per sample
-        merges = db.execute(sa.text("SELECT harness, builder, captures_in, traces_out, merge_ratio FROM merge_ratio WHERE harness = 'agent'")).one()
-        assert merges.builder == "prefix_merge" and merges.captures_in == 8 and merges.traces_out == 4 and merges.merge_ratio == 2.0
+        merges = db.execute(
+            sa.text(
+                "SELECT harness, builder, captures_in, traces_out, merge_ratio FROM merge_ratio WHERE harness = 'agent'"
+            )
+        ).one()
+        assert (
+            merges.builder == "prefix_merge"
+            and merges.captures_in == 8
+            and merges.traces_out == 4
+            and merges.merge_ratio == 2.0
+        )
         causes = db.execute(sa.text("SELECT harness, status, cause, rollouts FROM failure_causes")).all()
         assert [(c.harness, c.status, c.rollouts) for c in causes] == [("command", "ERROR", 1)]
     assert analysis.merge_ratio(store_context.factory).loc[0, "exact_rate"] == 1.0

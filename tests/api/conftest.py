@@ -34,10 +34,15 @@ def api_gateway(tmp_path_factory, cache_dir, sqlite_url, api_engine):  # noqa: F
 @pytest.fixture(scope="module")
 def api_env(tmp_path_factory, cache_dir, sqlite_url, api_gateway, prefect_server):  # noqa: F811
     env = polar_environment(
-        tmp_path_factory.mktemp("home"), cache_dir, sqlite_url, api_gateway.url,
-        POLAR_TASK_DISPATCH="inline", POLAR_API_POLL_S="0.1", POLAR_CALLBACK_BACKOFF_S="0.2",
+        tmp_path_factory.mktemp("home"),
+        cache_dir,
+        sqlite_url,
+        api_gateway.url,
+        POLAR_TASK_DISPATCH="inline",
+        POLAR_API_POLL_S="0.1",
+        POLAR_CALLBACK_BACKOFF_S="0.2",
         POLAR_MAX_ASYNC_LEVEL="0",
-    )  # fmt: skip
+    )
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)

@@ -16,14 +16,25 @@ def test_the_control_token_guards_every_v1_route(tmp_path, cache_dir):
     settings = test_settings(tmp_path, cache_dir, url, control_token="s3cret", task_dispatch="inline")
     client = TestClient(create_api(settings, store_factory(settings)))  # no lifespan: nothing is dispatched
     assert client.get("/health").status_code == 200
-    calls = [("GET", "/v1/tasks"), ("GET", "/v1/trajectories"), ("GET", "/v1/weights"), ("POST", "/v1/claims"),
-             ("POST", "/v1/tasks/x/cancel"), ("GET", "/v1/rollouts/x")]  # fmt: skip
+    calls = [
+        ("GET", "/v1/tasks"),
+        ("GET", "/v1/trajectories"),
+        ("GET", "/v1/weights"),
+        ("POST", "/v1/claims"),
+        ("POST", "/v1/tasks/x/cancel"),
+        ("GET", "/v1/rollouts/x"),
+    ]
     for method, path in calls:
         for headers in ({}, {"Authorization": "Bearer wrong"}):
             reply = client.request(method, path, headers=headers, json={"trainer": "t"})
-            assert reply.status_code == 401 and reply.json()["error"]["type"] == "authentication_error", (path, reply.text)
+            assert reply.status_code == 401 and reply.json()["error"]["type"] == "authentication_error", (
+                path,
+                reply.text,
+            )
     good = {"Authorization": "Bearer s3cret"}
     assert client.get("/v1/tasks", headers=good).json() == {"tasks": []}
     assert client.post("/v1/claims", headers=good, json={"trainer": "t"}).json()["claim_id"] is None
     assert client.get("/v1/rollouts/x", headers=good).status_code == 404
-    assert client.get("/openapi.json").status_code == 200 and "/v1/claims" in client.get("/openapi.json").json()["paths"]
+    assert (
+        client.get("/openapi.json").status_code == 200 and "/v1/claims" in client.get("/openapi.json").json()["paths"]
+    )

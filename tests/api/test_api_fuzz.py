@@ -36,7 +36,12 @@ def operations(schema) -> list:
 
 def test_every_operation_is_in_the_spec(fuzz_schema):
     paths = {(op.method.upper(), op.path) for op in operations(fuzz_schema)}
-    assert {("POST", "/v1/tasks"), ("POST", "/v1/claims"), ("POST", "/v1/weights"), ("GET", "/v1/trajectories")} <= paths
+    assert {
+        ("POST", "/v1/tasks"),
+        ("POST", "/v1/claims"),
+        ("POST", "/v1/weights"),
+        ("GET", "/v1/trajectories"),
+    } <= paths
     assert len(paths) == 13
 
 
@@ -49,8 +54,9 @@ def test_no_request_gets_a_server_error(fuzz_schema):
         def fuzz(case) -> None:
             response = case.call()
             if response.status_code >= 500:
-                failures.append(f"{case.method} {case.formatted_path} {case.query} -> {response.status_code} {response.text[:200]}")
+                failures.append(
+                    f"{case.method} {case.formatted_path} {case.query} -> {response.status_code} {response.text[:200]}"
+                )
 
         fuzz()
     assert not failures, "\n".join(failures[:10])
-

@@ -101,8 +101,13 @@ def test_admission_holds_a_task_until_the_trainer_publishes_the_version(client, 
     assert view["status"] == "COMPLETED" and view["held"] is None
     factory = store_factory(api_env)
     with factory() as db:
-        versions = set(db.scalars(sa.select(Capture.weight_version).join(Rollout, Rollout.id == Capture.rollout_id)
-                                  .where(Rollout.task_id == task_id)))
+        versions = set(
+            db.scalars(
+                sa.select(Capture.weight_version)
+                .join(Rollout, Rollout.id == Capture.rollout_id)
+                .where(Rollout.task_id == task_id)
+            )
+        )
     assert versions == {version}
     with pytest.raises(ApiError) as duplicate:
         client.register_weights(version, state_dict=weights)
@@ -110,8 +115,13 @@ def test_admission_holds_a_task_until_the_trainer_publishes_the_version(client, 
 
 
 def test_cancel_stops_a_running_task(client, api_env):
-    sleeper = answer_task(name="sleeper", samples=2, harness={"name": "command", "config": {"command": "sleep 60"}},
-                          policies=None, timeout_s=300)
+    sleeper = answer_task(
+        name="sleeper",
+        samples=2,
+        harness={"name": "command", "config": {"command": "sleep 60"}},
+        policies=None,
+        timeout_s=300,
+    )
     [task_id] = client.submit([sleeper])
     wait_for(lambda: client.task(task_id)["counts"].get("RUNNING") == 2)
     started = time.monotonic()

@@ -19,7 +19,6 @@ from db.engine import make_engine, make_session_factory
 from db.migrate import upgrade
 from tests.pg import POSTGRES_URL, postgres_schema, schema_url
 
-
 DATABASES = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param(

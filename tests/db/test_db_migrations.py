@@ -13,7 +13,14 @@ from db.migrate import current, downgrade, head, upgrade
 from db.models import Base
 
 MODEL_TABLES = {
-    "weight_versions", "tasks", "claims", "rollouts", "captures", "trajectories", "merge_stats", "evaluations"
+    "weight_versions",
+    "tasks",
+    "claims",
+    "rollouts",
+    "captures",
+    "trajectories",
+    "merge_stats",
+    "evaluations",
 }
 
 

@@ -7,7 +7,11 @@ from hypothesis import strategies as st
 
 from db.request_json import compact_request, expand_chain, expand_request, is_delta
 
-values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5), lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3), max_leaves=6)
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
+    max_leaves=6,
+)
 bodies = st.dictionaries(st.sampled_from(["model", "messages", "tools", "stream", "system", "x"]), values, max_size=6)
 
 

@@ -58,11 +58,24 @@ def load_calls(database_url: str, session_id: str) -> list[Call]:
                 system = next((m.content for m in request.messages if m.role.value in ("system", "developer")), "")
                 calls.append(
                     Call(
-                        id=row.id, seq=row.seq, parent_id=row.parent_id, render_mode=row.render_mode, status=row.status.value,
-                        error=row.error, protocol=row.protocol, model=row.model, prefix_len=row.prefix_len,
-                        n_prompt=row.n_prompt, prompt_ids=full_prompt_ids(db, row), output_ids=list(row.output_ids),
-                        output_logprobs=list(row.output_logprobs), finish_reason=row.finish_reason, latency_s=row.latency_s,
-                        tools=tuple(t.name for t in request.tools), system=str(system)[:200], request_json=body,
+                        id=row.id,
+                        seq=row.seq,
+                        parent_id=row.parent_id,
+                        render_mode=row.render_mode,
+                        status=row.status.value,
+                        error=row.error,
+                        protocol=row.protocol,
+                        model=row.model,
+                        prefix_len=row.prefix_len,
+                        n_prompt=row.n_prompt,
+                        prompt_ids=full_prompt_ids(db, row),
+                        output_ids=list(row.output_ids),
+                        output_logprobs=list(row.output_logprobs),
+                        finish_reason=row.finish_reason,
+                        latency_s=row.latency_s,
+                        tools=tuple(t.name for t in request.tools),
+                        system=str(system)[:200],
+                        request_json=body,
                     )
                 )
             return calls
@@ -73,7 +86,9 @@ def load_calls(database_url: str, session_id: str) -> list[Call]:
 def describe(calls: list[Call], tokenizer=None) -> str:
     lines = []
     for c in calls:
-        out = tokenizer.decode(c.output_ids, skip_special_tokens=False)[:120] if tokenizer else f"{len(c.output_ids)} ids"
+        out = (
+            tokenizer.decode(c.output_ids, skip_special_tokens=False)[:120] if tokenizer else f"{len(c.output_ids)} ids"
+        )
         lines.append(
             f"#{c.id} seq={c.seq} parent={c.parent_id} {c.render_mode:9} {c.status} {c.protocol} model={c.model} "
             f"prompt={c.n_prompt} prefix={c.prefix_len} out={len(c.output_ids)} finish={c.finish_reason} "

@@ -19,7 +19,12 @@ class LoggingGatewayServer(GatewayServer):
 
         self.gateway = await Gateway.create(self.settings, backend=self.backend)
         config = uvicorn.Config(
-            create_app(self.gateway), host="127.0.0.1", port=self.port, log_level="info", log_config=None, access_log=True
+            create_app(self.gateway),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="info",
+            log_config=None,
+            access_log=True,
         )
         self._server = uvicorn.Server(config)
         await self._server.serve()

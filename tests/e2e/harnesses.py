@@ -131,12 +131,30 @@ CODEX = Harness(
     },
     env={"CODEX_HOME": "{home}/.codex", "POLAR_SESSION_KEY": "{key}"},
     argv=[
-        "exec", "--skip-git-repo-check", "--ephemeral", "-s", "workspace-write",
-        "--disable", "plugins", "--disable", "remote_plugin", "--disable", "apps",
-        "-C", "{workdir}", "-m", "{model}", "{prompt}",
+        "exec",
+        "--skip-git-repo-check",
+        "--ephemeral",
+        "-s",
+        "workspace-write",
+        "--disable",
+        "plugins",
+        "--disable",
+        "remote_plugin",
+        "--disable",
+        "apps",
+        "-C",
+        "{workdir}",
+        "-m",
+        "{model}",
+        "{prompt}",
     ],
     replies=[
-        reply("I will create the file.", "exec_command", {"cmd": "printf hi > {workdir}/hello.txt", "workdir": "{workdir}"}, reasoning=THINK),
+        reply(
+            "I will create the file.",
+            "exec_command",
+            {"cmd": "printf hi > {workdir}/hello.txt", "workdir": "{workdir}"},
+            reasoning=THINK,
+        ),
         reply("Now I check it.", "exec_command", {"cmd": SHELL_CHECK, "workdir": "{workdir}"}),
     ],
 )
@@ -160,11 +178,21 @@ CLAUDE = Harness(
         "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
     },
     argv=[
-        "-p", "--model", "{model}", "--permission-mode", "acceptEdits", "--allowedTools", "Bash",
-        "--output-format", "json", "{prompt}",
+        "-p",
+        "--model",
+        "{model}",
+        "--permission-mode",
+        "acceptEdits",
+        "--allowedTools",
+        "Bash",
+        "--output-format",
+        "json",
+        "{prompt}",
     ],
     replies=[
-        reply("I will create the file.", "Write", {"file_path": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK),
+        reply(
+            "I will create the file.", "Write", {"file_path": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK
+        ),
         reply("Now I check it.", "Bash", {"command": SHELL_CHECK, "description": "Show hello.txt"}),
     ],
 )
@@ -196,7 +224,12 @@ GEMINI = Harness(
     },
     argv=["-m", "{model}", "--approval-mode", "yolo", "-o", "json", "-p", "{prompt}"],
     replies=[
-        reply("I will create the file.", "write_file", {"file_path": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK),
+        reply(
+            "I will create the file.",
+            "write_file",
+            {"file_path": "{workdir}/hello.txt", "content": "hi"},
+            reasoning=THINK,
+        ),
         reply("Now I check it.", "run_shell_command", {"command": SHELL_CHECK, "description": "Show hello.txt"}),
     ],
 )
@@ -213,7 +246,9 @@ QWEN = Harness(
             "json",
             {
                 "modelProviders": {
-                    "openai": [{"id": "{model}", "name": "{model}", "baseUrl": "{gateway}/v1", "envKey": "POLAR_SESSION_KEY"}]
+                    "openai": [
+                        {"id": "{model}", "name": "{model}", "baseUrl": "{gateway}/v1", "envKey": "POLAR_SESSION_KEY"}
+                    ]
                 },
                 "security": {"auth": {"selectedType": "openai"}, "folderTrust": {"enabled": False}},
                 "model": {"name": "{model}"},
@@ -226,7 +261,12 @@ QWEN = Harness(
     env={"POLAR_SESSION_KEY": "{key}", "QWEN_CODE_NO_RELAUNCH": "1"},
     argv=["--approval-mode", "yolo", "-o", "json", "{prompt}"],
     replies=[
-        reply("I will create the file.", "write_file", {"file_path": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK),
+        reply(
+            "I will create the file.",
+            "write_file",
+            {"file_path": "{workdir}/hello.txt", "content": "hi"},
+            reasoning=THINK,
+        ),
         reply("Now I check it.", "run_shell_command", {"command": SHELL_CHECK, "description": "Show hello.txt"}),
     ],
 )
@@ -270,7 +310,9 @@ OPENCODE = Harness(
     },
     argv=["run", "--print-logs", "--auto", "-m", "polar/{model}", "{prompt}"],
     replies=[
-        reply("I will create the file.", "write", {"filePath": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK),
+        reply(
+            "I will create the file.", "write", {"filePath": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK
+        ),
         reply("Now I check it.", "bash", {"command": SHELL_CHECK, "description": "Show hello.txt"}),
     ],
     aux_calls=("title",),
@@ -317,6 +359,7 @@ PI = Harness(
     ],
 )
 
+
 def fill(value: Any, values: dict[str, str]) -> Any:
     """Replace ``{name}`` placeholders in every string of a nested structure (keys included)."""
     if isinstance(value, str):
@@ -332,7 +375,14 @@ def fill(value: Any, values: dict[str, str]) -> Any:
 
 def placeholders(*, home: Path, workdir: Path, gateway: str, key: str, model: str) -> dict[str, str]:
     # {prompt} first: the prompt itself holds no placeholders, but SHELL_CHECK (inside replies) does.
-    return {"prompt": PROMPT, "home": str(home), "workdir": str(workdir), "gateway": gateway, "key": key, "model": model}
+    return {
+        "prompt": PROMPT,
+        "home": str(home),
+        "workdir": str(workdir),
+        "gateway": gateway,
+        "key": key,
+        "model": model,
+    }
 
 
 # ---- variants: other provider paths, protocols and model names of the same CLIs ---------------------------
@@ -376,7 +426,11 @@ CODEX_CODE_MODE = replace(
             reasoning=THINK,
         ),
         # text(...) hands the nested tool's result back to the model as the script's output.
-        reply("Now I check it.", "functions.exec", {"input": "text(await tools.exec_command({cmd: " + json.dumps(SHELL_CHECK) + "}))"}),
+        reply(
+            "Now I check it.",
+            "functions.exec",
+            {"input": "text(await tools.exec_command({cmd: " + json.dumps(SHELL_CHECK) + "}))"},
+        ),
     ],
 )
 
@@ -436,7 +490,12 @@ OPENCODE_OPENAI = _opencode(
 
 
 def _pi(api: str, base: str, protocol: str) -> Harness:
-    provider = {"baseUrl": base, "api": api, "apiKey": "POLAR_SESSION_KEY", "models": [{"id": "{model}", "name": "{model}"}]}
+    provider = {
+        "baseUrl": base,
+        "api": api,
+        "apiKey": "POLAR_SESSION_KEY",
+        "models": [{"id": "{model}", "name": "{model}"}],
+    }
     files = {**PI.files, ".pi/agent/models.json": ("json", {"providers": {"polar": provider}})}
     return replace(PI, name=f"pi-{api}", tool="pi", protocol=protocol, files=files)
 
@@ -449,8 +508,20 @@ PI_GEMINI = _pi("google-generative-ai", "{gateway}/v1beta", "gemini")
 HARNESSES: dict[str, Harness] = {
     h.name: h
     for h in (
-        CODEX, CLAUDE, GEMINI, QWEN, OPENCODE, PI,
-        CODEX_OPENAI, CODEX_CODE_MODE, CLAUDE_SONNET, GEMINI_AUTO, OPENCODE_ANTHROPIC, OPENCODE_OPENAI,
-        PI_ANTHROPIC, PI_RESPONSES, PI_GEMINI,
+        CODEX,
+        CLAUDE,
+        GEMINI,
+        QWEN,
+        OPENCODE,
+        PI,
+        CODEX_OPENAI,
+        CODEX_CODE_MODE,
+        CLAUDE_SONNET,
+        GEMINI_AUTO,
+        OPENCODE_ANTHROPIC,
+        OPENCODE_OPENAI,
+        PI_ANTHROPIC,
+        PI_RESPONSES,
+        PI_GEMINI,
     )
-}  # fmt: skip
+}

@@ -44,7 +44,11 @@ def write_configs(harness: Harness, values: dict[str, str], home: Path) -> list[
 def harness_env(harness: Harness, values: dict[str, str], home: Path, tmp: Path) -> dict[str, str]:
     """A clean environment: nothing from the caller's (no stray API keys or proxies) but PATH basics."""
     node = shutil.which("node")
-    path = [str(harness.executable.parent)] + ([os.path.dirname(node)] if node else []) + ["/usr/local/bin", "/usr/bin", "/bin"]
+    path = (
+        [str(harness.executable.parent)]
+        + ([os.path.dirname(node)] if node else [])
+        + ["/usr/local/bin", "/usr/bin", "/bin"]
+    )
     env = {
         "PATH": os.pathsep.join(dict.fromkeys(path)),
         "HOME": str(home),
@@ -65,7 +69,12 @@ def run_cli(harness: Harness, argv: list[str], env: dict[str, str], cwd: Path, r
     started = time.monotonic()
     with open(run_dir / "cli.stdout", "wb") as out, open(run_dir / "cli.stderr", "wb") as err:
         proc = subprocess.Popen(
-            [str(harness.executable), *argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            [str(harness.executable), *argv],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
             start_new_session=True,
         )
         timed_out = False
@@ -117,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     home, work, tmp, gwdir = (run_dir / n for n in ("home", "work", "tmp", "gateway"))
     for d in (home, work, tmp, gwdir):
         d.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(filename=run_dir / "gateway.log", level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        filename=run_dir / "gateway.log", level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
 
     result: dict = {"harness": harness.name, "version": harness.version}
     result["ip_link"] = subprocess.run(["ip", "-o", "link"], check=False, capture_output=True, text=True).stdout

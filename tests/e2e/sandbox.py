@@ -31,7 +31,9 @@ class Isolation:
         steps = ["ip link set lo up"]
         if self.mount_ns:
             resolv = run_dir / "resolv.conf"
-            steps.append(f"printf 'nameserver 127.0.0.1\\noptions timeout:1 attempts:1\\n' > {shlex.quote(str(resolv))}")
+            steps.append(
+                f"printf 'nameserver 127.0.0.1\\noptions timeout:1 attempts:1\\n' > {shlex.quote(str(resolv))}"
+            )
             steps.append(f"mount --bind {shlex.quote(str(resolv))} /etc/resolv.conf")
             runner_args = [*runner_args, "--dns-log"]
         python = shlex.join([sys.executable, "-m", "tests.e2e.runner", *runner_args])

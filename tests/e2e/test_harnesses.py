@@ -81,9 +81,20 @@ def test_cli_tool_loop_through_gateway(name, isolated, request, small_tokenizer,
     long_model_cache = request.getfixturevalue("long_model_cache")  # built only when a CLI will run
 
     run_dir = tmp_path / name
-    args = ["--harness", name, "--run-dir", str(run_dir), "--cache", str(long_model_cache), "--timeout", str(CLI_TIMEOUT_S)]
+    args = [
+        "--harness",
+        name,
+        "--run-dir",
+        str(run_dir),
+        "--cache",
+        str(long_model_cache),
+        "--timeout",
+        str(CLI_TIMEOUT_S),
+    ]
     started = time.monotonic()
-    proc = subprocess.run(isolated.command(args, run_dir), check=False, capture_output=True, text=True, timeout=CLI_TIMEOUT_S + 120)
+    proc = subprocess.run(
+        isolated.command(args, run_dir), check=False, capture_output=True, text=True, timeout=CLI_TIMEOUT_S + 120
+    )
     wall = time.monotonic() - started
     result_path = run_dir / "result.json"
     if proc.returncode != 0 or not result_path.exists():
@@ -94,8 +105,11 @@ def test_cli_tool_loop_through_gateway(name, isolated, request, small_tokenizer,
     _show(run_dir, None, describe(calls, small_tokenizer))
     e2e_timings.append(
         {
-            "harness": name, "wall_s": round(wall, 1), **{k: result[k] for k in ("startup_s", "cli_s", "total_s")},
-            "calls": len(calls), "max_prompt": max((c.n_prompt for c in calls), default=0),
+            "harness": name,
+            "wall_s": round(wall, 1),
+            **{k: result[k] for k in ("startup_s", "cli_s", "total_s")},
+            "calls": len(calls),
+            "max_prompt": max((c.n_prompt for c in calls), default=0),
             "gateway_s": round(sum(c.latency_s or 0 for c in calls), 2),
         }
     )
@@ -114,7 +128,9 @@ def test_cli_tool_loop_through_gateway(name, isolated, request, small_tokenizer,
     hello = Path(result["workdir"]) / "hello.txt"
     assert hello.exists(), "the file the policy asked for was not written"
     assert hello.read_text() == harness.expected_content
-    assert FINAL in (run_dir / "cli.stdout").read_text(errors="replace"), "the final reply did not reach the CLI's output"
+    assert FINAL in (run_dir / "cli.stdout").read_text(errors="replace"), (
+        "the final reply did not reach the CLI's output"
+    )
 
     # -- the gateway saw only well-formed calls (a WebSocket attempt is refused before any POST)
     requests = requests_in_log(run_dir / "gateway.log")
@@ -124,8 +140,12 @@ def test_cli_tool_loop_through_gateway(name, isolated, request, small_tokenizer,
     assert harness.websocket_first or not websockets, f"unexpected WebSocket attempts {websockets}"
     if harness.websocket_first:
         # One attempt, refused with 426 Upgrade Required, then HTTP at once (a 403 costs five retries first).
-        assert websockets == [("WebSocket", "/v1/responses", 426)], f"expected one refused WebSocket attempt, got {websockets}"
-        assert requests.index(websockets[0]) < requests.index(model_calls[0]), "the CLI fell back to HTTP after the refusal"
+        assert websockets == [("WebSocket", "/v1/responses", 426)], (
+            f"expected one refused WebSocket attempt, got {websockets}"
+        )
+        assert requests.index(websockets[0]) < requests.index(model_calls[0]), (
+            "the CLI fell back to HTTP after the refusal"
+        )
 
     # -- one capture per call, with token ids and logprobs
     assert len(calls) == len(model_calls)
@@ -147,7 +167,9 @@ def test_cli_tool_loop_through_gateway(name, isolated, request, small_tokenizer,
     children = {c.parent_id for c in calls if c.parent_id is not None}
     for c in others:
         kinds = [k for k in harness.aux_calls if AUX_CALLS[k](c)]
-        assert kinds, f"capture {c.id} (no tools, system {c.system[:80]!r}) is not a documented auxiliary call of {name}"
+        assert kinds, (
+            f"capture {c.id} (no tools, system {c.system[:80]!r}) is not a documented auxiliary call of {name}"
+        )
         assert c.parent_id is None and c.id not in children, f"auxiliary capture {c.id} must be a separate root"
     for kind in harness.aux_calls:
         assert any(AUX_CALLS[kind](c) for c in others), f"{name} should have made its {kind!r} call"
@@ -159,8 +181,12 @@ def test_cli_tool_loop_through_gateway(name, isolated, request, small_tokenizer,
             continue
         parent = by_id[child.parent_id]
         sequence = parent.prompt_ids + parent.output_ids
-        assert child.prefix_len == len(sequence), f"capture {child.id} keeps {child.prefix_len} of {parent.id}'s {len(sequence)} ids"
-        assert child.prompt_ids[: len(sequence)] == sequence, f"capture {child.id} does not extend {parent.id} token for token"
+        assert child.prefix_len == len(sequence), (
+            f"capture {child.id} keeps {child.prefix_len} of {parent.id}'s {len(sequence)} ids"
+        )
+        assert child.prompt_ids[: len(sequence)] == sequence, (
+            f"capture {child.id} does not extend {parent.id} token for token"
+        )
 
     # -- the sampled ids are the scripted actions, and the tool output came back into the next prompt
     from polar.settings import Settings

@@ -17,7 +17,10 @@ from tests.rollout.helpers import answer_task
 @pytest.fixture(scope="module")
 def batch(store_context):  # noqa: F811
     """Two tasks of two samples (one solves, one fails) on the module's store; returns their task ids."""
-    tasks = [answer_task(name="export-a", metadata={"split": "train"}), answer_task(name="export-b", metadata={"split": "test"})]
+    tasks = [
+        answer_task(name="export-a", metadata={"split": "train"}),
+        answer_task(name="export-b", metadata={"split": "test"}),
+    ]
     submitted = submit_tasks(store_context.factory, tasks)
     ids = [r for t in submitted for r in t.rollout_ids]
 

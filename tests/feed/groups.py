@@ -22,22 +22,51 @@ def add_group(
     """A task with ``samples`` finished rollouts, one trajectory each (plus one of another builder, which a
     claim must not hand out); returns the task id and its trajectory ids of ``builder``."""
     with session_scope(factory) as db:
-        task = Task(instruction="toy", harness={}, runtime={}, evaluator={}, builder=builder, num_samples=samples,
-                    meta={"group": "g"}, status=status, finished_at=now() if status in (TaskStatus.COMPLETED, TaskStatus.FAILED) else None)
+        task = Task(
+            instruction="toy",
+            harness={},
+            runtime={},
+            evaluator={},
+            builder=builder,
+            num_samples=samples,
+            meta={"group": "g"},
+            status=status,
+            finished_at=now() if status in (TaskStatus.COMPLETED, TaskStatus.FAILED) else None,
+        )
         db.add(task)
         db.flush()
         ids = []
         for index in range(samples):
-            rollout = Rollout(task_id=task.id, sample_index=index, status=RolloutStatus.COMPLETED, stage_results={},
-                              stage_timings={}, reward=float(index % 2), weight_version_min=version, weight_version_max=version)
+            rollout = Rollout(
+                task_id=task.id,
+                sample_index=index,
+                status=RolloutStatus.COMPLETED,
+                stage_results={},
+                stage_timings={},
+                reward=float(index % 2),
+                weight_version_min=version,
+                weight_version_max=version,
+            )
             db.add(rollout)
             db.flush()
             for name in (builder, "per_request") if other_builder else (builder,):
                 row = Trajectory(
-                    rollout_id=rollout.id, builder=name, chain_index=0, capture_ids=[1], prompt_ids=[1, 2, 3],
-                    response_ids=[4, 5, 6], loss_mask=[1, 0, 1], response_logprobs=[-0.5, 0.0, -0.25],
-                    reward=float(index % 2), weight_version_min=version, weight_version_max=version, turn_count=2,
-                    n_prompt=3, n_response=3, n_loss_tokens=2, status="COMPLETED",
+                    rollout_id=rollout.id,
+                    builder=name,
+                    chain_index=0,
+                    capture_ids=[1],
+                    prompt_ids=[1, 2, 3],
+                    response_ids=[4, 5, 6],
+                    loss_mask=[1, 0, 1],
+                    response_logprobs=[-0.5, 0.0, -0.25],
+                    reward=float(index % 2),
+                    weight_version_min=version,
+                    weight_version_max=version,
+                    turn_count=2,
+                    n_prompt=3,
+                    n_response=3,
+                    n_loss_tokens=2,
+                    status="COMPLETED",
                 )
                 db.add(row)
                 db.flush()

@@ -37,7 +37,9 @@ def test_claim_hands_out_complete_groups_once_and_ack_consumes_them(factory):
     result = ack(factory, first.claim_id, "trainer-a")
     assert result == {"claim_id": first.claim_id, "status": "ACKED", "groups": 2, "trajectories": 8}
     with factory() as db:
-        consumed = dict(db.execute(sa.select(Trajectory.id, Trajectory.consumed_by).where(Trajectory.id.in_(done_ids))).all())
+        consumed = dict(
+            db.execute(sa.select(Trajectory.id, Trajectory.consumed_by).where(Trajectory.id.in_(done_ids))).all()
+        )
     assert set(consumed.values()) == {"trainer-a"}
     assert claim(factory, "trainer-b", max_groups=10).groups == []
     with pytest.raises(Conflict, match="ACKED"):
@@ -151,6 +153,9 @@ def test_concurrent_trainers_never_receive_the_same_trajectory(factory):
     everything = [i for got in received.values() for i in got]
     assert len(everything) == len(set(everything)) == len(expected) and set(everything) == expected
     with factory() as db:
-        unconsumed = db.scalar(sa.select(sa.func.count()).select_from(Trajectory).where(
-            Trajectory.builder == "prefix_merge", Trajectory.consumed_by.is_(None)))
+        unconsumed = db.scalar(
+            sa.select(sa.func.count())
+            .select_from(Trajectory)
+            .where(Trajectory.builder == "prefix_merge", Trajectory.consumed_by.is_(None))
+        )
     assert unconsumed == 0

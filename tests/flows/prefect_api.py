@@ -24,7 +24,9 @@ async def task_runs_of(flow_run_id, *, expect: int, timeout_s: float = 20.0):
     deadline = asyncio.get_running_loop().time() + timeout_s
     async with get_client() as client:
         while True:
-            runs = await client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[flow_run_id])))
+            runs = await client.read_task_runs(
+                task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[flow_run_id]))
+            )
             final = [r for r in runs if r.state is not None and r.state.is_final()]
             if len(final) >= expect or asyncio.get_running_loop().time() > deadline:
                 return sorted(final, key=lambda r: r.expected_start_time or r.created)

@@ -55,7 +55,11 @@ async def test_an_evaluator_failure_is_retried_by_resuming_only_evaluate(flow_en
     counter = tmp_path / "evaluations"
     # The check crashes on its first run (say, its scoring service was down), then works.
     check = f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; [ "$n" -ge 1 ] || exit 2; echo 1'
-    task = answer_task(samples=1, policies=[script("echo polar > answer.txt")], evaluator={"type": "script", "config": {"script": check}})
+    task = answer_task(
+        samples=1,
+        policies=[script("echo polar > answer.txt")],
+        evaluator={"type": "script", "config": {"script": check}},
+    )
     summary = await rollout_batch(tasks=[task])
     (rid,) = summary["rollouts"]
     factory = store_factory()
@@ -83,7 +87,11 @@ async def test_prefect_task_retries_rerun_only_the_failed_stage_within_one_flow_
     flow_env(POLAR_EVALUATE_RETRIES="1")
     counter = tmp_path / "evaluations"
     check = f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; [ "$n" -ge 1 ] || exit 2; echo 1'
-    task = answer_task(samples=1, policies=[script("echo polar > answer.txt")], evaluator={"type": "script", "config": {"script": check}})
+    task = answer_task(
+        samples=1,
+        policies=[script("echo polar > answer.txt")],
+        evaluator={"type": "script", "config": {"script": check}},
+    )
     summary = await rollout_batch(tasks=[task])
     (rid,) = summary["rollouts"]
     row = rollout_row(store_factory(), rid)
@@ -113,19 +121,27 @@ def wait_for(condition, timeout_s: float = 60.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-async def test_a_flow_run_killed_during_evaluate_resumes_without_redoing_finished_stages(flow_env, prefect_server, tmp_path):
+async def test_a_flow_run_killed_during_evaluate_resumes_without_redoing_finished_stages(
+    flow_env, prefect_server, tmp_path
+):
     flow_env(POLAR_STALE_AFTER_S="3600")
     gate = tmp_path / "hold-evaluation"
     gate.touch()
     check = f"while [ -f {gate} ]; do sleep 0.1; done; grep -qx polar answer.txt && echo 1 || echo 0"
-    task = answer_task(samples=1, policies=[script("echo polar > answer.txt")], evaluator={"type": "script", "config": {"script": check}})
+    task = answer_task(
+        samples=1,
+        policies=[script("echo polar > answer.txt")],
+        evaluator={"type": "script", "config": {"script": check}},
+    )
     from polar.rollout import submit_tasks
 
     factory = store_factory()
     (rid,) = (await asyncio.to_thread(submit_tasks, factory, [task]))[0].rollout_ids
     child = start_flow_process(rid, prefect_server, tmp_path / "flow.log")
     try:
-        await asyncio.to_thread(wait_for, lambda: rollout_row(factory, rid).status is RolloutStatus.EVALUATING, 90, "evaluate to start")
+        await asyncio.to_thread(
+            wait_for, lambda: rollout_row(factory, rid).status is RolloutStatus.EVALUATING, 90, "evaluate to start"
+        )
     finally:
         os.killpg(child.pid, signal.SIGKILL)  # the whole flow process dies, mid-stage, with no chance to clean up
         child.wait()
@@ -143,7 +159,9 @@ async def test_a_flow_run_killed_during_evaluate_resumes_without_redoing_finishe
     assert len(captures(factory, rid)) == n_captures and len(trajectories(factory, rid)) == n_traj
 
 
-async def test_a_flow_run_killed_mid_run_is_resumed_without_launching_the_harness_twice(flow_env, prefect_server, tmp_path):
+async def test_a_flow_run_killed_mid_run_is_resumed_without_launching_the_harness_twice(
+    flow_env, prefect_server, tmp_path
+):
     gate = tmp_path / "hold-harness"
     gate.touch()
     blocked = script(f"while [ -f {gate} ]; do sleep 0.1; done; echo polar > answer.txt")

@@ -20,7 +20,9 @@ def test_prefect_yaml_declares_the_pipeline_deployments():
     by_name = {config["name"]: config for config in configs}
     assert set(by_name) == {"rollout", "batch", "retry-failed", "rebuild-trajectories", "sft-generation"}
     assert all(config["work_pool"]["name"] == "polar-process" for config in configs)
-    assert actions["pull"] == [{"prefect.deployments.steps.set_working_directory": {"directory": "{{ $POLAR_REPO_DIR }}"}}]
+    assert actions["pull"] == [
+        {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $POLAR_REPO_DIR }}"}}
+    ]
     flows = {}
     for name, config in by_name.items():
         flow = load_flow_from_entrypoint(str(REPO / config["entrypoint"]))

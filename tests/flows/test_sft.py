@@ -27,12 +27,24 @@ def write_dataset(path, rows) -> str:
 
 async def test_a_run_exports_accepted_conversations_and_a_rerun_skips_them(flow_env, tmp_path):
     rows = [
-        {"id": "solved", "instruction": "Write polar into answer.txt.", "policies": [SOLVE, FAIL], "metadata": {"repo": "a"}},
+        {
+            "id": "solved",
+            "instruction": "Write polar into answer.txt.",
+            "policies": [SOLVE, FAIL],
+            "metadata": {"repo": "a"},
+        },
         {"id": "failed", "instruction": "Write polar into answer.txt.", "policies": [FAIL]},
     ]
     dataset = write_dataset(tmp_path / "tasks.jsonl", rows)
-    params = {"dataset": dataset, "harness": {"name": "agent", "config": {"max_turns": 4}}, "name": "toy", "samples_per_task": 2,
-              "evaluator": EVALUATOR, "teacher_model": "teacher-x", "output": str(tmp_path / "out")}  # fmt: skip
+    params = {
+        "dataset": dataset,
+        "harness": {"name": "agent", "config": {"max_turns": 4}},
+        "name": "toy",
+        "samples_per_task": 2,
+        "evaluator": EVALUATOR,
+        "teacher_model": "teacher-x",
+        "output": str(tmp_path / "out"),
+    }
     first = await sft_generation(**params)
     assert (first["rows"], first["skipped"], first["tasks"], first["attempts"], first["accepted"]) == (2, 0, 2, 4, 1)
     table = pq.read_table(first["files"]["parquet"]["path"]).to_pylist()

@@ -125,14 +125,21 @@ def prefect_env(tmp_path_factory, prefect_database) -> Iterator[dict[str, str]]:
 
 def prefect_cli(env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
-        [PREFECT, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, check=False
+        [PREFECT, *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        check=False,
     )
     assert done.returncode == 0, f"prefect {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory, cache_dir, postgres_url, engine) -> Iterator[EmbeddedGateway]:  # noqa: F811
+def gateway(tmp_path_factory, cache_dir, postgres_url, engine) -> Iterator[EmbeddedGateway]:
     gw = start_gateway(tmp_path_factory.mktemp("gw"), cache_dir, postgres_url, engine)
     yield gw
     gw.stop()
@@ -143,7 +150,12 @@ def deployed(prefect_env) -> dict[str, str]:
     """The repository's deployments on the server (``prefect deploy --all``) and its process work pool."""
     prefect_cli(prefect_env, "work-pool", "create", POOL, "--type", "process")
     deployed = prefect_cli({**prefect_env, "POLAR_REPO_DIR": str(REPO)}, "--no-prompt", "deploy", "--all")
-    for name in ("polar-rollout/rollout", "polar-batch/batch", "polar-retry-failed/retry-failed", "polar-rebuild-trajectories/rebuild-trajectories"):
+    for name in (
+        "polar-rollout/rollout",
+        "polar-batch/batch",
+        "polar-retry-failed/retry-failed",
+        "polar-rebuild-trajectories/rebuild-trajectories",
+    ):
         assert name in deployed, deployed
     return prefect_env
 
@@ -153,7 +165,7 @@ def start_worker(env: dict[str, str], index: int, log) -> subprocess.Popen:
     return subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
-def test_two_workers_share_one_batch_and_run_every_rollout_once(deployed, gateway, postgres_url, tmp_path, cache_dir):  # noqa: F811
+def test_two_workers_share_one_batch_and_run_every_rollout_once(deployed, gateway, postgres_url, tmp_path, cache_dir):
     polar = polar_environment(
         tmp_path, cache_dir, postgres_url, gateway.url, POLAR_STAGE_LIMITS="prefect", POLAR_RUN_CONCURRENCY="2"
     )
@@ -209,7 +221,12 @@ def _store(url: str):
 def _rollouts(factory, task_name: str) -> list[Rollout]:
     with factory() as db:
         return list(
-            db.scalars(sa.select(Rollout).join(Task, Rollout.task_id == Task.id).where(Task.name == task_name).order_by(Rollout.sample_index))
+            db.scalars(
+                sa.select(Rollout)
+                .join(Task, Rollout.task_id == Task.id)
+                .where(Task.name == task_name)
+                .order_by(Rollout.sample_index)
+            )
         )
 
 
@@ -219,18 +236,32 @@ def _close_contexts() -> Iterator[None]:
     close_contexts()
 
 
-def test_the_control_api_runs_tasks_as_pool_flow_runs_and_cancels_them(deployed, gateway, postgres_url, tmp_path, cache_dir):  # noqa: F811
+def test_the_control_api_runs_tasks_as_pool_flow_runs_and_cancels_them(
+    deployed,
+    gateway,
+    postgres_url,
+    tmp_path,
+    cache_dir,
+):
     """``polar serve`` with a Prefect server configured: a task's rollouts become runs of the rollout deployment
     that a worker picks up; the task view shows their flow-run states; cancelling stops a running one."""
     from polar.client import PolarClient
 
     port = free_port()
-    polar = polar_environment(tmp_path, cache_dir, postgres_url, gateway.url, POLAR_API_PORT=str(port), POLAR_API_POLL_S="0.2")
+    polar = polar_environment(
+        tmp_path, cache_dir, postgres_url, gateway.url, POLAR_API_PORT=str(port), POLAR_API_POLL_S="0.2"
+    )
     env = {**deployed, **polar, "POLAR_REPO_DIR": str(REPO), "PREFECT_WORKER_QUERY_SECONDS": "1"}
     worker_log, api_log = (tmp_path / "worker.log").open("w"), (tmp_path / "api.log").open("w")
     worker = start_worker(env, 3, worker_log)
-    api = subprocess.Popen([str(Path(sys.executable).parent / "polar"), "serve"], env=env, cwd=tmp_path,
-                           stdout=api_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+    api = subprocess.Popen(
+        [str(Path(sys.executable).parent / "polar"), "serve"],
+        env=env,
+        cwd=tmp_path,
+        stdout=api_log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -248,10 +279,17 @@ def test_the_control_api_runs_tasks_as_pool_flow_runs_and_cancels_them(deployed,
             [task_id] = client.submit([answer_task(name=f"api-{tag}", samples=2)])
             [view] = client.wait([task_id], timeout_s=240)
             assert view["status"] == "COMPLETED" and sorted(r["reward"] for r in view["rollouts"]) == [0.0, 1.0]
-            assert all(r["flow_run_id"] and r["flow_run_state"] == "Completed" for r in view["rollouts"]), view["rollouts"]
+            assert all(r["flow_run_id"] and r["flow_run_state"] == "Completed" for r in view["rollouts"]), view[
+                "rollouts"
+            ]
 
-            sleeper = answer_task(name=f"sleep-{tag}", samples=1, policies=None, timeout_s=300,
-                                  harness={"name": "command", "config": {"command": "sleep 120"}})  # fmt: skip
+            sleeper = answer_task(
+                name=f"sleep-{tag}",
+                samples=1,
+                policies=None,
+                timeout_s=300,
+                harness={"name": "command", "config": {"command": "sleep 120"}},
+            )
             [sleeping] = client.submit([sleeper])
             deadline = time.monotonic() + 120
             while client.task(sleeping)["counts"].get("RUNNING") != 1:
@@ -270,7 +308,7 @@ def test_the_control_api_runs_tasks_as_pool_flow_runs_and_cancels_them(deployed,
         api_log.close()
 
 
-def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, postgres_url, tmp_path, cache_dir):  # noqa: F811
+def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, postgres_url, tmp_path, cache_dir):
     """The sft-generation deployment on a schedule: the server's scheduler creates the run, a worker runs it, and
     the parquet it writes holds the store's accepted conversations (messages and token arrays)."""
     import asyncio
@@ -286,14 +324,21 @@ def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, pos
     from db.models import Trajectory
     from tests.rollout.helpers import FAIL, SOLVE
 
-    rows = [{"id": "solved", "instruction": "Write polar into answer.txt.", "policies": [SOLVE]},
-            {"id": "failed", "instruction": "Write polar into answer.txt.", "policies": [FAIL]}]  # fmt: skip
+    rows = [
+        {"id": "solved", "instruction": "Write polar into answer.txt.", "policies": [SOLVE]},
+        {"id": "failed", "instruction": "Write polar into answer.txt.", "policies": [FAIL]},
+    ]
     dataset = tmp_path / "sft.jsonl"
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
     name = f"sched-{uuid.uuid4().hex[:8]}"
-    parameters = {"dataset": str(dataset), "name": name, "harness": {"name": "agent", "config": {"max_turns": 4}},
-                  "evaluator": {"type": "file", "config": {"path": "answer.txt", "equals": "polar"}},
-                  "samples_per_task": 1, "output": str(tmp_path / "exports")}  # fmt: skip
+    parameters = {
+        "dataset": str(dataset),
+        "name": name,
+        "harness": {"name": "agent", "config": {"max_turns": 4}},
+        "evaluator": {"type": "file", "config": {"path": "answer.txt", "equals": "polar"}},
+        "samples_per_task": 1,
+        "output": str(tmp_path / "exports"),
+    }
 
     async def with_client(action):
         with temporary_settings({PREFECT_API_URL: deployed["PREFECT_API_URL"]}):
@@ -303,7 +348,9 @@ def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, pos
     async def schedule(client):
         deployment = await client.read_deployment_by_name("polar-sft-generation/sft-generation")
         await client.update_deployment(deployment.id, DeploymentUpdate(parameters=parameters))
-        await client.create_deployment_schedules(deployment.id, [(IntervalSchedule(interval=timedelta(seconds=10)), True)])
+        await client.create_deployment_schedules(
+            deployment.id, [(IntervalSchedule(interval=timedelta(seconds=10)), True)]
+        )
         return deployment.id
 
     deployment_id = asyncio.run(with_client(schedule))
@@ -313,7 +360,9 @@ def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, pos
     worker = start_worker(env, 4, log)
 
     async def finished_runs(client):
-        runs = await client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])))
+        runs = await client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+        )
         return [r for r in runs if r.state is not None and r.state.is_final()]
 
     async def pause(client):
@@ -336,9 +385,11 @@ def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, pos
     factory = _store(postgres_url)
     with factory() as db:
         solved = db.execute(
-            sa.select(Trajectory, Task.meta).join(Rollout, Rollout.id == Trajectory.rollout_id).join(Task, Task.id == Rollout.task_id)
+            sa.select(Trajectory, Task.meta)
+            .join(Rollout, Rollout.id == Trajectory.rollout_id)
+            .join(Task, Task.id == Rollout.task_id)
             .where(Task.name == f"{name}:solved", Trajectory.reward >= 1, Trajectory.builder == "prefix_merge")
-        ).all()  # fmt: skip
+        ).all()
     # The run's own accepted conversations (a second scheduled run may have started before the first accepted any).
     accepted = [t for t, meta in solved if meta["sft_run"] == str(run.id)]
     assert len(exported) == len(accepted) == 1

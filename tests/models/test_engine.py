@@ -29,7 +29,7 @@ async def test_logprobs_match_teacher_forced_rescore(tiny_model_dir, small_token
     result = await run(engine, ids, max_new_tokens=64, temperature=temperature, seed=7, ignore_eos=True)
     assert len(result.output_ids) == len(result.output_logprobs) == 64
     expected = rescore(engine.model, list(ids) + list(result.output_ids), len(ids), temperature, semantics)
-    assert max(abs(a - b) for a, b in zip(expected, result.output_logprobs)) < 1e-5
+    assert max(abs(a - b) for a, b in zip(expected, result.output_logprobs, strict=True)) < 1e-5
     assert result.logprob_semantics is semantics
     engine.close()
 
@@ -124,7 +124,7 @@ async def test_weight_update_mid_generation_records_version_spans(tiny_model_dir
     after = await run(engine, ids, max_new_tokens=10, temperature=0.0, ignore_eos=True)
     assert [s.version for s in after.version_spans] == ["v1"]
     expected = rescore(engine.model, list(ids) + list(after.output_ids), len(ids), 0.0, engine.semantics)
-    assert max(abs(a - b) for a, b in zip(expected, after.output_logprobs)) < 1e-5
+    assert max(abs(a - b) for a, b in zip(expected, after.output_logprobs, strict=True)) < 1e-5
     engine.close()
 
 
@@ -156,13 +156,13 @@ async def test_pause_freezes_and_resume_completes(tiny_model_dir, small_tokenize
     # ids may differ from an uninterrupted run only where two logits tie within float noise.
     ids = list(ids) + list(result.output_ids)
     expected = rescore(engine.model, ids, len(ids) - 80, 0.0, engine.semantics)
-    assert max(abs(a - b) for a, b in zip(expected, result.output_logprobs)) < 1e-5
+    assert max(abs(a - b) for a, b in zip(expected, result.output_logprobs, strict=True)) < 1e-5
     with torch.no_grad():
         logits = engine.model(torch.tensor([ids])).logits[0, len(ids) - 81 : -1]
     best = torch.log_softmax(logits.float(), -1).max(-1).values.tolist()
-    assert all(lp >= top - 1e-5 for lp, top in zip(result.output_logprobs, best))
+    assert all(lp >= top - 1e-5 for lp, top in zip(result.output_logprobs, best, strict=True))
     if result.output_ids != reference.output_ids:
-        first = next(i for i, (a, b) in enumerate(zip(result.output_ids, reference.output_ids)) if a != b)
+        first = next(i for i, (a, b) in enumerate(zip(result.output_ids, reference.output_ids, strict=True)) if a != b)
         assert abs(result.output_logprobs[first] - reference.output_logprobs[first]) < 1e-4
     engine.close()
 
@@ -175,15 +175,15 @@ async def test_prefix_cache_reuses_earlier_turns_exactly(tiny_model_dir, small_t
     second = await run(engine, follow, max_new_tokens=12, temperature=0.7, seed=5, ignore_eos=True)
     assert engine.prefix_cache.hits == 1 and engine.prefix_cache.reused_tokens >= len(first_prompt)
     expected = rescore(engine.model, list(follow) + list(second.output_ids), len(follow), 0.7, engine.semantics)
-    assert max(abs(a - b) for a, b in zip(expected, second.output_logprobs)) < 1e-5
+    assert max(abs(a - b) for a, b in zip(expected, second.output_logprobs, strict=True)) < 1e-5
     scored = await engine.score(list(follow), list(second.output_ids), 0.7)
-    assert max(abs(a - b) for a, b in zip(expected, scored)) < 1e-5
+    assert max(abs(a - b) for a, b in zip(expected, scored, strict=True)) < 1e-5
     await engine.load_weights(perturbed(engine.model), "v1")  # cached keys/values belong to the old weights
     hits = engine.prefix_cache.hits
     after = await run(engine, follow, max_new_tokens=4, temperature=0.0)
     assert engine.prefix_cache.hits == hits
     expected = rescore(engine.model, list(follow) + list(after.output_ids), len(follow), 0.0, engine.semantics)
-    assert max(abs(a - b) for a, b in zip(expected, after.output_logprobs)) < 1e-5
+    assert max(abs(a - b) for a, b in zip(expected, after.output_logprobs, strict=True)) < 1e-5
     engine.close()
 
 

@@ -73,7 +73,9 @@ class GatewayServer:
         reply.raise_for_status()
         return reply.json()
 
-    def captures(self, session_id: str, key: str | None = None, full_prompt: bool = True, requests: bool = False) -> list[dict]:
+    def captures(
+        self, session_id: str, key: str | None = None, full_prompt: bool = True, requests: bool = False
+    ) -> list[dict]:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         params = {"full_prompt": full_prompt, "requests": requests}
         reply = httpx.get(f"{self.url}/v1/sessions/{session_id}/captures", params=params, headers=headers, timeout=10)

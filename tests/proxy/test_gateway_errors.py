@@ -14,10 +14,25 @@ SCRIPT = {"type": "scripted", "replies": [{"content": "ok"}]}
 
 # protocol → (path, how the key travels, a valid body, how to read the error message)
 PROTOCOLS = {
-    "openai_chat": ("/v1/chat/completions", "bearer", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}, lambda b: b["error"]["message"]),
+    "openai_chat": (
+        "/v1/chat/completions",
+        "bearer",
+        {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]},
+        lambda b: b["error"]["message"],
+    ),
     "openai_responses": ("/v1/responses", "bearer", {"model": "tiny", "input": "hi"}, lambda b: b["error"]["message"]),
-    "anthropic": ("/v1/messages", "x-api-key", {"model": "tiny", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}, lambda b: b["error"]["message"]),
-    "gemini": ("/v1beta/models/tiny:generateContent", "x-goog-api-key", {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}, lambda b: b["error"]["message"]),
+    "anthropic": (
+        "/v1/messages",
+        "x-api-key",
+        {"model": "tiny", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]},
+        lambda b: b["error"]["message"],
+    ),
+    "gemini": (
+        "/v1beta/models/tiny:generateContent",
+        "x-goog-api-key",
+        {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+        lambda b: b["error"]["message"],
+    ),
 }
 
 
@@ -30,7 +45,12 @@ def headers(kind: str, key: str | None) -> dict[str, str]:
 def post(gateway, protocol, key, body=None, raw: bytes | None = None, path=None):
     route, kind, valid, _ = PROTOCOLS[protocol]
     content = raw if raw is not None else httpx.Request("POST", "/", json=valid if body is None else body).content
-    return httpx.post(gateway.url + (path or route), content=content, headers={**headers(kind, key), "content-type": "application/json"}, timeout=30)
+    return httpx.post(
+        gateway.url + (path or route),
+        content=content,
+        headers={**headers(kind, key), "content-type": "application/json"},
+        timeout=30,
+    )
 
 
 def assert_error(reply, protocol, status, *needles):
@@ -106,7 +126,12 @@ def test_context_overflow_maps_to_each_provider_shape(gateway):
     huge = "word " * 6000
     chat = post(gateway, "openai_chat", key, body={"model": "tiny", "messages": [{"role": "user", "content": huge}]})
     assert chat.status_code == 400 and chat.json()["error"]["code"] == "context_length_exceeded"
-    claude = post(gateway, "anthropic", key, body={"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": huge}]})
+    claude = post(
+        gateway,
+        "anthropic",
+        key,
+        body={"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": huge}]},
+    )
     assert claude.status_code == 400 and claude.json()["error"]["message"].startswith("prompt is too long")
     gem = post(gateway, "gemini", key, body={"contents": [{"role": "user", "parts": [{"text": huge}]}]})
     assert gem.status_code == 400 and gem.json()["error"]["status"] == "INVALID_ARGUMENT"
@@ -149,8 +174,18 @@ def test_session_isolation(gateway):
     for path in (f"/v1/sessions/{b['session_id']}/captures", f"/v1/sessions/{b['session_id']}"):
         reply = httpx.get(gateway.url + path, headers={"Authorization": f"Bearer {a['api_key']}"})
         assert reply.status_code == 403
-    assert httpx.post(gateway.url + f"/v1/sessions/{b['session_id']}/close", headers={"Authorization": f"Bearer {a['api_key']}"}).status_code == 403
-    assert httpx.post(gateway.url + "/v1/sessions", json={}, headers={"Authorization": f"Bearer {a['api_key']}"}).status_code == 403
+    assert (
+        httpx.post(
+            gateway.url + f"/v1/sessions/{b['session_id']}/close", headers={"Authorization": f"Bearer {a['api_key']}"}
+        ).status_code
+        == 403
+    )
+    assert (
+        httpx.post(
+            gateway.url + "/v1/sessions", json={}, headers={"Authorization": f"Bearer {a['api_key']}"}
+        ).status_code
+        == 403
+    )
     assert gateway.captures(b["session_id"]) == []  # A's calls landed in A only
 
 
@@ -170,15 +205,32 @@ def test_control_token(tmp_path, cache_dir, engine):
         assert made.status_code == 201
         sid = made.json()["session_id"]
         assert httpx.get(f"{gw.url}/v1/sessions/{sid}/captures").status_code == 401
-        assert httpx.get(f"{gw.url}/v1/sessions/{sid}/captures", headers={"Authorization": "Bearer ctl-secret"}).status_code == 200
+        assert (
+            httpx.get(
+                f"{gw.url}/v1/sessions/{sid}/captures", headers={"Authorization": "Bearer ctl-secret"}
+            ).status_code
+            == 200
+        )
 
 
 def test_protocol_odds_and_ends(gateway):
     assert httpx.head(gateway.url + "/").status_code == 200
     assert httpx.get(gateway.url + "/v1/models").json()["data"][0]["id"] == "tiny"
     key = gateway.session(SCRIPT)["api_key"]
-    counted = httpx.post(gateway.url + "/v1/messages/count_tokens", headers={"x-api-key": key}, json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
+    counted = httpx.post(
+        gateway.url + "/v1/messages/count_tokens",
+        headers={"x-api-key": key},
+        json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert counted.status_code == 200 and counted.json()["input_tokens"] > 0
     # Codex tries a WebSocket first: it must be refused at once, without a 101.
-    reply = httpx.get(gateway.url + "/v1/responses", headers={"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    reply = httpx.get(
+        gateway.url + "/v1/responses",
+        headers={
+            "Connection": "Upgrade",
+            "Upgrade": "websocket",
+            "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        },
+    )
     assert reply.status_code != 101 and reply.status_code >= 400

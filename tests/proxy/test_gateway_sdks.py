@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import anthropic
-import sqlalchemy as sa
 import openai
 import pytest
+import sqlalchemy as sa
 from google import genai
 from google.genai import types as gtypes
 
@@ -15,8 +15,15 @@ from db import Capture, session_scope
 from db.request_json import is_delta
 
 WRITE = {"name": "write_file", "arguments": {"path": "hello.txt", "content": "hi"}}
-SCRIPT = {"type": "scripted", "replies": [{"content": "I will write it.", "tool_calls": [WRITE]}, {"content": "Done: hello.txt written."}]}
-TOOL_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]}
+SCRIPT = {
+    "type": "scripted",
+    "replies": [{"content": "I will write it.", "tool_calls": [WRITE]}, {"content": "Done: hello.txt written."}],
+}
+TOOL_SCHEMA = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+    "required": ["path", "content"],
+}
 
 
 def check_chain(gateway, session, n):
@@ -25,15 +32,17 @@ def check_chain(gateway, session, n):
     for c in captures:
         assert c["n_output"] == len(c["output_ids"]) == len(c["output_logprobs"]) > 0
         assert c["n_prompt"] == len(c["prompt_ids"])
-    for parent, child in zip(captures, captures[1:]):
+    for parent, child in zip(captures, captures[1:], strict=True):
         assert child["parent_id"] == parent["id"] and child["render_mode"] == "append"
         sequence = parent["prompt_ids"] + parent["output_ids"]
         assert child["prompt_ids"][: len(sequence)] == sequence  # sampled ids of turn k inside turn k+1
     # Requests are stored relative to the parent's, and come back whole.
     with session_scope(gateway.gateway.factory) as db:
-        stored = db.scalars(sa.select(Capture.request_json).where(Capture.rollout_id == session["session_id"]).order_by(Capture.seq)).all()
+        stored = db.scalars(
+            sa.select(Capture.request_json).where(Capture.rollout_id == session["session_id"]).order_by(Capture.seq)
+        ).all()
     assert not is_delta(stored[0]) and all(is_delta(s) for s in stored[1:])
-    assert all(json.dumps(s) != json.dumps(c["request"]) for s, c in zip(stored[1:], captures[1:]))
+    assert all(json.dumps(s) != json.dumps(c["request"]) for s, c in zip(stored[1:], captures[1:], strict=True))
     assert len(json.dumps(stored[-1])) < len(json.dumps(captures[-1]["request"]))
     return captures
 
@@ -42,7 +51,12 @@ def check_chain(gateway, session, n):
 def test_openai_chat(gateway, stream):
     session = gateway.session(SCRIPT)
     client = openai.OpenAI(base_url=session["base_urls"]["openai"], api_key=session["api_key"])
-    tools = [{"type": "function", "function": {"name": "write_file", "description": "Write a file", "parameters": TOOL_SCHEMA}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "write_file", "description": "Write a file", "parameters": TOOL_SCHEMA},
+        }
+    ]
     messages = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Write hello.txt"}]
 
     def call():
@@ -60,7 +74,17 @@ def test_openai_chat(gateway, stream):
         assert text == "I will write it." and finish == "tool_calls"
         assert calls[0].function.name == "write_file" and json.loads(calls[0].function.arguments) == WRITE["arguments"]
         call_id = calls[0].id
-        assistant = {"role": "assistant", "content": text, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "write_file", "arguments": calls[0].function.arguments}}]}
+        assistant = {
+            "role": "assistant",
+            "content": text,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "write_file", "arguments": calls[0].function.arguments},
+                }
+            ],
+        }
     else:
         assert first.finish_reason == "tool_calls" and first.message.content == "I will write it."
         call_id = first.message.tool_calls[0].id
@@ -127,10 +151,20 @@ def test_anthropic_messages(gateway, stream):
 @pytest.mark.parametrize("stream", [False, True])
 def test_gemini_generate_content(gateway, stream):
     session = gateway.session(SCRIPT)
-    client = genai.Client(api_key=session["api_key"], http_options=gtypes.HttpOptions(base_url=session["base_urls"]["gemini"]))
+    client = genai.Client(
+        api_key=session["api_key"], http_options=gtypes.HttpOptions(base_url=session["base_urls"]["gemini"])
+    )
     config = gtypes.GenerateContentConfig(
         system_instruction="You are an agent.",
-        tools=[gtypes.Tool(function_declarations=[gtypes.FunctionDeclaration(name="write_file", description="Write a file", parameters_json_schema=TOOL_SCHEMA)])],
+        tools=[
+            gtypes.Tool(
+                function_declarations=[
+                    gtypes.FunctionDeclaration(
+                        name="write_file", description="Write a file", parameters_json_schema=TOOL_SCHEMA
+                    )
+                ]
+            )
+        ],
         automatic_function_calling=gtypes.AutomaticFunctionCallingConfig(disable=True),
     )
     contents: list = [gtypes.Content(role="user", parts=[gtypes.Part(text="Write hello.txt")])]
@@ -140,7 +174,9 @@ def test_gemini_generate_content(gateway, stream):
             chunks = list(client.models.generate_content_stream(model="tiny", contents=contents, config=config))
             parts = [p for c in chunks if c.candidates for p in (c.candidates[0].content.parts or [])]
             return parts
-        return client.models.generate_content(model="tiny", contents=contents, config=config).candidates[0].content.parts
+        return (
+            client.models.generate_content(model="tiny", contents=contents, config=config).candidates[0].content.parts
+        )
 
     parts = call()
     calls = [p.function_call for p in parts if p.function_call]
@@ -148,7 +184,12 @@ def test_gemini_generate_content(gateway, stream):
     assert "".join(p.text or "" for p in parts if not p.function_call) == "I will write it."
     contents += [
         gtypes.Content(role="model", parts=parts),
-        gtypes.Content(role="user", parts=[gtypes.Part(function_response=gtypes.FunctionResponse(name="write_file", response={"output": "ok"}))]),
+        gtypes.Content(
+            role="user",
+            parts=[
+                gtypes.Part(function_response=gtypes.FunctionResponse(name="write_file", response={"output": "ok"}))
+            ],
+        ),
     ]
     parts = call()
     assert "".join(p.text or "" for p in parts) == "Done: hello.txt written."

@@ -18,7 +18,10 @@ from tests.proxy.gateway_server import GatewayServer, free_port, settings_for
 from tests.proxy.tcp_forwarder import TcpForwarder
 
 pytestmark = needs_postgres
-SCRIPT = {"type": "scripted", "replies": [{"content": "first"}, {"content": "second"}, {"content": "third"}, {"content": "fourth"}]}
+SCRIPT = {
+    "type": "scripted",
+    "replies": [{"content": "first"}, {"content": "second"}, {"content": "third"}, {"content": "fourth"}],
+}
 TOOLS = [{"type": "function", "function": {"name": "noop", "description": "", "parameters": {"type": "object"}}}]
 
 
@@ -47,9 +50,12 @@ def test_store_outage_gives_a_provider_503_and_nothing_half_written(tmp_path, ca
             # The store goes away *during* a streamed generation: no finished reply may reach the harness.
             forwarder.start()
             stream = httpx.stream(
-                "POST", f"{base}/chat/completions", headers={"Authorization": f"Bearer {key}"},
-                json={"model": "tiny", "messages": messages, "max_tokens": 400, "stream": True}, timeout=60,
-            )  # fmt: skip
+                "POST",
+                f"{base}/chat/completions",
+                headers={"Authorization": f"Bearer {key}"},
+                json={"model": "tiny", "messages": messages, "max_tokens": 400, "stream": True},
+                timeout=60,
+            )
             with stream as reply:
                 lines = reply.iter_lines()
                 assert next(lines).startswith("data: ")
@@ -71,7 +77,12 @@ def test_two_gateway_processes_share_a_session(tmp_path, cache_dir, tiny_model_d
         env = {**os.environ, "POLAR_DATABASE_URL": url, "POLAR_CACHE": str(cache_dir), "POLAR_HOME": str(tmp_path)}
         ports = [free_port(), free_port()]
         procs = [
-            subprocess.Popen([sys.executable, "-m", "polar.cli", "gateway", "--port", str(p)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            subprocess.Popen(
+                [sys.executable, "-m", "polar.cli", "gateway", "--port", str(p)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
             for p in ports
         ]
         try:
@@ -95,10 +106,15 @@ def test_two_gateway_processes_share_a_session(tmp_path, cache_dir, tiny_model_d
             for turn in range(4):
                 reply = chat(urls[turn % 2] + "/v1", session["api_key"], messages)
                 assert reply.choices[0].message.content == SCRIPT["replies"][turn]["content"]
-                messages += [{"role": "assistant", "content": reply.choices[0].message.content}, {"role": "user", "content": f"next {turn}"}]
-            captures = httpx.get(f"{urls[1]}/v1/sessions/{session['session_id']}/captures", params={"full_prompt": True}).json()["captures"]
+                messages += [
+                    {"role": "assistant", "content": reply.choices[0].message.content},
+                    {"role": "user", "content": f"next {turn}"},
+                ]
+            captures = httpx.get(
+                f"{urls[1]}/v1/sessions/{session['session_id']}/captures", params={"full_prompt": True}
+            ).json()["captures"]
             assert [c["seq"] for c in captures] == [0, 1, 2, 3]
-            for parent, child in zip(captures, captures[1:]):
+            for parent, child in zip(captures, captures[1:], strict=True):
                 assert child["parent_id"] == parent["id"] and child["render_mode"] == "append"
                 assert child["prefix_len"] == len(parent["prompt_ids"]) + len(parent["output_ids"])
         finally:

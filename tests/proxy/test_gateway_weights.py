@@ -31,7 +31,9 @@ def gateway(tmp_path_factory, cache_dir, own_engine):
 
 def perturbed(engine: LocalEngine, seed: int) -> dict[str, torch.Tensor]:
     noise = torch.Generator().manual_seed(seed)
-    return {k: (v + 0.05 * torch.randn(v.shape, generator=noise)).contiguous() for k, v in engine.model.state_dict().items()}
+    return {
+        k: (v + 0.05 * torch.randn(v.shape, generator=noise)).contiguous() for k, v in engine.model.state_dict().items()
+    }
 
 
 def chat_once(gateway) -> dict:
@@ -43,22 +45,30 @@ def chat_once(gateway) -> dict:
 
 def test_tensor_upload_swaps_weights_and_captures_carry_the_version(gateway, own_engine):
     weights = perturbed(own_engine, 1)
-    reply = httpx.post(f"{gateway.url}/v1/admin/weights", params={"version": "step-1"}, content=save(weights),
-                       headers={"content-type": "application/octet-stream"}, timeout=30)
+    reply = httpx.post(
+        f"{gateway.url}/v1/admin/weights",
+        params={"version": "step-1"},
+        content=save(weights),
+        headers={"content-type": "application/octet-stream"},
+        timeout=30,
+    )
     assert reply.status_code == 200 and reply.json()["weight_version"] == "step-1"
     assert torch.equal(own_engine.model.state_dict()["lm_head.weight"], weights["lm_head.weight"])
     capture = chat_once(gateway)
     assert capture["weight_version"] == "step-1"
-    expected = rescore(own_engine.model, capture["prompt_ids"] + capture["output_ids"], capture["n_prompt"], 1.0,
-                       own_engine.semantics)
-    assert max(abs(a - b) for a, b in zip(expected, capture["output_logprobs"])) < 1e-5
+    expected = rescore(
+        own_engine.model, capture["prompt_ids"] + capture["output_ids"], capture["n_prompt"], 1.0, own_engine.semantics
+    )
+    assert max(abs(a - b) for a, b in zip(expected, capture["output_logprobs"], strict=True)) < 1e-5
 
 
 def test_checkpoint_path_and_relabel(gateway, own_engine, tmp_path):
     save_file(perturbed(own_engine, 2), tmp_path / "model.safetensors")
     reply = httpx.post(f"{gateway.url}/v1/admin/weights", json={"version": "step-2", "checkpoint_path": str(tmp_path)})
     assert reply.status_code == 200 and reply.json()["weight_version"] == "step-2"
-    assert httpx.post(f"{gateway.url}/v1/admin/weights", json={"version": "step-2b"}).json()["weight_version"] == "step-2b"
+    assert (
+        httpx.post(f"{gateway.url}/v1/admin/weights", json={"version": "step-2b"}).json()["weight_version"] == "step-2b"
+    )
     assert chat_once(gateway)["weight_version"] == "step-2b"
 
 
@@ -68,7 +78,14 @@ def test_checkpoint_path_and_relabel(gateway, own_engine, tmp_path):
         ({"json": {"checkpoint_path": "/x"}}, "version"),
         ({"json": {"version": "v", "extra": 1}}, "extra"),
         ({"content": b"not json"}, "body"),
-        ({"content": b"garbage", "headers": {"content-type": "application/octet-stream"}, "params": {"version": "v"}}, "body"),
+        (
+            {
+                "content": b"garbage",
+                "headers": {"content-type": "application/octet-stream"},
+                "params": {"version": "v"},
+            },
+            "body",
+        ),
         ({"content": b"x", "headers": {"content-type": "application/octet-stream"}}, "version"),
         ({"json": {"version": "v", "checkpoint_path": "/no/such/folder"}}, "model_path"),
     ],
@@ -83,6 +100,9 @@ def test_bad_weight_requests_get_a_400_naming_the_field(gateway, kwargs, field):
 
 def test_a_session_key_cannot_push_weights(gateway):
     session = gateway.session()
-    reply = httpx.post(f"{gateway.url}/v1/admin/weights", json={"version": "evil"},
-                       headers={"Authorization": f"Bearer {session['api_key']}"})
+    reply = httpx.post(
+        f"{gateway.url}/v1/admin/weights",
+        json={"version": "evil"},
+        headers={"Authorization": f"Bearer {session['api_key']}"},
+    )
     assert reply.status_code == 403

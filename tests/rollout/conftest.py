@@ -31,7 +31,10 @@ def postgres_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="module", params=[pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=needs_postgres)])
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=needs_postgres)],
+)
 def store_url(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue(f"{request.param}_url")
 

@@ -30,7 +30,9 @@ SOLVE = script("echo polar > answer.txt")
 FAIL = script("echo nope > answer.txt")
 
 
-def answer_task(*, name: str = "answer", samples: int = 2, policies: list | None = None, **extra: Any) -> dict[str, Any]:
+def answer_task(
+    *, name: str = "answer", samples: int = 2, policies: list | None = None, **extra: Any
+) -> dict[str, Any]:
     """Write 'polar' into answer.txt; rewarded by a file check. ``extra`` overrides TaskRequest fields."""
     task: dict[str, Any] = {
         "name": name,
@@ -75,7 +77,11 @@ def captures(factory: sessionmaker[Session], rollout_id: str) -> list[Capture]:
 
 def trajectories(factory: sessionmaker[Session], rollout_id: str) -> list[Trajectory]:
     with factory() as db:
-        return list(db.scalars(sa.select(Trajectory).where(Trajectory.rollout_id == rollout_id).order_by(Trajectory.chain_index)))
+        return list(
+            db.scalars(
+                sa.select(Trajectory).where(Trajectory.rollout_id == rollout_id).order_by(Trajectory.chain_index)
+            )
+        )
 
 
 def evaluations(factory: sessionmaker[Session], rollout_id: str) -> list[Evaluation]:

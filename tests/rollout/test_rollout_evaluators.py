@@ -65,7 +65,11 @@ async def test_a_check_script_prints_its_reward_and_must_exit_zero(runtime):
         await evaluate("script", {"script": "echo done"}, context(runtime))
 
 
-TEST_FILE = "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n\ndef test_zero():\n    assert add(0, 0) == 0\n"
+TEST_FILE = (
+    "from calc import add\n\n"
+    "def test_add():\n    assert add(2, 3) == 5\n\n"
+    "def test_zero():\n    assert add(0, 0) == 0\n"
+)
 
 
 async def test_pytest_style_tests_all_or_fraction(runtime):
@@ -77,7 +81,9 @@ async def test_pytest_style_tests_all_or_fraction(runtime):
     await runtime.write_file("calc.py", "def add(a, b):\n    return a + b\n")
     assert (await evaluate("tests", config, context(runtime))).reward == 1.0
     with pytest.raises(EvaluationError, match="exit code 5"):  # no tests collected: the tests did not run
-        await evaluate("tests", {"command": "{python} -m pytest -q -p no:cacheprovider -k nothing_matches"}, context(runtime))
+        await evaluate(
+            "tests", {"command": "{python} -m pytest -q -p no:cacheprovider -k nothing_matches"}, context(runtime)
+        )
 
 
 def test_parse_pytest_summaries():
@@ -102,7 +108,9 @@ class VerdictChat:
 async def test_llm_judge_sees_task_rubric_and_diff_and_scales_the_score(runtime):
     chat = VerdictChat("The change is right.\nSCORE: 8")
     diff = "diff --git a/answer.txt b/answer.txt\n+polar\n"
-    result = await evaluate("llm_judge", {"rubric": "answer.txt must say polar"}, context(runtime, chat=chat, artifacts={"diff": diff}))
+    result = await evaluate(
+        "llm_judge", {"rubric": "answer.txt must say polar"}, context(runtime, chat=chat, artifacts={"diff": diff})
+    )
     assert result.reward == pytest.approx(0.8) and result.details["score"] == 8
     system, user = chat.seen[0]
     assert system[0] == "system" and "SCORE" in system[1]

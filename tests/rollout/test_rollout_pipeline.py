@@ -87,7 +87,11 @@ async def test_a_batch_produces_rollouts_captures_trajectories_and_rewards(store
 
 
 async def test_a_prepare_action_that_fails_once_is_retried(context):
-    flaky = {"command": "if [ ! -f ../.tried ]; then touch ../.tried; exit 1; fi", "max_attempts": 2, "retry_backoff_s": 0}
+    flaky = {
+        "command": "if [ ! -f ../.tried ]; then touch ../.tried; exit 1; fi",
+        "max_attempts": 2,
+        "retry_backoff_s": 0,
+    }
     _, ids, _ = await run_tasks(context, [answer_task(samples=1, runtime={"prepare": [flaky, {"command": GIT_INIT}]})])
     row = rollout_row(context.factory, ids[0])
     assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0
@@ -153,7 +157,9 @@ async def test_a_run_cut_short_by_a_dead_flow_is_not_launched_again(context):
     state.record_progress(context.factory, rollout_id, Stage.RUN, "dead-flow", {"launched_at": state.now().isoformat()})
     # The dead flow's heartbeat goes stale, so another flow may take the rollout over.
     with context.factory() as db, db.begin():
-        db.execute(sa.update(Rollout).where(Rollout.id == rollout_id).values(heartbeat_at=state.now() - timedelta(hours=1)))
+        db.execute(
+            sa.update(Rollout).where(Rollout.id == rollout_id).values(heartbeat_at=state.now() - timedelta(hours=1))
+        )
     summary = await drive_rollout(context, rollout_id, "second-flow", limiter=process_limiter(context.settings))
     row = rollout_row(context.factory, rollout_id)
     assert summary.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
@@ -169,7 +175,9 @@ async def test_a_run_retried_after_its_harness_ended_reports_that_end(context):
     state.begin_stage(context.factory, rollout_id, Stage.RUN, "flow", default_timeout_s=60)
     ended = {"launched": True, "exit_code": 0, "outcome": "COMPLETED", "agent_budget_expired": False}
     # The harness ended and was recorded; then the stage failed (say, closing the session) and is retried.
-    state.record_progress(context.factory, rollout_id, Stage.RUN, "flow", {"launched_at": state.now().isoformat(), "ended": ended})
+    state.record_progress(
+        context.factory, rollout_id, Stage.RUN, "flow", {"launched_at": state.now().isoformat(), "ended": ended}
+    )
     summary = await drive_rollout(context, rollout_id, "flow", limiter=process_limiter(context.settings))
     row = rollout_row(context.factory, rollout_id)
     assert row.stage_results["run"] == ended and row.stage_timings["run"]["attempts"] == 2
@@ -202,7 +210,9 @@ async def test_a_resumed_rollout_whose_runtime_is_gone_initialises_again(context
     import shutil
 
     shutil.rmtree(context.settings.runtime_dir / rollout_id)
-    summary = await drive_rollout(context, rollout_id, "this-machine", limiter=process_limiter(context.settings), takeover=True)
+    summary = await drive_rollout(
+        context, rollout_id, "this-machine", limiter=process_limiter(context.settings), takeover=True
+    )
     assert summary.status is RolloutStatus.COMPLETED and summary.reward == 1.0
     assert rollout_row(context.factory, rollout_id).stage_timings["init"]["attempts"] == 1  # re-run from scratch
 
@@ -244,7 +254,10 @@ async def test_evaluation_in_a_fresh_runtime_prepared_while_the_agent_runs(conte
 @pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (bwrap) is not installed")
 async def test_the_agent_runs_inside_bubblewrap(context):
     probe = script("touch /usr/polar-probe-$$ 2>/dev/null && echo escaped > answer.txt || echo polar > answer.txt")
-    _, ids, _ = await run_tasks(context, [answer_task(samples=1, policies=[probe], runtime={"isolation": "bwrap", "prepare": [{"command": GIT_INIT}]})])
+    _, ids, _ = await run_tasks(
+        context,
+        [answer_task(samples=1, policies=[probe], runtime={"isolation": "bwrap", "prepare": [{"command": GIT_INIT}]})],
+    )
     row = rollout_row(context.factory, ids[0])
     assert row.stage_results["init"]["runtime"]["isolation"] == "bwrap"
     assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0  # the host stayed read-only

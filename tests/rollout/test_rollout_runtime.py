@@ -21,7 +21,9 @@ async def test_commands_run_in_the_workdir_with_their_own_home_and_a_clean_envir
     monkeypatch.setenv("POLAR_DATABASE_URL", "postgresql://secret@db/prod")
     runtime = LocalRuntime("r1", tmp_path, env={"TASK_VAR": "x"})
     await runtime.start(fresh=True)
-    result = await runtime.exec('echo "$PWD|$HOME|$TASK_VAR|${POLAR_DATABASE_URL:-unset}"; python -c "import sys; print(sys.prefix)"')
+    result = await runtime.exec(
+        'echo "$PWD|$HOME|$TASK_VAR|${POLAR_DATABASE_URL:-unset}"; python -c "import sys; print(sys.prefix)"'
+    )
     cwd, home, task_var, leaked = result.stdout.splitlines()[0].split("|")
     assert (cwd, home, task_var, leaked) == (str(runtime.layout.work), str(runtime.layout.home), "x", "unset")
     assert result.ok and not result.timed_out

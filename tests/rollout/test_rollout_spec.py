@@ -18,14 +18,22 @@ from tests.rollout.helpers import FAIL, SOLVE, answer_task
         ({"instruction": ""}, "instruction", "at least 1 character"),
         ({"num_samples": 0}, "num_samples", "greater than or equal to 1"),
         ({"harness": {"name": "nope"}}, "harness.name", "unknown harness 'nope'"),
-        ({"harness": {"name": "agent", "config": {"max_turns": 0}}}, "harness.config.max_turns", "greater than or equal to 1"),
+        (
+            {"harness": {"name": "agent", "config": {"max_turns": 0}}},
+            "harness.config.max_turns",
+            "greater than or equal to 1",
+        ),
         ({"harness": {"name": "agent", "config": {"turns": 3}}}, "harness.config.turns", "Extra inputs"),
         ({"harness": {"name": "command"}}, "harness.config.command", "Field required"),
         ({"evaluator": {"type": "magic"}}, "evaluator.type", "unknown evaluator 'magic'"),
         ({"evaluator": {"type": "file", "config": {"path": "a"}}}, "evaluator.config", "exactly one of equals"),
         ({"runtime": {"type": "vm"}}, "runtime.type", "unknown runtime 'vm'"),
         ({"runtime": {"prepare": [{"type": "exec"}]}}, "runtime.prepare.0", "needs command"),
-        ({"runtime": {"prepare": [{"command": "x", "max_attempts": 11}]}}, "runtime.prepare.0.max_attempts", "less than or equal to 10"),
+        (
+            {"runtime": {"prepare": [{"command": "x", "max_attempts": 11}]}},
+            "runtime.prepare.0.max_attempts",
+            "less than or equal to 10",
+        ),
         ({"builder": "zip"}, "builder", "unknown builder 'zip'"),
         ({"timeout_s": -1}, "timeout_s", "greater than 0"),
         ({"policies": [{"type": "scripted", "replies": "x"}]}, "policies.0.replies", "valid list"),
@@ -40,7 +48,9 @@ def test_bad_requests_name_the_field(change, field, words):
 
 
 def test_submit_stores_a_task_and_one_rollout_per_sample(context):
-    submitted = submit_tasks(context.factory, [answer_task(name="a", samples=3), answer_task(name="b", samples=1, priority=9)])
+    submitted = submit_tasks(
+        context.factory, [answer_task(name="a", samples=3), answer_task(name="b", samples=1, priority=9)]
+    )
     assert [len(t.rollout_ids) for t in submitted] == [3, 1]
     assert dispatch_order(submitted)[0] == submitted[1].rollout_ids[0]  # higher priority first
     with context.factory() as db:

@@ -62,9 +62,17 @@ def no_leaks(docker_engine, tmp_path: Path) -> Iterator[Path]:
 def docker_context(tmp_path_factory, cache_dir, sqlite_url, sqlite_gateway) -> Iterator[RolloutContext]:  # noqa: F811
     """A rollout context on the module's SQLite store and gateway, with docker runtimes by default."""
     settings = test_settings(
-        tmp_path_factory.mktemp("home"), cache_dir, sqlite_url, runtime="docker", tools=tools_dir(),
-        docker_image=IMAGE, init_retries=0, run_retries=0, postrun_retries=0, evaluate_retries=0,
-    )  # fmt: skip
+        tmp_path_factory.mktemp("home"),
+        cache_dir,
+        sqlite_url,
+        runtime="docker",
+        tools=tools_dir(),
+        docker_image=IMAGE,
+        init_retries=0,
+        run_retries=0,
+        postrun_retries=0,
+        evaluate_retries=0,
+    )
     ctx = RolloutContext.create(settings, gateway_url=sqlite_gateway.url)
     yield ctx
     ctx.close()

@@ -38,7 +38,9 @@ class _Hello(http.server.BaseHTTPRequestHandler):
 
 
 async def test_exec_timeout_network_and_tunnel(tmp_path):
-    rt = ApptainerRuntime("app", tmp_path, image=IMAGE, tools_dir=tools_dir(), options=ApptainerOptions(), env={"FROM_TASK": "t"})
+    rt = ApptainerRuntime(
+        "app", tmp_path, image=IMAGE, tools_dir=tools_dir(), options=ApptainerOptions(), env={"FROM_TASK": "t"}
+    )
     await rt.start(fresh=True)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
     threading.Thread(target=server.serve_forever, daemon=True).start()

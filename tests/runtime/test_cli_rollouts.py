@@ -49,7 +49,11 @@ RUNTIMES = ("docker", "local")
 def solving(cli: str) -> dict:
     tool, argument = SHELL_TOOLS[cli]
     call = {"name": tool, "arguments": {argument: "printf hi > hello.txt"}}
-    return {"type": "scripted", "replies": [{"content": "I will write the file.", "tool_calls": [call]}], "then": "Done."}
+    return {
+        "type": "scripted",
+        "replies": [{"content": "I will write the file.", "tool_calls": [call]}],
+        "then": "Done.",
+    }
 
 
 FAILING = {"type": "scripted", "replies": [{"content": "I cannot do that."}], "then": "I cannot do that."}
@@ -84,9 +88,16 @@ def batch(docker_engine, long_gateway, prefect_server, sqlite_url, tmp_path_fact
         pytest.skip(f"CLIs not installed in {tools_dir()} ({missing or 'node'}): make tools")
     home = tmp_path_factory.mktemp("home")
     env = polar_environment(
-        home, cache_dir, sqlite_url, long_gateway.url, POLAR_TOOLS=str(tools_dir()),
-        POLAR_DOCKER_IMAGE=IMAGE, POLAR_BATCH_MAX_ACTIVE="6", POLAR_RUN_CONCURRENCY="4", POLAR_RUN_RETRIES="0",
-    )  # fmt: skip
+        home,
+        cache_dir,
+        sqlite_url,
+        long_gateway.url,
+        POLAR_TOOLS=str(tools_dir()),
+        POLAR_DOCKER_IMAGE=IMAGE,
+        POLAR_BATCH_MAX_ACTIVE="6",
+        POLAR_RUN_CONCURRENCY="4",
+        POLAR_RUN_RETRIES="0",
+    )
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
@@ -95,7 +106,11 @@ def batch(docker_engine, long_gateway, prefect_server, sqlite_url, tmp_path_fact
         summary = asyncio.run(rollout_batch(tasks=tasks))
         close_contexts()
     get_settings.cache_clear()
-    left = [c.name for c in docker_engine.containers.list(all=True, filters={"label": LABEL}) if c.labels["polar.root"].startswith(str(home))]
+    left = [
+        c.name
+        for c in docker_engine.containers.list(all=True, filters={"label": LABEL})
+        if c.labels["polar.root"].startswith(str(home))
+    ]
     assert not left, f"containers left behind by the batch: {left}"
     return {task["name"]: ids for task, ids in zip(tasks, summary["tasks"].values(), strict=True)}
 

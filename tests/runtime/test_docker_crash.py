@@ -23,8 +23,10 @@ from tests.runtime.conftest import IMAGE, tools_dir
 
 
 @pytest.fixture
-def docker_flow_env(monkeypatch, tmp_path, cache_dir, sqlite_url, sqlite_gateway, prefect_server):  # noqa: F811
-    env = polar_environment(tmp_path, cache_dir, sqlite_url, sqlite_gateway.url, POLAR_TOOLS=str(tools_dir()), POLAR_DOCKER_IMAGE=IMAGE)
+def docker_flow_env(monkeypatch, tmp_path, cache_dir, sqlite_url, sqlite_gateway, prefect_server):
+    env = polar_environment(
+        tmp_path, cache_dir, sqlite_url, sqlite_gateway.url, POLAR_TOOLS=str(tools_dir()), POLAR_DOCKER_IMAGE=IMAGE
+    )
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     get_settings.cache_clear()
@@ -34,19 +36,34 @@ def docker_flow_env(monkeypatch, tmp_path, cache_dir, sqlite_url, sqlite_gateway
 
 
 def polar_containers(engine, root) -> list:
-    return [c for c in engine.containers.list(all=True, filters={"label": LABEL}) if c.labels["polar.root"].startswith(str(root))]
+    return [
+        c
+        for c in engine.containers.list(all=True, filters={"label": LABEL})
+        if c.labels["polar.root"].startswith(str(root))
+    ]
 
 
-async def test_a_crashed_flow_leaves_nothing_once_the_retry_flow_takes_over(docker_engine, docker_flow_env, prefect_server, tmp_path):  # noqa: F811
+async def test_a_crashed_flow_leaves_nothing_once_the_retry_flow_takes_over(
+    docker_engine,
+    docker_flow_env,
+    prefect_server,
+    tmp_path,
+):
     harness = {"name": "command", "config": {"command": "echo started > started.txt; sleep 300"}}
-    task = answer_task(samples=1, policies=None, harness=harness, runtime={"type": "docker", "prepare": [{"command": GIT_INIT}]})
+    task = answer_task(
+        samples=1, policies=None, harness=harness, runtime={"type": "docker", "prepare": [{"command": GIT_INIT}]}
+    )
     factory = store_factory()
     (rid,) = (await asyncio.to_thread(submit_tasks, factory, [task]))[0].rollout_ids
     child = start_flow_process(rid, prefect_server, tmp_path / "flow.log")
     try:
         started = docker_flow_env / "runtimes" / rid / "work" / "started.txt"
         await asyncio.to_thread(wait_for, started.exists, 120, "the harness to start in its container")
-        await asyncio.to_thread(wait_for, lambda: "process" in rollout_row(factory, rid).stage_results.get("progress", {}).get("run", {}), 30)
+        await asyncio.to_thread(
+            wait_for,
+            lambda: "process" in rollout_row(factory, rid).stage_results.get("progress", {}).get("run", {}),
+            30,
+        )
     finally:
         os.killpg(child.pid, signal.SIGKILL)  # the flow process dies with no chance to clean up
         child.wait()

@@ -21,10 +21,16 @@ from tests.runtime.conftest import tools_dir
 
 def command_task(command: str, *, prepare: list | None = None, options: dict | None = None, **extra) -> dict:
     return answer_task(
-        samples=1, policies=None, harness={"name": "command", "config": {"command": command}},
-        runtime={"type": "docker", "prepare": prepare if prepare is not None else [{"command": GIT_INIT}], "options": options or {}},
+        samples=1,
+        policies=None,
+        harness={"name": "command", "config": {"command": command}},
+        runtime={
+            "type": "docker",
+            "prepare": prepare if prepare is not None else [{"command": GIT_INIT}],
+            "options": options or {},
+        },
         **extra,
-    )  # fmt: skip
+    )
 
 
 async def drive(ctx, task: dict, root: Path):
@@ -82,7 +88,9 @@ def small_disk(no_leaks: Path):
     """The runtime root on an 8 MiB tmpfs: uploads beyond it hit a real ENOSPC."""
     mount = no_leaks / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     yield mount

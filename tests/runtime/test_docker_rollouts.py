@@ -17,7 +17,10 @@ def fix_task(command: str) -> dict:
         "name": "fix-bug",
         "instruction": "add() in calc.py is wrong. Fix it.",
         "harness": {"name": "command", "config": {"command": command}},
-        "runtime": {"type": "docker", "prepare": [{"type": "write_file", "path": "calc.py", "content": CALC}, {"command": GIT_INIT}]},
+        "runtime": {
+            "type": "docker",
+            "prepare": [{"type": "write_file", "path": "calc.py", "content": CALC}, {"command": GIT_INIT}],
+        },
         "evaluator": {"type": "tests", "fresh_runtime": True, "config": {"files": {"test_calc.py": TEST}}},
         "num_samples": 1,
     }

@@ -19,7 +19,9 @@ from tests.runtime.conftest import IMAGE, tools_dir
 
 
 def runtime(root: Path, key: str = "rt", **options) -> DockerRuntime:
-    return DockerRuntime(key, root, image=IMAGE, tools_dir=tools_dir(), options=DockerOptions(**options), env={"FROM_TASK": "t"})
+    return DockerRuntime(
+        key, root, image=IMAGE, tools_dir=tools_dir(), options=DockerOptions(**options), env={"FROM_TASK": "t"}
+    )
 
 
 async def test_exec_reports_exit_code_output_env_and_cwd_and_applies_limits(no_leaks, docker_engine):
@@ -27,7 +29,9 @@ async def test_exec_reports_exit_code_output_env_and_cwd_and_applies_limits(no_l
     await rt.start(fresh=True)
     try:
         await rt.write_file("sub/x.txt", "")
-        result = await rt.exec("echo out; echo err >&2; echo $FROM_TASK $EXTRA $HOME; pwd; exit 3", env={"EXTRA": "e"}, cwd="sub")
+        result = await rt.exec(
+            "echo out; echo err >&2; echo $FROM_TASK $EXTRA $HOME; pwd; exit 3", env={"EXTRA": "e"}, cwd="sub"
+        )
         assert (result.returncode, result.timed_out) == (3, False)
         assert result.stdout.splitlines() == ["out", f"t e {rt.layout.home}", str(rt.layout.work / "sub")]
         assert result.stderr == "err\n"
@@ -144,7 +148,10 @@ async def test_network_none_reaches_only_the_service_given_to_reach(no_leaks):
         async with rt.reach(url) as inner:
             assert inner == url  # the relay listens inside on the same port, on the container's loopback
             node = tools_dir() / "node" / "bin" / "node"
-            fetch = "fetch(process.argv[1]).then(r => r.text()).then(t => console.log(t), e => console.log('ERR', e.cause?.code))"
+            fetch = (
+                "fetch(process.argv[1]).then(r => r.text())"
+                ".then(t => console.log(t), e => console.log('ERR', e.cause?.code))"
+            )
             got = await rt.exec([str(node), "-e", fetch, f"{inner}/x"], timeout_s=30)
             assert got.stdout.strip() == "hello from /base/x", got.stderr
             blocked = await rt.exec([str(node), "-e", fetch, f"http://127.0.0.1:{other.server_port}/"], timeout_s=30)
@@ -168,7 +175,10 @@ async def test_network_host_is_the_explicit_way_to_share_the_hosts_network(no_le
         url = f"http://127.0.0.1:{service.server_port}"
         async with rt.reach(url) as inner:
             assert inner == url
-            probe = f"exec 3<>/dev/tcp/127.0.0.1/{service.server_port} && printf 'GET /h HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+            probe = (
+                f"exec 3<>/dev/tcp/127.0.0.1/{service.server_port} "
+                "&& printf 'GET /h HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+            )
             assert "hello from /h" in (await rt.exec(probe, timeout_s=30)).stdout
     finally:
         await rt.stop(remove=True)

@@ -19,9 +19,13 @@ from polar.errors import InvalidRequest
 REPO = Path(__file__).resolve().parents[2]
 CLIS = ("codex", "claude_code", "gemini_cli", "qwen_code", "opencode", "pi")
 SESSION = SessionAccess(
-    "sid", "sk-secret", {"openai": "http://127.0.0.1:9/v1", "anthropic": "http://127.0.0.1:9", "gemini": "http://127.0.0.1:9"}
+    "sid",
+    "sk-secret",
+    {"openai": "http://127.0.0.1:9/v1", "anthropic": "http://127.0.0.1:9", "gemini": "http://127.0.0.1:9"},
 )
-CTX = HarnessContext("Do {home} it.", "/r/logs/instruction.md", "/r/work", "/r/home", "/r/logs", "polar-tiny", "/py", "/tools")
+CTX = HarnessContext(
+    "Do {home} it.", "/r/logs/instruction.md", "/r/work", "/r/home", "/r/logs", "polar-tiny", "/py", "/tools"
+)
 
 
 def test_pins_match_the_install_script():
@@ -58,7 +62,11 @@ def test_the_registry_lists_every_harness_and_rejects_unknown_names():
 
 def test_a_session_seen_through_a_tunnel_keeps_its_paths():
     moved = SESSION.rebased("http://127.0.0.1:9", "http://127.0.0.1:7")
-    assert moved.base_urls == {"openai": "http://127.0.0.1:7/v1", "anthropic": "http://127.0.0.1:7", "gemini": "http://127.0.0.1:7"}
+    assert moved.base_urls == {
+        "openai": "http://127.0.0.1:7/v1",
+        "anthropic": "http://127.0.0.1:7",
+        "gemini": "http://127.0.0.1:7",
+    }
 
 
 def test_node_is_installed_beside_the_clis_once(tmp_path):
@@ -82,7 +90,10 @@ def test_the_command_line_installs_a_tool_into_polar_tools(tmp_path, monkeypatch
     get_settings.cache_clear()
     try:
         assert main(["harness", "install", "node"]) == 0
-        assert "node host: installed" in capsys.readouterr().out and (tmp_path / "tools" / "node" / "bin" / "node").exists()
+        assert (
+            "node host: installed" in capsys.readouterr().out
+            and (tmp_path / "tools" / "node" / "bin" / "node").exists()
+        )
         with pytest.raises(SystemExit) as exit_info:
             main(["harness", "install", "cursor"])  # argparse lists the known names
         assert exit_info.value.code == 2 and "claude" in capsys.readouterr().err

@@ -15,9 +15,16 @@ from polar.backends.base import FinishReason, GenerateRequest, SamplingParams, c
 from polar.serving.sglang_wire import BATCH_NOT_SUPPORTED
 
 META_KEYS = {
-    "id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens",
-    "weight_version", "weight_versions", "e2e_latency",
-}  # fmt: skip
+    "id",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "weight_version",
+    "weight_versions",
+    "e2e_latency",
+}
 LOGPROB_KEYS = {"output_token_logprobs", "output_token_logprobs_length"}
 # With the chat prompt at T=1 the seeded tiny model samples <|im_end|> early under these seeds (found by
 # scanning); _im_end_seed falls back to a scan if a different torch ever draws differently.

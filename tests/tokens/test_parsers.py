@@ -46,8 +46,10 @@ def schema_for(name: str, arguments: dict[str, Any]) -> ToolSpec:
 # §1 Round trip: render a message with the canonical formula, parse it back.
 
 _pieces = st.sampled_from(["a", "Z", " ", "\n", "\t", "<", ">", "/", '"', "\\", "{", "}", "é", "漢", "😀", "="])
-text = st.lists(_pieces | st.text(max_size=4), max_size=12).map("".join).filter(
-    lambda s: not any(tag in s for tag in TAGS)
+text = (
+    st.lists(_pieces | st.text(max_size=4), max_size=12)
+    .map("".join)
+    .filter(lambda s: not any(tag in s for tag in TAGS))
 )
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,15}", fullmatch=True)
 keys = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True)
@@ -208,7 +210,7 @@ QWEN3_MALFORMED = [
     ("<tool_call>\n<function=>\n</function>\n</tool_call>", "empty function name"),
     ("<tool_call>\n<function=f>\n<parameter=a>\n1\n</function>\n</tool_call>", "no closing </parameter>"),
     ("<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</tool_call>", "missing </function>"),
-    ("<tool_call>\n{\"name\": \"f\"}\n</tool_call>", "expected <function=NAME>"),
+    ('<tool_call>\n{"name": "f"}\n</tool_call>', "expected <function=NAME>"),
     ("<tool_call>\n<function=f>\njunk\n</function>\n</tool_call>", "unexpected text"),
     ("<tool_call>\n<function=f>\n<parameter=>\n1\n</parameter>\n</function>\n</tool_call>", "empty"),
     (

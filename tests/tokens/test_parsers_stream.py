@@ -97,11 +97,39 @@ def split(text: str, cuts: list[int]) -> list[str]:
 
 # Fragments that make the interesting cases likely: tags whole and cut, newlines, bodies of both formats.
 FRAGMENTS = [
-    "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool", "_call>", "</tool", "<", "</", "<th", "ink>",
-    "\n", "\n", "\n\n", " ", "  ", "a", "Hi", "é漢😀", "{", '"',
-    '{"name": "f", "arguments": {"x": 1}}', '{"name":"g"}', '{"name": "f", "arguments": [1]}',
-    "<function=f>", "<function=g>", "<function=>", "<parameter=x>", "<parameter=y>", "1", "text <b>",
-    "</parameter>", "</function>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool",
+    "_call>",
+    "</tool",
+    "<",
+    "</",
+    "<th",
+    "ink>",
+    "\n",
+    "\n",
+    "\n\n",
+    " ",
+    "  ",
+    "a",
+    "Hi",
+    "é漢😀",
+    "{",
+    '"',
+    '{"name": "f", "arguments": {"x": 1}}',
+    '{"name":"g"}',
+    '{"name": "f", "arguments": [1]}',
+    "<function=f>",
+    "<function=g>",
+    "<function=>",
+    "<parameter=x>",
+    "<parameter=y>",
+    "1",
+    "text <b>",
+    "</parameter>",
+    "</function>",
 ]
 outputs = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=3), max_size=25).map("".join)
 TOOLS = [ToolSpec("f", parameters={"properties": {"x": {"type": "string"}}}), ToolSpec("g")]
@@ -115,9 +143,7 @@ TOOLS = [ToolSpec("f", parameters={"properties": {"x": {"type": "string"}}}), To
     starts_in_reasoning=st.booleans(),
     declare_tools=st.booleans(),
 )
-def test_any_split_agrees_with_the_whole_text_and_the_contract(
-    fmt, output, cuts, starts_in_reasoning, declare_tools
-):
+def test_any_split_agrees_with_the_whole_text_and_the_contract(fmt, output, cuts, starts_in_reasoning, declare_tools):
     tools = TOOLS if declare_tools else None
     whole = fmt.parse(output, tools=tools, starts_in_reasoning=starts_in_reasoning)
     expected = oracle(fmt, output, starts_in_reasoning, {t.name: t for t in tools or ()})

@@ -47,7 +47,11 @@ def test_append_equals_canonical_over_many_turns(builder):
             assert prompt.prefix_len == prior[-1].sequence_length
         prior.append(call(messages, reply, builder))
         # The harness echoes the reply its own way: new ids, re-serialised arguments.
-        echoed = Message(Role.ASSISTANT, reply.content, tool_calls=(ToolCall("bash", json.dumps({"cmd": f"ls -la /tmp/{turn}"}), f"x{turn}"),))
+        echoed = Message(
+            Role.ASSISTANT,
+            reply.content,
+            tool_calls=(ToolCall("bash", json.dumps({"cmd": f"ls -la /tmp/{turn}"}), f"x{turn}"),),
+        )
         messages += [echoed, tool_result(f"{turn} files", f"x{turn}")]
 
 
@@ -89,7 +93,9 @@ def test_truncated_reply_gets_an_end_of_turn(small_tokenizer):
     [
         pytest.param(lambda m: [m[0], user("A different question")] + m[2:], id="history-edited"),
         pytest.param(lambda m: m[:2] + [assistant("I did something else.")] + m[3:], id="reply-not-echoed"),
-        pytest.param(lambda m: m[:2] + [assistant("Ok.", tool_calls=(bash("rm -rf /"),))] + m[3:], id="arguments-changed"),
+        pytest.param(
+            lambda m: m[:2] + [assistant("Ok.", tool_calls=(bash("rm -rf /"),))] + m[3:], id="arguments-changed"
+        ),
         pytest.param(lambda m: m[:3], id="nothing-new"),
     ],
 )
@@ -118,8 +124,21 @@ def test_changed_tools_fall_back(small_tokenizer):
     [
         pytest.param(lambda r: [Message(Role.ASSISTANT, " Ok. \n", tool_calls=r.tool_calls)], id="whitespace"),
         pytest.param(lambda r: [Message(Role.ASSISTANT, r.content, tool_calls=r.tool_calls)], id="reasoning-dropped"),
-        pytest.param(lambda r: [assistant(r.content, reasoning=r.reasoning), assistant(tool_calls=r.tool_calls)], id="split-in-two"),
-        pytest.param(lambda r: [Message(Role.ASSISTANT, r.content, reasoning=r.reasoning, tool_calls=(ToolCall("bash", '{ "cmd" : "ls" }', "gemini_ts_0"),))], id="ids-and-json-rewritten"),
+        pytest.param(
+            lambda r: [assistant(r.content, reasoning=r.reasoning), assistant(tool_calls=r.tool_calls)],
+            id="split-in-two",
+        ),
+        pytest.param(
+            lambda r: [
+                Message(
+                    Role.ASSISTANT,
+                    r.content,
+                    reasoning=r.reasoning,
+                    tool_calls=(ToolCall("bash", '{ "cmd" : "ls" }', "gemini_ts_0"),),
+                )
+            ],
+            id="ids-and-json-rewritten",
+        ),
     ],
 )
 def test_real_cli_echoes_still_append(small_tokenizer, echo):
@@ -151,7 +170,9 @@ def test_deepest_parent_wins_and_branches_are_found(small_tokenizer):
 # A generated conversation: turns of (assistant reply, then tool results or a user message).
 reply_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
 replies = st.builds(
-    lambda text, reasoning, cmds: assistant(text, reasoning=reasoning or None, tool_calls=tuple(bash(c, f"id{i}") for i, c in enumerate(cmds))),
+    lambda text, reasoning, cmds: assistant(
+        text, reasoning=reasoning or None, tool_calls=tuple(bash(c, f"id{i}") for i, c in enumerate(cmds))
+    ),
     reply_text,
     st.one_of(st.none(), reply_text),
     st.lists(reply_text, max_size=2),

@@ -20,7 +20,10 @@ def conversation() -> list[Message]:
         assistant(
             "Checking.",
             reasoning="Two cities, two calls.",
-            tool_calls=(ToolCall("get_weather", '{"city":"Paris"}', "c1"), ToolCall("get_weather", '{"city": "Rome"}', "c2")),
+            tool_calls=(
+                ToolCall("get_weather", '{"city":"Paris"}', "c1"),
+                ToolCall("get_weather", '{"city": "Rome"}', "c2"),
+            ),
         ),
         tool_result("21C", "c1"),
         tool_result("25C", "c2"),

@@ -13,8 +13,11 @@ def test_qwen_ids_match_the_published_tokenizer(qwen_tokenizer):
     assert qwen_tokenizer.encode("Hello world") == [9707, 1879]
     assert qwen_tokenizer.vocab_size == 151_669
     assert [qwen_tokenizer.token_id(t) for t in ("<|im_start|>", "<|im_end|>", "<tool_call>", "</think>")] == [
-        151644, 151645, 151657, 151668,
-    ]  # fmt: skip
+        151644,
+        151645,
+        151657,
+        151668,
+    ]
 
 
 def test_qwen_bpe_agrees_with_the_tiktoken_reference(qwen_tokenizer):

@@ -38,9 +38,17 @@ MIXED = SessionShape(
     branch=0.2, retry=0.1, compact=0.05, subagent=0.05, fail=0.05, truncate=0.2, drift=0.4, rerender=0.3
 )
 CASES = (
-    "branch", "retry", "new root", "failed call", "truncated", "version inside a reply", "version between calls",
-    "malformed tool call", "inexact merge", "prompt_rewritten",
-)  # fmt: skip
+    "branch",
+    "retry",
+    "new root",
+    "failed call",
+    "truncated",
+    "version inside a reply",
+    "version between calls",
+    "malformed tool call",
+    "inexact merge",
+    "prompt_rewritten",
+)
 
 
 @PROPERTY_SETTINGS

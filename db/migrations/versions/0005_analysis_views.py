@@ -29,13 +29,13 @@ def _sql(text: Callable[[str, str], str], number: Callable[[str, str], str]) -> 
     stage_columns = ",\n".join(f"  {number('r.stage_timings', f'{s}.duration_s')} AS {s}_s" for s in STAGES)
     return {
         "rollout_facts": f"""
-SELECT r.id AS rollout_id, r.task_id, t.name AS task_name, {text('t.harness', 'name')} AS harness,
+SELECT r.id AS rollout_id, r.task_id, t.name AS task_name, {text("t.harness", "name")} AS harness,
   t.builder, r.sample_index, r.status, r.reward, r.attempt,
   r.weight_version_min, r.weight_version_max,
   (SELECT MIN(w.id) FROM weight_versions w WHERE w.version = r.weight_version_min) AS version_id,
   r.created_at, r.finished_at,
 {stage_columns},
-  {text('r.stage_results', 'failure.stage')} AS failed_stage,
+  {text("r.stage_results", "failure.stage")} AS failed_stage,
   r.error
 FROM rollouts r LEFT JOIN tasks t ON t.id = r.task_id""",
         "rewards_by_harness_task_version": """
@@ -46,20 +46,20 @@ SELECT harness, task_name, weight_version_min AS weight_version, MIN(version_id)
 FROM rollout_facts WHERE status IN ('COMPLETED', 'ERROR', 'TIMEOUT')
 GROUP BY harness, task_name, weight_version_min""",
         "token_counts": f"""
-SELECT r.task_id, t.name AS task_name, {text('t.harness', 'name')} AS harness, r.id AS rollout_id,
+SELECT r.task_id, t.name AS task_name, {text("t.harness", "name")} AS harness, r.id AS rollout_id,
   COUNT(c.id) AS captures, COALESCE(SUM(c.n_prompt), 0) AS prompt_tokens,
   COALESCE(SUM(c.n_prompt_delta), 0) AS prompt_delta_tokens, COALESCE(SUM(c.n_output), 0) AS output_tokens
 FROM rollouts r LEFT JOIN tasks t ON t.id = r.task_id LEFT JOIN captures c ON c.rollout_id = r.id
-GROUP BY r.task_id, t.name, {text('t.harness', 'name')}, r.id""",
+GROUP BY r.task_id, t.name, {text("t.harness", "name")}, r.id""",
         "merge_ratio": f"""
-SELECT {text('t.harness', 'name')} AS harness, m.builder, COUNT(*) AS rollouts,
+SELECT {text("t.harness", "name")} AS harness, m.builder, COUNT(*) AS rollouts,
   SUM(m.captures_in) AS captures_in, SUM(m.error_captures) AS error_captures, SUM(m.traces_out) AS traces_out,
   CAST(SUM(m.captures_in - m.error_captures) AS DOUBLE PRECISION) / NULLIF(SUM(m.traces_out), 0) AS merge_ratio,
   SUM(m.exact_merges) AS exact_merges, SUM(m.inexact_merges) AS inexact_merges,
   CAST(SUM(m.exact_merges) AS DOUBLE PRECISION) / NULLIF(SUM(m.exact_merges + m.inexact_merges), 0) AS exact_rate,
   SUM(m.breaks) AS breaks, SUM(m.sampled_tokens) AS sampled_tokens, SUM(m.loss_tokens) AS loss_tokens
 FROM merge_stats m JOIN rollouts r ON r.id = m.rollout_id LEFT JOIN tasks t ON t.id = r.task_id
-GROUP BY {text('t.harness', 'name')}, m.builder""",
+GROUP BY {text("t.harness", "name")}, m.builder""",
         "stage_latencies": """
 SELECT harness, COUNT(*) AS rollouts,
   AVG(init_s) AS init_mean_s, AVG(run_s) AS run_mean_s, AVG(postrun_s) AS postrun_mean_s,

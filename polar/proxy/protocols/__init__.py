@@ -18,4 +18,15 @@ def get_codec(name: str) -> ProtocolCodec:
     return CODECS[name]
 
 
-__all__ = ["ANTHROPIC", "CODECS", "GEMINI", "OPENAI_CHAT", "OPENAI_RESPONSES", "ProtocolCodec", "StreamEncoder", "StreamMeta", "get_codec", "sse"]
+__all__ = [
+    "ANTHROPIC",
+    "CODECS",
+    "GEMINI",
+    "OPENAI_CHAT",
+    "OPENAI_RESPONSES",
+    "ProtocolCodec",
+    "StreamEncoder",
+    "StreamMeta",
+    "get_codec",
+    "sse",
+]

@@ -47,7 +47,9 @@ class StreamEncoder(Protocol):
 class ProtocolCodec(Protocol):
     name: str  # stored in captures.protocol: openai_chat | openai_responses | anthropic_messages | gemini
 
-    def parse_request(self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None) -> ChatRequest:
+    def parse_request(
+        self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None
+    ) -> ChatRequest:
         """Validate and translate a request body. Raises InvalidRequest naming the offending field.
 
         ``path_model`` / ``path_stream`` carry what Gemini puts in the URL (model, streamGenerateContent).

@@ -139,8 +139,11 @@ class _Request(_Wire):
 
 def _data_of(part: _Part, path: str) -> str | None:
     """Which data field the part holds (None: none we read); InvalidRequest when it holds several."""
-    held = [name for name in ("text", "function_call", "function_response", "inline_data", "file_data")
-            if getattr(part, name) is not None]  # fmt: skip
+    held = [
+        name
+        for name in ("text", "function_call", "function_response", "inline_data", "file_data")
+        if getattr(part, name) is not None
+    ]
     if len(held) > 1:
         names = " and ".join(to_camel(name) for name in held)
         raise InvalidRequest(f"{path}: a part holds one kind of data, not {names}", field=path)

@@ -46,7 +46,9 @@ async def run_stage(ctx: RolloutContext, rollout_id: str, stage: Stage, owner: s
     While the body runs, the rollout's heartbeat is refreshed every ``POLAR_HEARTBEAT_S``.
     """
     defaults = ctx.settings.rollout_timeout_s
-    start = await asyncio.to_thread(state.begin_stage, ctx.factory, rollout_id, stage, owner, default_timeout_s=defaults)
+    start = await asyncio.to_thread(
+        state.begin_stage, ctx.factory, rollout_id, stage, owner, default_timeout_s=defaults
+    )
     if start.skipped:
         log.info("rollout %s: %s already done, skipped", rollout_id, stage)
         return StageReport(rollout_id, stage, True, start.view.result(stage))
@@ -66,14 +68,24 @@ async def run_stage(ctx: RolloutContext, rollout_id: str, stage: Stage, owner: s
 def agent_runtime(ctx: RolloutContext, view: RolloutView) -> Runtime:
     spec = view.task.runtime
     return open_runtime(
-        spec.type or ctx.settings.runtime, ctx.settings, view.id, env=spec.env, isolation=spec.isolation, options=spec.options
+        spec.type or ctx.settings.runtime,
+        ctx.settings,
+        view.id,
+        env=spec.env,
+        isolation=spec.isolation,
+        options=spec.options,
     )
 
 
 def eval_runtime(ctx: RolloutContext, view: RolloutView) -> Runtime:
     spec = view.task.runtime
     return open_runtime(
-        spec.type or ctx.settings.runtime, ctx.settings, f"{view.id}-eval", env=spec.env, isolation=spec.isolation, options=spec.options
+        spec.type or ctx.settings.runtime,
+        ctx.settings,
+        f"{view.id}-eval",
+        env=spec.env,
+        isolation=spec.isolation,
+        options=spec.options,
     )
 
 

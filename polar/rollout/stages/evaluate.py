@@ -39,10 +39,16 @@ from polar.trajectory import TrajectoriesConsumed
 GRACE_S = 10.0
 
 
-def _store_evaluation(ctx: RolloutContext, rollout_id: str, evaluator: str, reward: float, details: dict, duration_s: float) -> None:
+def _store_evaluation(
+    ctx: RolloutContext, rollout_id: str, evaluator: str, reward: float, details: dict, duration_s: float
+) -> None:
     with session_scope(ctx.factory) as db:
         db.execute(sa.delete(Evaluation).where(Evaluation.rollout_id == rollout_id, Evaluation.evaluator == evaluator))
-        db.add(Evaluation(rollout_id=rollout_id, evaluator=evaluator, reward=reward, details=details, duration_s=duration_s))
+        db.add(
+            Evaluation(
+                rollout_id=rollout_id, evaluator=evaluator, reward=reward, details=details, duration_s=duration_s
+            )
+        )
 
 
 async def _score(ctx: RolloutContext, view: RolloutView) -> tuple[float, dict[str, Any]]:

@@ -27,7 +27,9 @@ async def prepare_eval_runtime(ctx: RolloutContext, view: RolloutView) -> dict[s
     return {"runtime": runtime.describe(), "prepare": reports}
 
 
-async def fresh_eval_runtime(ctx: RolloutContext, view: RolloutView, artifacts: dict[str, Any]) -> tuple[Runtime, dict[str, Any]]:
+async def fresh_eval_runtime(
+    ctx: RolloutContext, view: RolloutView, artifacts: dict[str, Any]
+) -> tuple[Runtime, dict[str, Any]]:
     """The prepared evaluation runtime with the agent's changes applied."""
     runtime = eval_runtime(ctx, view)
     report: dict[str, Any] = {"reused": runtime.exists() and (runtime.layout.private / "prepared").exists()}
@@ -38,7 +40,9 @@ async def fresh_eval_runtime(ctx: RolloutContext, view: RolloutView, artifacts: 
     patch = artifacts.get("patch_file")
     if patch and artifacts.get("diff_bytes"):
         await runtime.upload(patch, str(runtime.layout.private / "agent.patch"))
-        applied = await runtime.exec(f"git apply --binary --whitespace=nowarn {runtime.layout.private / 'agent.patch'}", timeout_s=120)
+        applied = await runtime.exec(
+            f"git apply --binary --whitespace=nowarn {runtime.layout.private / 'agent.patch'}", timeout_s=120
+        )
         if not applied.ok:
             raise SandboxError(f"the agent's diff does not apply in the fresh runtime: {applied.stderr[-300:].strip()}")
         report["applied_diff"] = True

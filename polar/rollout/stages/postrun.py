@@ -25,18 +25,37 @@ from polar.trajectory import build_and_store
 
 
 def build_trajectories(
-    ctx: RolloutContext, rollout_id: str, *, builder: str, status: str, aligned_agent_timeout: bool, reward: float | None = None
+    ctx: RolloutContext,
+    rollout_id: str,
+    *,
+    builder: str,
+    status: str,
+    aligned_agent_timeout: bool,
+    reward: float | None = None,
 ) -> dict[str, Any]:
     """Build and store ``rollout_id``'s trajectories; returns a summary for the stage result."""
     with session_scope(ctx.factory) as db:
         built = build_and_store(
-            db, rollout_id, builder=builder, outcome_reward=reward, status=status, aligned_agent_timeout=aligned_agent_timeout
+            db,
+            rollout_id,
+            builder=builder,
+            outcome_reward=reward,
+            status=status,
+            aligned_agent_timeout=aligned_agent_timeout,
         )
-        versions = db.execute(
-            sa.select(Capture.weight_version)
-            .where(Capture.rollout_id == rollout_id, Capture.status == CaptureStatus.OK, Capture.weight_version.is_not(None))
-            .order_by(Capture.seq)
-        ).scalars().all()
+        versions = (
+            db.execute(
+                sa.select(Capture.weight_version)
+                .where(
+                    Capture.rollout_id == rollout_id,
+                    Capture.status == CaptureStatus.OK,
+                    Capture.weight_version.is_not(None),
+                )
+                .order_by(Capture.seq)
+            )
+            .scalars()
+            .all()
+        )
         if versions:
             row = db.get(Rollout, rollout_id)
             assert row is not None

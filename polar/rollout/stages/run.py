@@ -1,7 +1,8 @@
 """The ``run`` stage: launch the harness against its gateway session and record how it ended.
 
 The session is opened here, with a new key (see ``gateway_client``), and the adapter's launch spec points the
-harness at it, through ``runtime.reach`` (a runtime without the host's network gets a tunnel to the gateway). The harness gets ``min(agent budget, time left before the shared deadline)``; the agent budget
+harness at it, through ``runtime.reach`` (a runtime without the host's network gets a tunnel to the gateway).
+The harness gets ``min(agent budget, time left before the shared deadline)``; the agent budget
 starts now, so time spent initialising or waiting for a run slot is not the agent's. The outcome, never an
 exception, says how the harness ended:
 
@@ -101,7 +102,9 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
         await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, launched)
 
         async def spawned(process: ProcessHandle) -> None:
-            await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"process": process.as_json()})
+            await asyncio.to_thread(
+                state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"process": process.as_json()}
+            )
 
         prewarm = asyncio.create_task(_prewarm(ctx, view)) if view.task.evaluator.fresh_runtime else None
         try:

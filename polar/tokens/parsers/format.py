@@ -27,9 +27,7 @@ class ToolCallFormat:
     render_tool_call: Callable[[ToolCall], str]
     parse_block: BlockParser
 
-    def stream_parser(
-        self, tools: Sequence[ToolSpec] | None = None, starts_in_reasoning: bool = False
-    ) -> StreamParser:
+    def stream_parser(self, tools: Sequence[ToolSpec] | None = None, starts_in_reasoning: bool = False) -> StreamParser:
         """A parser for one streamed output; ``tools`` (when given) are the only names accepted."""
         return StreamParser(self.parse_block, tools, starts_in_reasoning)
 

@@ -162,28 +162,49 @@ def test_qwen_code_shaped_request():
         "model": "capture-model",
         "messages": [
             {"role": "system", "content": "You are Qwen Code."},
-            {"role": "user", "content": [{"type": "text", "text": "This is the Qwen Code. We are setting up the context."}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "This is the Qwen Code. We are setting up the context."}],
+            },
             {"role": "assistant", "content": "Got it. Thanks for the context!"},
             {"role": "user", "content": [{"type": "text", "text": "Create a file hello.txt containing hi"}]},
-            {"role": "assistant", "content": None, "reasoning_content": "Use write_file.",
-             "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "write_file", "arguments": '{"file_path":"hello.txt","content":"hi"}'}}]},
-            {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "Successfully created hello.txt"}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning_content": "Use write_file.",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "write_file", "arguments": '{"file_path":"hello.txt","content":"hi"}'},
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "call_1",
+                "content": [{"type": "text", "text": "Successfully created hello.txt"}],
+            },
         ],
         "tools": TOOLS,
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": 8000,
-    }  # fmt: skip
+    }
     request = CODEC.parse_request(body)
     assert request.messages == (
         Message(Role.SYSTEM, "You are Qwen Code."),
         Message(Role.USER, "This is the Qwen Code. We are setting up the context."),
         Message(Role.ASSISTANT, "Got it. Thanks for the context!"),
         Message(Role.USER, "Create a file hello.txt containing hi"),
-        Message(Role.ASSISTANT, "", reasoning="Use write_file.",
-                tool_calls=(ToolCall("write_file", '{"file_path":"hello.txt","content":"hi"}', "call_1"),)),
+        Message(
+            Role.ASSISTANT,
+            "",
+            reasoning="Use write_file.",
+            tool_calls=(ToolCall("write_file", '{"file_path":"hello.txt","content":"hi"}', "call_1"),),
+        ),
         Message(Role.TOOL, "Successfully created hello.txt", tool_call_id="call_1"),
-    )  # fmt: skip
+    )
     assert request.stream and request.include_usage and request.max_tokens == 8000
 
 
@@ -194,15 +215,27 @@ def test_opencode_and_odd_shapes():
         "model": "m",
         "messages": [
             {"role": "developer", "content": "rules"},
-            {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:,"}}]},
-            {"role": "assistant", "content": "", "reasoning": "think", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:,"}}],
+            },
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning": "think",
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
             {"role": "tool", "tool_call_id": "c", "content": "Wrote file successfully."},
             {"role": "system", "content": "A reminder in the middle."},
             {"role": "function", "name": "f", "content": "legacy"},
         ],
         "tools": [*TOOLS, {"type": "custom", "custom": {"name": "apply_patch"}}, {"type": "web_search"}],
-        "tool_choice": "auto", "response_format": {"type": "text"}, "metadata": {"a": "b"}, "user": "u", "logprobs": True,
-    }  # fmt: skip
+        "tool_choice": "auto",
+        "response_format": {"type": "text"},
+        "metadata": {"a": "b"},
+        "user": "u",
+        "logprobs": True,
+    }
     request = CODEC.parse_request(body)
     assert [m.role for m in request.messages] == ["system", "user", "assistant", "tool", "system", "tool"]
     assert request.messages[1].content == "look\n[image omitted: this model cannot see images]"
@@ -217,24 +250,46 @@ BAD = [
     ({"model": "m", "messages": "hello"}, "messages"),
     ({"model": "m", "messages": []}, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
-    ({"model": "m", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]}]},
-     "messages[1].tool_calls[0].function.arguments"),
+    (
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}],
+                },
+            ],
+        },
+        "messages[1].tool_calls[0].function.arguments",
+    ),
     ({"model": "m", "messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
     ({"model": "m", "messages": [{"content": "hi"}]}, "messages[0].role"),
     ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
     ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "a lot"}, "max_tokens"),
-    ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}, "max_completion_tokens"),
+    (
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0},
+        "max_completion_tokens",
+    ),
     ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, "temperature"),
     ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stop": ["a", 3]}, "stop[1]"),
     ({"model": "m", "messages": [{"role": "user", "content": 42}]}, "messages[0].content"),
-    ({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]}, "messages[0].content[0].text"),
-    ({"model": "m", "messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}, "messages[0].content[0].type"),
-    ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools[0].function"),
+    (
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]},
+        "messages[0].content[0].text",
+    ),
+    (
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "input_audio"}]}]},
+        "messages[0].content[0].type",
+    ),
+    (
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]},
+        "tools[0].function",
+    ),
     ({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": "yes"}, "stream"),
     (["not", "an", "object"], "body"),
     (None, "body"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("body", "field"), BAD)
@@ -250,13 +305,17 @@ VALID = {
     "messages": [
         {"role": "system", "content": "s"},
         {"role": "user", "content": [{"type": "text", "text": "u"}]},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": "c", "content": "r"},
     ],
     "tools": TOOLS,
     "stop": ["x"],
     "stream_options": {"include_usage": True},
-}  # fmt: skip
+}
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -335,9 +394,12 @@ def _collect(chunks) -> dict[str, Any]:
 def test_stream_through_the_sdk_with_usage():
     harness = Harness(sse_reply(completion()))
     stream = harness.client().chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "go"}], tools=TOOLS, stream=True,
+        model="tiny",
+        messages=[{"role": "user", "content": "go"}],
+        tools=TOOLS,
+        stream=True,
         stream_options={"include_usage": True},
-    )  # fmt: skip
+    )
     chunks = list(stream)
     got = _collect(chunks)
     assert got["roles"] == ["assistant"]

@@ -50,14 +50,40 @@ EVENTS = [
 CMD_SCHEMA = {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}
 GRAMMAR = 'start: "*** Begin Patch" hunk+ "*** End Patch"'
 CODEX_TOOLS = [
-    {"type": "function", "name": "exec_command", "description": "Runs a command.", "strict": False, "parameters": CMD_SCHEMA},
-    {"type": "custom", "name": "apply_patch", "description": "Edit files.", "format": {"type": "grammar", "syntax": "lark", "definition": GRAMMAR}},
-    {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.", "tools": [
-        {"type": "function", "name": "spawn_agent", "description": "Spawn one.", "parameters": {"type": "object", "properties": {}}},
-        {"type": "function", "name": "wait_agent", "description": "Wait.", "parameters": {"type": "object", "properties": {}}},
-    ]},
+    {
+        "type": "function",
+        "name": "exec_command",
+        "description": "Runs a command.",
+        "strict": False,
+        "parameters": CMD_SCHEMA,
+    },
+    {
+        "type": "custom",
+        "name": "apply_patch",
+        "description": "Edit files.",
+        "format": {"type": "grammar", "syntax": "lark", "definition": GRAMMAR},
+    },
+    {
+        "type": "namespace",
+        "name": "multi_agent_v1",
+        "description": "Sub-agents.",
+        "tools": [
+            {
+                "type": "function",
+                "name": "spawn_agent",
+                "description": "Spawn one.",
+                "parameters": {"type": "object", "properties": {}},
+            },
+            {
+                "type": "function",
+                "name": "wait_agent",
+                "description": "Wait.",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        ],
+    },
     {"type": "web_search", "external_web_access": False},
-]  # fmt: skip
+]
 META = StreamMeta("c0ffee", "gpt-test", 1700000000, 200)
 EVENT_MODELS = {
     typing.get_args(m.model_fields["type"].annotation)[0]: m
@@ -168,11 +194,22 @@ def assert_codex_output(response) -> None:
 def test_sdk_request_and_json_reply():
     harness = Harness(lambda request: httpx.Response(200, json=CODEC.response(completion(), request=request)))
     reply = harness.client().responses.create(
-        model="gpt-test", instructions="Be brief.", input="Create hello.txt", tools=CODEX_TOOLS,
-        max_output_tokens=16384, temperature=0.3, top_p=0.95, store=False, include=["reasoning.encrypted_content"],
-        reasoning={"effort": "low", "summary": "auto"}, text={"verbosity": "low"}, prompt_cache_key="k",
-        parallel_tool_calls=False, tool_choice="auto", metadata={"a": "b"},
-    )  # fmt: skip
+        model="gpt-test",
+        instructions="Be brief.",
+        input="Create hello.txt",
+        tools=CODEX_TOOLS,
+        max_output_tokens=16384,
+        temperature=0.3,
+        top_p=0.95,
+        store=False,
+        include=["reasoning.encrypted_content"],
+        reasoning={"effort": "low", "summary": "auto"},
+        text={"verbosity": "low"},
+        prompt_cache_key="k",
+        parallel_tool_calls=False,
+        tool_choice="auto",
+        metadata={"a": "b"},
+    )
     request = harness.request
     assert request.messages == (Message(Role.SYSTEM, "Be brief."), Message(Role.USER, "Create hello.txt"))
     assert request.max_tokens == 16384 and request.sampling == {"temperature": 0.3, "top_p": 0.95}
@@ -200,31 +237,87 @@ def test_codex_turn_two_shape():
     """Developer prompt, environment context, our reasoning item, function_call + string output, a custom
     apply_patch call + input_text-array output, and a foreign reasoning item with only a summary."""
     body = {
-        "model": "capture-model", "stream": True, "tool_choice": "auto", "parallel_tool_calls": False,
-        "reasoning": {"summary": "auto"}, "store": False, "include": ["reasoning.encrypted_content"],
-        "prompt_cache_key": "pck", "client_metadata": {"x": "y"}, "tools": CODEX_TOOLS,
+        "model": "capture-model",
+        "stream": True,
+        "tool_choice": "auto",
+        "parallel_tool_calls": False,
+        "reasoning": {"summary": "auto"},
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "pck",
+        "client_metadata": {"x": "y"},
+        "tools": CODEX_TOOLS,
         "input": [
-            {"type": "message", "id": "msg_1", "role": "developer", "content": [{"type": "input_text", "text": "You are a coding agent."}]},
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "You are a coding agent."}],
+            },
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context/>"}]},
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Create hello.txt"}]},
-            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "short"}], "encrypted_content": encode_reasoning("exact thought")},
-            {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "exec_command", "arguments": '{"cmd":"ls"}'},
-            {"type": "function_call_output", "id": "fco_1", "call_id": "c1", "output": "Chunk ID: 1\nProcess exited with code 0\nOutput:\n"},
-            {"type": "reasoning", "id": "rs_2", "summary": [{"type": "summary_text", "text": "Now patch."}], "encrypted_content": "gAAAAB-opaque"},
-            {"type": "custom_tool_call", "id": "ctc_1", "status": "completed", "call_id": "c2", "name": "apply_patch", "input": PATCH},
-            {"type": "custom_tool_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "Script completed"}, {"type": "input_text", "text": "exit 0"}]},
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [{"type": "summary_text", "text": "short"}],
+                "encrypted_content": encode_reasoning("exact thought"),
+            },
+            {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "c1",
+                "name": "exec_command",
+                "arguments": '{"cmd":"ls"}',
+            },
+            {
+                "type": "function_call_output",
+                "id": "fco_1",
+                "call_id": "c1",
+                "output": "Chunk ID: 1\nProcess exited with code 0\nOutput:\n",
+            },
+            {
+                "type": "reasoning",
+                "id": "rs_2",
+                "summary": [{"type": "summary_text", "text": "Now patch."}],
+                "encrypted_content": "gAAAAB-opaque",
+            },
+            {
+                "type": "custom_tool_call",
+                "id": "ctc_1",
+                "status": "completed",
+                "call_id": "c2",
+                "name": "apply_patch",
+                "input": PATCH,
+            },
+            {
+                "type": "custom_tool_call_output",
+                "call_id": "c2",
+                "output": [
+                    {"type": "input_text", "text": "Script completed"},
+                    {"type": "input_text", "text": "exit 0"},
+                ],
+            },
         ],
-    }  # fmt: skip
+    }
     request = CODEC.parse_request(body)
     assert request.messages == (
         Message(Role.SYSTEM, "You are a coding agent."),
         Message(Role.USER, "<environment_context/>"),
         Message(Role.USER, "Create hello.txt"),
-        Message(Role.ASSISTANT, "", reasoning="exact thought", tool_calls=(ToolCall("exec_command", '{"cmd":"ls"}', "c1"),)),
-        Message(Role.TOOL, "Chunk ID: 1\nProcess exited with code 0\nOutput:\n", tool_call_id="c1", name="exec_command"),
-        Message(Role.ASSISTANT, "", reasoning="Now patch.", tool_calls=(ToolCall("apply_patch", json.dumps({"input": PATCH}), "c2"),)),
+        Message(
+            Role.ASSISTANT, "", reasoning="exact thought", tool_calls=(ToolCall("exec_command", '{"cmd":"ls"}', "c1"),)
+        ),
+        Message(
+            Role.TOOL, "Chunk ID: 1\nProcess exited with code 0\nOutput:\n", tool_call_id="c1", name="exec_command"
+        ),
+        Message(
+            Role.ASSISTANT,
+            "",
+            reasoning="Now patch.",
+            tool_calls=(ToolCall("apply_patch", json.dumps({"input": PATCH}), "c2"),),
+        ),
         Message(Role.TOOL, "Script completed\nexit 0", tool_call_id="c2", name="apply_patch"),
-    )  # fmt: skip
+    )
     assert request.stream and request.routes["apply_patch"].kind == "custom"
 
 
@@ -232,17 +325,37 @@ def test_additional_tools_item_and_catalogued_codex_shape():
     body = {
         "model": "gpt-6.1-sol",
         "input": [
-            {"type": "additional_tools", "role": "developer", "tools": [
-                {"type": "namespace", "name": "functions", "description": "", "tools": [
-                    {"type": "custom", "name": "exec", "description": "Run JS.", "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
-                    {"type": "function", "name": "wait", "parameters": {"type": "object"}}]},
-                {"type": "namespace", "name": "clock", "description": "Time.", "tools": [{"type": "function", "name": "sleep"}]},
-            ]},
+            {
+                "type": "additional_tools",
+                "role": "developer",
+                "tools": [
+                    {
+                        "type": "namespace",
+                        "name": "functions",
+                        "description": "",
+                        "tools": [
+                            {
+                                "type": "custom",
+                                "name": "exec",
+                                "description": "Run JS.",
+                                "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+                            },
+                            {"type": "function", "name": "wait", "parameters": {"type": "object"}},
+                        ],
+                    },
+                    {
+                        "type": "namespace",
+                        "name": "clock",
+                        "description": "Time.",
+                        "tools": [{"type": "function", "name": "sleep"}],
+                    },
+                ],
+            },
             {"role": "developer", "content": "prompt"},
             {"role": "user", "content": "go"},
         ],
         "text": {"verbosity": "low"},
-    }  # fmt: skip
+    }
     request = CODEC.parse_request(body)
     assert [t.name for t in request.tools] == ["functions.exec", "functions.wait", "clock.sleep"]
     assert request.messages == (Message(Role.SYSTEM, "prompt"), Message(Role.USER, "go"))
@@ -292,29 +405,50 @@ def test_reply_items_echoed_back_regroup_into_one_assistant_message():
 
 def test_grouping_of_items_into_replies():
     item = {"type": "function_call", "name": "f", "arguments": "{}"}
-    body = {"model": "m", "input": [
-        {"role": "user", "content": "u"},
-        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "r1"}]},
-        {"role": "assistant", "content": [{"type": "output_text", "text": "t1"}]},
-        {**item, "call_id": "a"}, {**item, "call_id": "b"},
-        {"type": "function_call_output", "call_id": "a", "output": "A"},
-        {"type": "function_call_output", "call_id": "b", "output": [{"type": "input_image", "image_url": "data:,"}]},
-        {"role": "assistant", "content": "t2"},
-        {"role": "assistant", "content": "t3"},
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "only thinking"}]},
-        {"type": "local_shell_call", "call_id": "s", "status": "completed", "action": {"type": "exec", "command": ["ls"], "env": {}}},
-        {"type": "local_shell_call_output", "id": "s", "output": "files"},
-        {"type": "shell_call", "call_id": "t", "action": {"commands": ["pwd"]}},
-        {"type": "shell_call_output", "call_id": "t", "output": [{"stdout": "/", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]},
-    ]}  # fmt: skip
+    body = {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "u"},
+            {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "r1"}]},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "t1"}]},
+            {**item, "call_id": "a"},
+            {**item, "call_id": "b"},
+            {"type": "function_call_output", "call_id": "a", "output": "A"},
+            {
+                "type": "function_call_output",
+                "call_id": "b",
+                "output": [{"type": "input_image", "image_url": "data:,"}],
+            },
+            {"role": "assistant", "content": "t2"},
+            {"role": "assistant", "content": "t3"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "only thinking"}]},
+            {
+                "type": "local_shell_call",
+                "call_id": "s",
+                "status": "completed",
+                "action": {"type": "exec", "command": ["ls"], "env": {}},
+            },
+            {"type": "local_shell_call_output", "id": "s", "output": "files"},
+            {"type": "shell_call", "call_id": "t", "action": {"commands": ["pwd"]}},
+            {
+                "type": "shell_call_output",
+                "call_id": "t",
+                "output": [{"stdout": "/", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}],
+            },
+        ],
+    }
     m = CODEC.parse_request(body).messages
     assert m[1] == Message(
         Role.ASSISTANT, "t1", reasoning="r1", tool_calls=(ToolCall("f", "{}", "a"), ToolCall("f", "{}", "b"))
     )
     assert m[3].content == "[image omitted: this model cannot see images]"
     assert (m[4].content, m[5].content) == ("t2", "t3")  # two text messages: two replies
-    assert m[6] == Message(Role.ASSISTANT, "", reasoning="only thinking",
-                           tool_calls=(ToolCall("local_shell", json.dumps({"type": "exec", "command": ["ls"], "env": {}}), "s"),))  # fmt: skip
+    assert m[6] == Message(
+        Role.ASSISTANT,
+        "",
+        reasoning="only thinking",
+        tool_calls=(ToolCall("local_shell", json.dumps({"type": "exec", "command": ["ls"], "env": {}}), "s"),),
+    )
     assert m[7] == Message(Role.TOOL, "files", tool_call_id="s", name="local_shell")
     assert m[8].tool_calls[0].name == "shell" and json.loads(m[9].content)[0]["stdout"] == "/"
     assert len(m) == 10
@@ -325,21 +459,40 @@ BAD = [
     ({"model": "m", "input": 5}, "input"),
     ({"model": "m", "input": [5]}, "input[0]"),
     ({"model": "m", "input": [{"role": "wizard", "content": "x"}]}, "input[0].role"),
-    ({"model": "m", "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}]}, "input[0].arguments"),
-    ({"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_text"}]}]}, "input[0].output[0].text"),
-    ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input[0].content[0].type"),
+    (
+        {"model": "m", "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}]},
+        "input[0].arguments",
+    ),
+    (
+        {"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_text"}]}]},
+        "input[0].output[0].text",
+    ),
+    (
+        {"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+        "input[0].content[0].type",
+    ),
     ({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
     ({"model": "m", "input": [{"type": "compaction", "encrypted_content": "x"}]}, "input[0].type"),
     ({"model": "m", "input": [{"type": 3}]}, "input[0].type"),
-    ({"model": "m", "input": [{"type": "reasoning", "summary": [], "encrypted_content": "polar:%%%"}]}, "input[0].encrypted_content"),
+    (
+        {"model": "m", "input": [{"type": "reasoning", "summary": [], "encrypted_content": "polar:%%%"}]},
+        "input[0].encrypted_content",
+    ),
     ({"model": "m", "input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
     ({"model": "m", "input": "x", "max_output_tokens": "lots"}, "max_output_tokens"),
     ({"model": "m", "input": "x", "tools": ["x"]}, "tools[0]"),
     ({"model": "m", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
-    ({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "n", "tools": [{"type": "function", "name": 3}]}]}, "tools[0].tools[0].name"),
+    (
+        {
+            "model": "m",
+            "input": "x",
+            "tools": [{"type": "namespace", "name": "n", "tools": [{"type": "function", "name": 3}]}],
+        },
+        "tools[0].tools[0].name",
+    ),
     ({"model": "m", "input": "x", "tools": [{"type": "custom", "name": "c", "format": "lark"}]}, "tools[0].format"),
     ("junk", "body"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("body", "field"), BAD)
@@ -354,7 +507,11 @@ VALID = {
     "instructions": "i",
     "input": [
         {"role": "developer", "content": [{"type": "input_text", "text": "d"}]},
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}], "encrypted_content": encode_reasoning("r")},
+        {
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": "s"}],
+            "encrypted_content": encode_reasoning("r"),
+        },
         {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c", "output": [{"type": "input_text", "text": "o"}]},
         {"type": "custom_tool_call", "call_id": "d", "name": "apply_patch", "input": "p"},
@@ -363,7 +520,7 @@ VALID = {
     ],
     "tools": CODEX_TOOLS,
     "max_output_tokens": 5,
-}  # fmt: skip
+}
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -387,16 +544,34 @@ def test_event_sequence_is_complete_and_every_event_validates():
         EVENT_MODELS[event["type"]].model_validate(event)
     added, done = "response.output_item.added", "response.output_item.done"
     assert [e["type"] for e in events] == [
-        "response.created", "response.in_progress",
-        added, "response.reasoning_summary_part.added", *["response.reasoning_summary_text.delta"] * 2,
-        "response.reasoning_summary_text.done", "response.reasoning_summary_part.done", done,
-        added, "response.content_part.added", *["response.output_text.delta"] * 2, "response.output_text.done",
-        "response.content_part.done", done,
-        added, "response.function_call_arguments.delta", "response.function_call_arguments.done", done,
-        added, "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done", done,
-        added, "response.function_call_arguments.delta", "response.function_call_arguments.done", done,
+        "response.created",
+        "response.in_progress",
+        added,
+        "response.reasoning_summary_part.added",
+        *["response.reasoning_summary_text.delta"] * 2,
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+        done,
+        added,
+        "response.content_part.added",
+        *["response.output_text.delta"] * 2,
+        "response.output_text.done",
+        "response.content_part.done",
+        done,
+        added,
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        done,
+        added,
+        "response.custom_tool_call_input.delta",
+        "response.custom_tool_call_input.done",
+        done,
+        added,
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        done,
         "response.completed",
-    ]  # fmt: skip
+    ]
     final = events[-1]["response"]
     assert final == CODEC.response(completion(), request=codex_request())  # the stream and the record agree
     assert [e["output_index"] for e in events if e["type"] == done] == [0, 1, 2, 3, 4]

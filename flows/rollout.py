@@ -12,7 +12,7 @@ rollout failed at that stage and keeps its partial work; the flow run then ends 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from prefect import Flow, Task, flow, task
@@ -45,14 +45,13 @@ def _stage_task(stage: Stage, function: StageFunction) -> Task:
 
     body.__name__ = body.__qualname__ = f"{stage.value}_stage"
     return task(
-        body,
         name=stage.value,
         task_run_name=f"{stage.value}-{{rollout_id}}",
         cache_policy=NO_CACHE,
         persist_result=False,
         retries=0,
         timeout_seconds=BACKSTOP_S,
-    )
+    )(body)
 
 
 def _options(stage: Stage, view: RolloutView, settings: Settings) -> dict[str, Any]:
@@ -75,7 +74,10 @@ def _options(stage: Stage, view: RolloutView, settings: Settings) -> dict[str, A
     }
 
 
-def build_rollout_flow(stage_functions: Mapping[Stage, StageFunction], *, name: str = "polar-rollout") -> Flow:
+RolloutFlow = Flow[..., Coroutine[Any, Any, dict[str, Any]]]
+
+
+def build_rollout_flow(stage_functions: Mapping[Stage, StageFunction], *, name: str = "polar-rollout") -> RolloutFlow:
     """A rollout flow over ``stage_functions`` (benchmarks pass simulated stages; deployments use ``rollout``)."""
     stage_tasks = {stage: _stage_task(stage, stage_functions[stage]) for stage in Stage}
 
@@ -98,7 +100,7 @@ def build_rollout_flow(stage_functions: Mapping[Stage, StageFunction], *, name: 
             "resumed_after": list(summary.skipped),
         }
 
-    return flow(rollout, name=name, flow_run_name="rollout-{rollout_id}", persist_result=False)
+    return flow(name=name, flow_run_name="rollout-{rollout_id}", persist_result=False)(rollout)
 
 
 rollout = build_rollout_flow(STAGE_FUNCTIONS)

@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             messages.append(_assistant_message(message))
             results = []
             for call in message.tool_calls or []:
+                if call.type != "function":  # the agent declares function tools only
+                    continue
                 output = run_bash(call.function.arguments, timeout_s=args.command_timeout, limit=args.output_limit)
                 results.append({"role": "tool", "tool_call_id": call.id, "content": output})
             messages.extend(results)

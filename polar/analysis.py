@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import pandas as pd
 import sqlalchemy as sa
@@ -30,7 +31,8 @@ def _read(factory: sessionmaker[Session], sql: str, params: dict) -> pd.DataFram
 def _where(
     since: datetime | None, until: datetime | None, task_ids: Sequence[str] | None, prefix: str = ""
 ) -> tuple[str, dict]:
-    clauses, params = [], {}
+    clauses: list[str] = []
+    params: dict[str, Any] = {}
     if since is not None:
         clauses.append(f"{prefix}created_at >= :since")
         params["since"] = since
@@ -40,7 +42,7 @@ def _where(
     if task_ids is not None:
         names = [f"t{i}" for i in range(len(task_ids))]
         clauses.append(f"{prefix}task_id IN ({', '.join(':' + n for n in names)})" if names else "1 = 0")
-        params.update(dict(zip(names, task_ids, strict=True)))
+        params.update(zip(names, task_ids, strict=True))
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 

@@ -60,13 +60,13 @@ def _trajectories(args: argparse.Namespace) -> None:
 
 
 def _demo(args: argparse.Namespace) -> None:
-    from polar.demo import run_demo
+    from flows.demo import run_demo
 
     asyncio.run(run_demo(get_settings(), samples=args.samples))
 
 
 def _run(args: argparse.Namespace) -> None:
-    from polar.demo import run_batch
+    from flows.demo import run_batch
     from polar.rollout.context import close_contexts
 
     with open(args.tasks) as f:
@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _retry(args: argparse.Namespace) -> None:
-    from polar.demo import prepare_prefect_environment
+    from flows.demo import prepare_prefect_environment
     from polar.rollout.context import close_contexts
 
     settings = get_settings()
@@ -121,9 +121,10 @@ def _status(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    from flows.dispatch import run_inline
     from polar.api import serve
 
-    serve(host=args.host, port=args.port)
+    serve(host=args.host, port=args.port, run_inline=run_inline)
 
 
 def _export(args: argparse.Namespace) -> None:

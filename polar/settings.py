@@ -60,7 +60,9 @@ class Settings(BaseSettings):
     backend: BackendKind = BackendKind.LOCAL
     backend_url: str = Field(default="", description="base URL of an sglang or vllm server")
     backend_timeout_s: float = 600.0
-    vllm_endpoint: str = Field(default="generate", description="vLLM token-in endpoint: generate or completions")
+    vllm_endpoint: Literal["generate", "completions"] = Field(
+        default="generate", description="vLLM token-in endpoint: generate or completions"
+    )
     model: str = Field(default="tiny", description="local model spec (see polar.models.tiny.MODEL_SPECS)")
     torch_threads: int = 1
 

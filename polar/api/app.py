@@ -26,7 +26,7 @@ from db.models import Rollout
 from polar import feed
 from polar.api import queries
 from polar.api.callbacks import deliver_due
-from polar.api.runner import TaskRunner, flow_run_states
+from polar.api.runner import InlineDispatch, TaskRunner, flow_run_states
 from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody, WeightsRequest
 from polar.api.weights import WeightSource, publish
 from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, invalid_from
@@ -49,9 +49,16 @@ def weight_targets(settings: Settings, gateway_url: str | None) -> list[str]:
     return listed or [url for url in (gateway_url or settings.gateway_url,) if url]
 
 
-def create_api(settings: Settings, factory: sessionmaker[Session], *, gateway_url: str | None = None) -> FastAPI:
-    """The app over the store ``factory``; ``gateway_url`` is the rollouts' gateway (default weight target)."""
-    runner = TaskRunner(settings, factory)
+def create_api(
+    settings: Settings,
+    factory: sessionmaker[Session],
+    *,
+    gateway_url: str | None = None,
+    run_inline: InlineDispatch | None = None,
+) -> FastAPI:
+    """The app over the store ``factory``; ``gateway_url`` is the rollouts' gateway (default weight target);
+    ``run_inline`` runs rollouts in this process, required when tasks are dispatched inline."""
+    runner = TaskRunner(settings, factory, run_inline)
     targets = weight_targets(settings, gateway_url)
     wake = asyncio.Event()
 

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.engine import session_scope
 from db.enums import TaskStatus
 from db.models import Rollout, Task
-from polar.rollout.state import now
+from polar.clock import now
 from polar.settings import Settings
 
 FINISHED = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)

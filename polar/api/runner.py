@@ -21,17 +21,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
+from uuid import UUID
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.engine import session_scope
+from db.engine import rows_matched, session_scope
 from db.enums import RolloutStatus, TaskStatus
 from db.models import Rollout, Task
-from polar.errors import NotFound
+from polar.clock import now
+from polar.errors import NotConfigured, NotFound
 from polar.feed import versions
-from polar.rollout.state import now
 from polar.settings import Settings, TaskDispatch
 
 log = logging.getLogger(__name__)
@@ -66,12 +68,13 @@ def take_admissible(factory: sessionmaker[Session], max_async_level: int | None)
         for task_id, meta in tasks:
             if held_reason((meta or {}).get("step"), current, max_async_level) is not None:
                 continue
-            won = db.execute(
+            won = rows_matched(
+                db,
                 sa.update(Task)
                 .where(Task.id == task_id, Task.dispatched_at.is_(None))
                 .values(dispatched_at=now())
-                .execution_options(synchronize_session=False)
-            ).rowcount
+                .execution_options(synchronize_session=False),
+            )
             if won:
                 ids = db.scalars(sa.select(Rollout.id).where(Rollout.task_id == task_id).order_by(Rollout.sample_index))
                 taken.append((task_id, list(ids)))
@@ -100,11 +103,19 @@ def mark_cancelled(factory: sessionmaker[Session], task_id: str) -> tuple[TaskSt
         return task.status, cancelled
 
 
+# Runs rollouts to their final status in this process; the Prefect layer provides it (``flows.dispatch.run_inline``),
+# passed in by whoever builds the app, since the library never imports the flows above it.
+InlineDispatch = Callable[[list[str], Settings], Awaitable[object]]
+
+
 class TaskRunner:
-    def __init__(self, settings: Settings, factory: sessionmaker[Session]):
+    def __init__(self, settings: Settings, factory: sessionmaker[Session], run_inline: InlineDispatch | None = None):
         self.settings = settings
         self.factory = factory
         self.mode = resolve_dispatch(settings)
+        if self.mode is TaskDispatch.INLINE and run_inline is None:
+            raise NotConfigured("inline task dispatch needs the rollout flows: build the app with run_inline")
+        self._run_rollouts = run_inline
         self._inline: dict[str, asyncio.Task[Any]] = {}
 
     async def tick(self) -> list[str]:
@@ -118,20 +129,19 @@ class TaskRunner:
         return [task_id for task_id, _ in taken]
 
     async def _run_inline(self, task_id: str, rollout_ids: list[str]) -> None:
-        from flows.dispatch import Dispatch, dispatch_rollouts
-
+        assert self._run_rollouts is not None  # checked in __init__ for inline mode
         try:
-            await dispatch_rollouts(rollout_ids, dispatch=Dispatch.INLINE, settings=self.settings)
+            await self._run_rollouts(rollout_ids, self.settings)
         except Exception:  # noqa: BLE001 - a rollout's failure is in its row; this is only the dispatch itself
             log.exception("dispatching task %s failed", task_id)
         finally:
             self._inline.pop(task_id, None)
 
     async def _create_flow_runs(self, rollout_ids: list[str]) -> None:
-        from prefect.deployments import run_deployment
+        from prefect.deployments import arun_deployment
 
         for rollout_id in rollout_ids:
-            run = await run_deployment(
+            run = await arun_deployment(
                 self.settings.rollout_deployment,
                 parameters={"rollout_id": rollout_id},
                 timeout=0,
@@ -166,11 +176,11 @@ async def cancel_flow_runs(flow_run_ids: list[str]) -> None:
 
     async with get_client() as client:
         for flow_run_id in flow_run_ids:
-            run = await client.read_flow_run(flow_run_id)
+            run = await client.read_flow_run(UUID(flow_run_id))
             running = run.state is not None and (run.state.is_running() or run.state.is_pending())
             if run.state is not None and run.state.is_final():
                 continue
-            await client.set_flow_run_state(flow_run_id, Cancelling() if running else Cancelled(), force=True)
+            await client.set_flow_run_state(UUID(flow_run_id), Cancelling() if running else Cancelled(), force=True)
 
 
 async def flow_run_states(flow_run_ids: list[str]) -> dict[str, str]:
@@ -181,5 +191,7 @@ async def flow_run_states(flow_run_ids: list[str]) -> dict[str, str]:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     async with get_client() as client:
-        runs = await client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=flow_run_ids)))
-    return {str(run.id): run.state.name if run.state else "unknown" for run in runs}
+        runs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(i) for i in flow_run_ids]))
+        )
+    return {str(run.id): run.state.name if run.state and run.state.name else "unknown" for run in runs}

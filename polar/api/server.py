@@ -8,22 +8,28 @@ the tasks become deployment flow runs, and weights go to ``POLAR_WEIGHT_TARGETS`
 from __future__ import annotations
 
 import uvicorn
+from fastapi import FastAPI
 
 from polar.api.app import create_api
-from polar.api.runner import resolve_dispatch
+from polar.api.runner import InlineDispatch, resolve_dispatch
 from polar.rollout.context import rollout_context, store_factory
 from polar.settings import Settings, TaskDispatch, get_settings
 
 
-def build_app(settings: Settings | None = None):
+def build_app(settings: Settings | None = None, run_inline: InlineDispatch | None = None) -> FastAPI:
     settings = settings or get_settings()
     gateway_url = settings.gateway_url or None
     if resolve_dispatch(settings) is TaskDispatch.INLINE:
         gateway_url = rollout_context(settings).gateway.url  # the embedded gateway the inline flows use
-    return create_api(settings, store_factory(settings), gateway_url=gateway_url)
+    return create_api(settings, store_factory(settings), gateway_url=gateway_url, run_inline=run_inline)
 
 
-def serve(*, host: str | None = None, port: int | None = None) -> None:
+def serve(*, host: str | None = None, port: int | None = None, run_inline: InlineDispatch | None = None) -> None:
     """Serve until interrupted, with the process-wide settings (the same ones the inline rollout flows read)."""
     settings = get_settings()
-    uvicorn.run(build_app(settings), host=host or settings.api_host, port=port or settings.api_port, log_level="info")
+    uvicorn.run(
+        build_app(settings, run_inline),
+        host=host or settings.api_host,
+        port=port or settings.api_port,
+        log_level="info",
+    )

@@ -76,4 +76,4 @@ async def publish(
 
 def _exists(factory: sessionmaker[Session], version: str) -> bool:
     with factory() as db:
-        return db.scalar(sa.select(sa.func.count()).where(WeightVersion.version == version)) > 0
+        return (db.scalar(sa.select(sa.func.count()).where(WeightVersion.version == version)) or 0) > 0

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from polar.backends.base import Backend
 from polar.errors import InvalidRequest
 from polar.settings import BackendKind, Settings
+
+if TYPE_CHECKING:
+    from polar.models.engine import LocalEngine
 
 
 async def _local(settings: Settings) -> Backend:
@@ -44,3 +48,13 @@ BACKENDS: dict[BackendKind, Callable[[Settings], Awaitable[Backend]]] = {
 
 async def make_backend(settings: Settings) -> Backend:
     return await BACKENDS[settings.backend](settings)
+
+
+def scripted_scorer(settings: Settings, backend: Backend) -> LocalEngine:
+    """The local model that scores a scripted policy's replies: the backend's own engine when the backend is the
+    local one (one model in memory), else the configured local model."""
+    from polar.backends.local import LocalBackend
+
+    if isinstance(backend, LocalBackend):
+        return backend.engine
+    return LocalBackend.from_spec(settings.model, settings.cache_dir, threads=settings.torch_threads).engine

@@ -91,7 +91,7 @@ def rows(
         )
         parse_reply = ReplyParser(settings) if kind is ExportKind.SFT else None
         for trajectory, rollout, task, harness in db.execute(apply(query, filters, dialect)):
-            if kind is ExportKind.RL:
+            if parse_reply is None:  # an RL row is the trajectory's own token arrays
                 yield rl_row(trajectory, rollout, task, harness)
                 continue
             last = db.get(Capture, trajectory.capture_ids[-1]) if trajectory.capture_ids else None

@@ -24,12 +24,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.engine import session_scope
+from db.engine import rows_matched, session_scope
 from db.enums import ClaimStatus, TaskStatus
 from db.models import Claim, Rollout, Task, Trajectory
+from polar.clock import now
 from polar.errors import Conflict, InvalidRequest, NotFound
 from polar.feed import versions
-from polar.rollout.state import now
 
 COMPLETE = (TaskStatus.COMPLETED, TaskStatus.FAILED)
 
@@ -144,12 +144,13 @@ def ack(factory: sessionmaker[Session], claim_id: str, trainer: str) -> dict[str
         row = _held(db, claim_id, trainer, at)
         row.status, row.finished_at = ClaimStatus.ACKED, at
         rollouts = sa.select(Rollout.id).join(Task, Task.id == Rollout.task_id).where(Task.claim_id == claim_id)
-        consumed = db.execute(
+        consumed = rows_matched(
+            db,
             sa.update(Trajectory)
             .where(Trajectory.rollout_id.in_(rollouts), Trajectory.builder == _builder_of_rollout())
             .values(consumed_by=trainer, consumed_at=at)
-            .execution_options(synchronize_session=False)
-        ).rowcount
+            .execution_options(synchronize_session=False),
+        )
         return {"claim_id": claim_id, "status": row.status.value, "groups": row.n_groups, "trajectories": consumed}
 
 
@@ -233,7 +234,7 @@ def _groups(db: Session, claim_id: str, known: dict[str, int]) -> list[Group]:
         sa.select(Task).where(Task.claim_id == claim_id).order_by(Task.priority.desc(), Task.finished_at, Task.id)
     ).all()
     rows = db.execute(
-        sa.select(Trajectory, Rollout.task_id, Rollout.sample_index)
+        sa.select(Trajectory, Task.id, Rollout.sample_index)
         .join(Rollout, Rollout.id == Trajectory.rollout_id)
         .join(Task, Task.id == Rollout.task_id)
         .where(Task.claim_id == claim_id, Trajectory.builder == Task.builder)

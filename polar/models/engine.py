@@ -24,6 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 
 import torch
+from transformers.cache_utils import Cache
 
 from polar.backends.base import (
     FinishReason,
@@ -53,7 +54,7 @@ class _Job:
     output: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     version_events: list[tuple[str, int]] = field(default_factory=list)
-    cache: object | None = None
+    cache: Cache | None = None
     aborted: str | None = None  # abort message
     # Set by a retract from any thread, applied by the worker thread before its next step: clearing the
     # cache from outside could interleave with a step in flight and leave it decoding without its prefix.

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
+from transformers.cache_utils import Cache
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -26,12 +27,12 @@ class PrefixCache:
     def __init__(self, max_tokens: int = 262_144, min_match: int = 16):
         self.max_tokens = max_tokens
         self.min_match = min_match
-        self._entries: OrderedDict[int, tuple[np.ndarray, object]] = OrderedDict()
+        self._entries: OrderedDict[int, tuple[np.ndarray, Cache]] = OrderedDict()
         self._next = 0
         self.hits = 0
         self.reused_tokens = 0
 
-    def lookup(self, ids: Sequence[int]) -> tuple[object | None, int]:
+    def lookup(self, ids: Sequence[int]) -> tuple[Cache | None, int]:
         """A private copy of the best cache for ``ids``, cropped to the shared prefix (never all of ``ids``:
         the last id must still be fed to get its logits), and the number of ids it covers."""
         target = np.asarray(ids, dtype=np.int64)
@@ -49,7 +50,7 @@ class PrefixCache:
         self.reused_tokens += best_len
         return cache, best_len
 
-    def store(self, covered: Sequence[int], cache: object) -> None:
+    def store(self, covered: Sequence[int], cache: Cache) -> None:
         """Keep ``cache``, which holds keys and values for exactly ``covered``."""
         if len(covered) < self.min_match or len(covered) > self.max_tokens:
             return

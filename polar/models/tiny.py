@@ -78,7 +78,7 @@ def build_model_dir(spec: TinyModelSpec, out: Path) -> Path:
         dtype="float32",
     )
     torch.manual_seed(spec.seed)
-    model = Qwen3ForCausalLM(config).to(torch.float32).eval()
+    model = Qwen3ForCausalLM(config).eval()  # float32: the config says so
     model.generation_config.eos_token_id = [tokenizer.im_end_id, tokenizer.end_of_text_id]
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=out.parent))
     try:

@@ -14,13 +14,16 @@ import asyncio
 import socket
 import threading
 import time
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import httpx
 import uvicorn
 
 from polar.backends.base import Backend
 from polar.settings import Settings
+
+if TYPE_CHECKING:
+    from polar.proxy.gateway import Gateway
 
 STARTUP_TIMEOUT_S = 120.0
 
@@ -34,7 +37,7 @@ class EmbeddedGateway:
         self._socket.bind((host, port))
         self.host, self.port = self._socket.getsockname()[:2]
         self.url = f"http://{self.host}:{self.port}"
-        self.gateway = None  # the Gateway, once started
+        self.gateway: Gateway | None = None  # the Gateway, once started
         self._server: uvicorn.Server | None = None
         self._thread = threading.Thread(target=self._run, name="polar-embedded-gateway", daemon=True)
         self._error: BaseException | None = None
@@ -49,8 +52,8 @@ class EmbeddedGateway:
         from polar.proxy.app import create_app
         from polar.proxy.gateway import Gateway
 
-        self.gateway = await Gateway.create(self.settings, backend=self.backend)
-        config = uvicorn.Config(create_app(self.gateway), log_level="warning", timeout_graceful_shutdown=5)
+        self.gateway = gateway = await Gateway.create(self.settings, backend=self.backend)
+        config = uvicorn.Config(create_app(gateway), log_level="warning", timeout_graceful_shutdown=5)
         self._server = uvicorn.Server(config)
         await self._server.serve(sockets=[self._socket])
 

@@ -9,7 +9,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import make_engine, make_session_factory, migrate
 from polar.backends.base import Backend
-from polar.backends.local import LocalBackend
 from polar.models.engine import LocalEngine
 from polar.proxy.history import HistoryCache
 from polar.proxy.policy import BackendPolicy, Policy, ScriptedPolicy, ScriptedPolicySpec
@@ -57,7 +56,7 @@ class Gateway:
             backend_name=backend.name,
         )
         self._backend_policy = BackendPolicy(backend)
-        self._scorer = scorer or (backend.engine if isinstance(backend, LocalBackend) else None)
+        self._scorer = scorer
         self._policies: dict[str, Policy] = {}
         self._owns_backend = owns_backend
 
@@ -90,7 +89,9 @@ class Gateway:
             return self._backend_policy
         if session.id not in self._policies:
             if self._scorer is None:
-                self._scorer = LocalBackend.from_spec(self.settings.model, self.settings.cache_dir).engine
+                from polar.backends.registry import scripted_scorer
+
+                self._scorer = scripted_scorer(self.settings, self.backend)
             spec = ScriptedPolicySpec.parse(session.policy)
             self._policies[session.id] = ScriptedPolicy(spec, self._scorer, self.template)
         return self._policies[session.id]

@@ -11,6 +11,7 @@ delta (full prompts are rebuilt from the tree on demand) and shares its history 
 
 from __future__ import annotations
 
+import functools
 import threading
 from array import array
 from collections import OrderedDict
@@ -43,7 +44,7 @@ class LazyPrompt(Sequence[int]):
     def __iter__(self) -> Iterator[int]:
         return iter(self._load())
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         return self._load()[index]
 
 
@@ -91,7 +92,7 @@ class SessionHistory:
                 n.messages,
                 n.tools,
                 n.reply,
-                LazyPrompt(n.n_prompt, lambda cid=n.id: self.full_prompt(cid)),
+                LazyPrompt(n.n_prompt, functools.partial(self.full_prompt, n.id)),
                 n.output_ids,
                 ref=n.id,
             )

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from array import array
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,7 +161,8 @@ class CallService:
                 yield frame
             return
         finally:
-            await chunks.aclose()  # a disconnected client stops the generation
+            if isinstance(chunks, AsyncGenerator):  # a disconnected client stops the generation
+                await chunks.aclose()
         for frame in encoder.finish(completion):
             yield frame
 

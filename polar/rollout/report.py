@@ -58,7 +58,7 @@ def rollout_rows(factory: sessionmaker[Session], task_ids: Sequence[str]) -> lis
             .where(Rollout.task_id.in_(list(task_ids)))
         )
         order = {task_id: index for index, task_id in enumerate(task_ids)}
-        found = sorted(db.execute(query), key=lambda item: (order[item[0].task_id], item[0].sample_index))
+        found = sorted(db.execute(query), key=lambda item: (order[item[0].task_id or ""], item[0].sample_index))
         rows = []
         for rollout, name in found:
             timings = rollout.stage_timings or {}
@@ -66,7 +66,7 @@ def rollout_rows(factory: sessionmaker[Session], task_ids: Sequence[str]) -> lis
             count, tokens = traj.get(rollout.id, (0, 0))
             rows.append(
                 RolloutRow(
-                    task=name or rollout.task_id[:8],
+                    task=name or (rollout.task_id or "")[:8],
                     sample=rollout.sample_index,
                     rollout_id=rollout.id,
                     status=rollout.status.value,

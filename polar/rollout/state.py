@@ -24,16 +24,17 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.engine import session_scope
+from db.engine import rows_matched, session_scope
 from db.enums import RolloutStatus, TaskStatus
 from db.models import Rollout, Task
+from polar.clock import now
 from polar.errors import NotFound, RolloutClaimed, StageOrderError
 from polar.rollout.spec import TaskRequest
 
@@ -64,10 +65,6 @@ _STAGE_STATUS = {
 # The stages the shared deadline covers; postrun and evaluate always get their own time, so the work of a
 # rollout that ran out of time is still kept and scored.
 DEADLINE_STAGES = (Stage.INIT, Stage.RUN)
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -202,12 +199,13 @@ def claim(
             | (Rollout.heartbeat_at < at - timedelta(seconds=stale_after_s))
         )
         condition = sa.true() if takeover else free
-        claimed = db.execute(
+        claimed = rows_matched(
+            db,
             sa.update(Rollout)
             .where(Rollout.id == rollout_id, condition)
             .values(flow_run_id=owner, attempt=Rollout.attempt + 1, heartbeat_at=at)
-            .execution_options(synchronize_session=False)
-        ).rowcount
+            .execution_options(synchronize_session=False),
+        )
         if not claimed:
             raise RolloutClaimed(f"rollout {rollout_id} is owned by flow run {row.flow_run_id}", field="rollout_id")
         db.expire(row)

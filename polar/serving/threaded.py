@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from types import TracebackType
+from typing import Literal
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -20,7 +21,13 @@ class ServerThread:
     """``with ServerThread(app) as server: httpx.get(server.url + "/health")``."""
 
     def __init__(
-        self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning", lifespan: str = "off"
+        self,
+        app: ASGIApp,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+        lifespan: Literal["auto", "on", "off"] = "off",
     ):
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.models.engine import LocalEngine
 from polar.rollout.context import close_contexts, store_factory
@@ -54,6 +55,6 @@ def api_env(tmp_path_factory, cache_dir, sqlite_url, api_gateway, prefect_server
 
 @pytest.fixture(scope="module")
 def api(api_env, api_gateway) -> Iterator[ServerThread]:
-    app = create_api(api_env, store_factory(api_env), gateway_url=api_gateway.url)
+    app = create_api(api_env, store_factory(api_env), gateway_url=api_gateway.url, run_inline=run_inline)
     with ServerThread(app, lifespan="on") as server:
         yield server

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from db.migrate import upgrade
+from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.rollout.context import store_factory
 from tests.rollout.helpers import test_settings
@@ -14,7 +15,9 @@ def test_the_control_token_guards_every_v1_route(tmp_path, cache_dir):
     url = f"sqlite:///{tmp_path / 'polar.db'}"
     upgrade(url)
     settings = test_settings(tmp_path, cache_dir, url, control_token="s3cret", task_dispatch="inline")
-    client = TestClient(create_api(settings, store_factory(settings)))  # no lifespan: nothing is dispatched
+    client = TestClient(
+        create_api(settings, store_factory(settings), run_inline=run_inline)
+    )  # no lifespan: nothing is dispatched
     assert client.get("/health").status_code == 200
     calls = [
         ("GET", "/v1/tasks"),

@@ -11,6 +11,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
+from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.rollout.context import store_factory
 from tests.pg import STORES, migrated_store
@@ -26,7 +27,7 @@ def store_for_fuzz(request, tmp_path_factory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def fuzz_schema(tmp_path_factory, cache_dir, api_gateway, store_for_fuzz):
     settings_ = test_settings(tmp_path_factory.mktemp("fuzz-home"), cache_dir, store_for_fuzz, task_dispatch="inline")
-    app = create_api(settings_, store_factory(settings_), gateway_url=api_gateway.url)
+    app = create_api(settings_, store_factory(settings_), gateway_url=api_gateway.url, run_inline=run_inline)
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 
 

@@ -21,9 +21,9 @@ chunk is sent only when asked for.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, Tag
 
 from polar.backends.base import FinishReason
 from polar.errors import InvalidRequest, PolarError
@@ -33,6 +33,7 @@ from polar.proxy.protocols.openai_common import (
     Content,
     MaxTokens,
     SamplingWire,
+    Text,
     WireModel,
     call_id,
     content_text,
@@ -47,7 +48,7 @@ from polar.tokens.parsers import Event, ReasoningDelta, TextDelta, ToolCallParse
 
 # ---------------------------------------------------------------------------------------------- wire models
 
-Stop = str_or_list(str, "a string or an array of strings")
+Stop = Annotated[Text | Annotated[list[str], Tag("list")], str_or_list("a string or an array of strings")]
 
 
 class FunctionCallWire(WireModel):

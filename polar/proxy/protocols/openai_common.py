@@ -56,7 +56,7 @@ class SamplingWire(WireModel):
 
     def sampling(self, stop: str | Sequence[str] | None = None) -> dict[str, Any]:
         """The SGLang-named parameters the caller set (None means "not set" and is left out)."""
-        chosen = {
+        chosen: dict[str, Any] = {
             "temperature": self.temperature,
             "top_p": self.top_p,
             "top_k": self.top_k,
@@ -162,18 +162,20 @@ def _str_or_list(value: Any) -> str | None:
     return None
 
 
-def str_or_list(item: Any, expected: str) -> Any:
-    """The type ``str | list[item]``, told apart by the JSON type so errors name the real path.
-
-    (A plain union would report a list with one bad element as "Input should be a valid string".)
-    """
-    return Annotated[
-        Annotated[str, Tag("str")] | Annotated[list[item], Tag("list")],
-        Discriminator(_str_or_list, custom_error_type="string_or_array", custom_error_message=f"expected {expected}"),
-    ]
+# ``Annotated[Text | Annotated[list[X], Tag("list")], str_or_list("...")]`` is the type ``str | list[X]`` told apart
+# by the JSON type, so errors name the real path (a plain union would report a list with one bad element as
+# "Input should be a valid string").
+Text = Annotated[str, Tag("str")]
 
 
-Content = str_or_list(ContentPart, "a string or an array of content parts")
+def str_or_list(expected: str) -> Discriminator:
+    """The discriminator of a ``str | list[...]`` field; ``expected`` is the error's wording of the type."""
+    return Discriminator(_str_or_list, custom_error_type="string_or_array", custom_error_message=f"expected {expected}")
+
+
+Content = Annotated[
+    Text | Annotated[list[ContentPart], Tag("list")], str_or_list("a string or an array of content parts")
+]
 
 
 def error_response(error: PolarError, *, context_param: str) -> tuple[int, dict[str, Any]]:
@@ -186,6 +188,7 @@ def error_response(error: PolarError, *, context_param: str) -> tuple[int, dict[
 
 
 def error_object(error: PolarError, *, context_param: str) -> dict[str, Any]:
+    param: str | None
     if isinstance(error, ContextLengthExceeded):
         kind, param = "invalid_request_error", context_param
     elif isinstance(error, InvalidRequest):

@@ -37,9 +37,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, Tag
 
 from polar.errors import InvalidRequest, PolarError
 from polar.proxy.canonical import ChatRequest, Completion
@@ -48,6 +48,7 @@ from polar.proxy.protocols.openai_common import (
     Content,
     MaxTokens,
     SamplingWire,
+    Text,
     WireModel,
     content_text,
     error_response,
@@ -67,8 +68,11 @@ from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 # ---------------------------------------------------------------------------------------------- wire models
 
 
-Input = str_or_list(Any, "a string or an array of input items")  # items are validated one by one, by type
-ShellOutput = str_or_list(dict[str, Any], "a string or an array of output chunks")
+# Input items are validated one by one, by type.
+Input = Annotated[Text | Annotated[list[Any], Tag("list")], str_or_list("a string or an array of input items")]
+ShellOutput = Annotated[
+    Text | Annotated[list[dict[str, Any]], Tag("list")], str_or_list("a string or an array of output chunks")
+]
 
 
 class ResponsesBody(SamplingWire):
@@ -263,9 +267,13 @@ class _History:
         if kind == "message" or kind is None:
             self._message(validate(MessageItem, raw, prefix=path), path)
         elif kind in ("function_call", "custom_tool_call"):
-            model = FunctionCallItem if kind == "function_call" else CustomToolCallItem
-            call = validate(model, raw, prefix=path)
-            arguments = call.arguments if isinstance(call, FunctionCallItem) else _custom_arguments(call.input)
+            call: FunctionCallItem | CustomToolCallItem
+            if kind == "function_call":
+                call = validate(FunctionCallItem, raw, prefix=path)
+                arguments = call.arguments
+            else:
+                call = validate(CustomToolCallItem, raw, prefix=path)
+                arguments = _custom_arguments(call.input)
             self._call(ToolCall(_flat_name(call.name, call.namespace), arguments, call.call_id))
         elif kind in ("local_shell_call", "shell_call"):
             shell = validate(ShellCallItem, raw, prefix=path)

@@ -97,7 +97,7 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
         remaining = view.remaining_s()
         agent_budget = view.task.agent_timeout_s
         by_agent = agent_budget is not None and agent_budget <= remaining
-        budget = agent_budget if by_agent else remaining
+        budget = agent_budget if agent_budget is not None and by_agent else remaining
         launched = {"launched_at": state.now().isoformat(), "budget_s": budget}
         await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, launched)
 

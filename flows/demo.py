@@ -130,6 +130,7 @@ async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, titl
     """Run ``tasks`` through the batch flow in this process, printing progress; returns the table rows."""
     prepare_prefect_environment(settings)
     from flows.batch import rollout_batch
+    from flows.dispatch import Dispatch
 
     factory = await get_store(settings)
     # Rows are stamped by the database clock; a second of slack covers a coarse clock on SQLite.
@@ -142,7 +143,7 @@ async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, titl
     stop = asyncio.Event()
     monitor = asyncio.create_task(_progress(factory, since, started, stop))
     try:
-        summary = await rollout_batch(tasks=list(tasks), dispatch="inline")
+        summary = await rollout_batch(tasks=list(tasks), dispatch=Dispatch.INLINE)
     finally:
         stop.set()
         await monitor

@@ -32,7 +32,7 @@ from polar.tokens.tokenizer import load_tokenizer
 from polar.trajectory.registry import BUILDERS, get_builder
 from polar.trajectory.report import format_summary, summarize_by_harness
 from polar.trajectory.store import build_and_store
-from polar.trajectory.synthetic import LINEAR_TOOL_SESSION, RandomChooser, SessionSimulator, write_session
+from tests.trajectory.synthetic import LINEAR_TOOL_SESSION, RandomChooser, SessionSimulator, write_session
 
 
 def print_harness_table(database_url: str, rollout_ids: Sequence[str], *, builder: str = "prefix_merge") -> None:

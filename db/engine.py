@@ -77,7 +77,7 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
         yield session
 
 
-def _describe_database(url: URL) -> str:
+def describe_database(url: URL) -> str:
     """Where ``url`` points, for messages: host, port and database, or the SQLite file (never the password)."""
     if url.get_backend_name() == "sqlite":
         return f"SQLite database {url.database or ':memory:'}"
@@ -107,7 +107,7 @@ def _configure_sqlite_connection(dbapi_connection: sqlite3.Connection, _record: 
 
 
 def _store_error_on_unreachable(url: URL) -> Callable[[ExceptionContext], BaseException | None]:
-    where = _describe_database(url)
+    where = describe_database(url)
 
     def translate(context: ExceptionContext) -> BaseException | None:
         # Pre-ping probes a pooled connection and reconnects when it is dead; translating there would turn a

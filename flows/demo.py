@@ -23,6 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from db.engine import describe_database, normalize_url
 from db.models import Rollout
 from polar.rollout.context import close_contexts, get_store
 from polar.rollout.report import format_rollouts, format_totals, rollout_rows
@@ -159,7 +160,7 @@ async def run_demo(settings: Settings, samples: int = 4) -> None:
     tasks = toy_tasks(samples)
     title = (
         f"polar demo: {len(tasks)} toy tasks x {samples} samples, built-in agent on scripted policies, "
-        f"local model, store={settings.resolved_database_url}, Prefect ephemeral mode"
+        f"local model, {describe_database(normalize_url(settings.resolved_database_url))}, Prefect ephemeral mode"
     )
     try:
         rows = await run_batch(settings, tasks, title=title)

@@ -3,7 +3,7 @@
 ``polar harness install NAME`` installs one (``npm install --prefix``, a marker file makes reruns no-ops), the
 same layout ``scripts/install_harnesses.sh`` writes. ``node`` copies this machine's Node binary to
 ``<tools>/node/bin/node``, so runtimes without it (containers) get it read-only with the CLIs. Versions are the
-newest that run on Node 20 (../shared/reference/harnesses.md).
+newest that run on Node 20 (docs/harnesses.md).
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ out of budget) is an outcome recorded on the rollout, never an exception.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 
 class PolarError(Exception):
     """Base of every error Polar raises on purpose."""
@@ -37,11 +39,16 @@ class InvalidRequest(PolarError):
     error_type = "invalid_request_error"
 
 
-def invalid_from(exc: Exception, what: str = "request") -> InvalidRequest:
-    """A pydantic ``ValidationError`` as an ``InvalidRequest`` naming its first bad field."""
-    first = exc.errors()[0]  # type: ignore[attr-defined]
-    field = ".".join(str(p) for p in first["loc"]) or "body"
-    return InvalidRequest(f"invalid {what} at {field}: {first['msg']}", field=field)
+def invalid_from(exc: ValidationError, what: str = "request", *, prefix: str = "") -> InvalidRequest:
+    """A pydantic ``ValidationError`` as an ``InvalidRequest`` naming its first bad field.
+
+    ``prefix`` is where the validated object sits in the caller's input (``harness.config``), so the field is
+    named as the caller wrote it; a bad top-level value is named ``what``.
+    """
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in (*([prefix] if prefix else []), *first["loc"])) or what
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return InvalidRequest(f"invalid {what} at {field}: {message}", field=field)
 
 
 class UnknownSamplingParameter(InvalidRequest):

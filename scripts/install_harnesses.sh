@@ -7,7 +7,7 @@
 # DIR/<name>/<version>/node_modules/.bin/<bin>. A marker file (.installed) per version makes
 # reruns no-ops. tests/e2e reads the same layout (POLAR_TOOLS overrides DIR there).
 #
-# Pins (see ../shared/reference/harnesses.md): the newest Claude Code and Qwen Code need Node >= 22,
+# Pins (docs/harnesses.md): the newest Claude Code and Qwen Code need Node >= 22,
 # so they are pinned to the last releases that run on Node 20.
 set -euo pipefail
 

@@ -23,7 +23,7 @@ from polar.backends.base import (
     VersionSpan,
     collect,
 )
-from polar.errors import InvalidRequest
+from polar.errors import invalid_from
 from polar.models.engine import LocalEngine
 from polar.tokens.messages import Message, Role, ToolCall
 from polar.tokens.template import ChatTemplate
@@ -96,11 +96,7 @@ class ScriptedPolicySpec(BaseModel):
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise InvalidRequest(
-                f"invalid policy at {where or 'policy'}: {first['msg']}", field=f"policy.{where}"
-            ) from None
+            raise invalid_from(exc, "policy", prefix="policy") from None
 
 
 class ScriptedPolicy:

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from polar.errors import InvalidRequest
+from polar.errors import InvalidRequest, invalid_from
 from polar.settings import Isolation
 
 
@@ -146,13 +146,6 @@ class TaskRequest(BaseModel):
         return self.policies[sample_index % len(self.policies)] if self.policies else None
 
 
-def _first_error(exc: ValidationError, prefix: str = "") -> InvalidRequest:
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in (*([prefix] if prefix else []), *first["loc"]))
-    message = str(first["msg"]).removeprefix("Value error, ")
-    return InvalidRequest(f"invalid task at {where or 'task'}: {message}", field=where or None)
-
-
 def _check_registries(request: TaskRequest) -> None:
     from harness_adapters import get_adapter
     from polar.evaluators import get_evaluator
@@ -162,12 +155,12 @@ def _check_registries(request: TaskRequest) -> None:
     try:
         adapter.Config.model_validate(request.harness.config)
     except ValidationError as exc:
-        raise _first_error(exc, "harness.config") from None
+        raise invalid_from(exc, "task", prefix="harness.config") from None
     evaluator = get_evaluator(request.evaluator.type)
     try:
         evaluator.Config.model_validate(request.evaluator.config)
     except ValidationError as exc:
-        raise _first_error(exc, "evaluator.config") from None
+        raise invalid_from(exc, "task", prefix="evaluator.config") from None
     if request.runtime.type is not None:
         check_runtime(request.runtime.type, request.runtime.options)
     elif request.runtime.options:
@@ -191,7 +184,7 @@ def parse_task_request(raw: Any) -> TaskRequest:
         try:
             request = TaskRequest.model_validate(raw)
         except ValidationError as exc:
-            raise _first_error(exc) from None
+            raise invalid_from(exc, "task") from None
     try:
         _check_registries(request)
     except InvalidRequest as exc:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from polar.errors import InvalidRequest
+from polar.errors import InvalidRequest, invalid_from
 from polar.runtime.apptainer import ApptainerOptions, ApptainerRuntime
 from polar.runtime.base import ExecResult, ProcessHandle, Runtime, RuntimeLayout
 from polar.runtime.docker import DockerOptions, DockerRuntime
@@ -68,9 +68,7 @@ def check_runtime(kind: str, options: Mapping[str, Any] | None = None) -> BaseMo
     try:
         return OPTIONS[kind].model_validate(dict(options or {}))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in ("runtime", "options", *first["loc"]))
-        raise InvalidRequest(f"{first['msg']}", field=where) from None
+        raise invalid_from(exc, "runtime options", prefix="runtime.options") from None
 
 
 def open_runtime(

@@ -1,6 +1,6 @@
 """An HTTP server with SGLang's native wire format over the in-process LocalEngine.
 
-``create_app`` serves the surface RL trainers and the gateway use (see reference/inference.md A.1, A.3):
+``create_app`` serves the surface of SGLang's HTTP server that RL trainers and the gateway use:
 ``/generate`` (POST or PUT; JSON or SSE), ``/model_info``, ``/health``, ``/health_generate``,
 ``/v1/models``, ``/update_weights_from_disk``, ``/update_weight_version``, ``/pause_generation``,
 ``/continue_generation``, ``/flush_cache``, ``/abort_request``, ``/tokenize`` and ``/detokenize``.

@@ -28,7 +28,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from polar.backends.base import GenerateRequest, SamplingParams
-from polar.errors import ContextLengthExceeded, InvalidRequest, UnknownSamplingParameter
+from polar.errors import ContextLengthExceeded, InvalidRequest, UnknownSamplingParameter, invalid_from
 
 BATCH_NOT_SUPPORTED = "batch requests are not supported by this server"
 
@@ -342,6 +342,4 @@ def parse_body(raw: object, model: type[ModelT]) -> ModelT:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        name = ".".join(str(p) for p in first["loc"]) or "body"
-        raise InvalidRequest(f"invalid field {name!r}: {first['msg']}", field=name) from None
+        raise invalid_from(exc, "generate request") from None

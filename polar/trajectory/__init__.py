@@ -10,7 +10,8 @@ stored trajectories with another builder, and a per-harness summary (``report``)
 - ``records``: the frozen records; ``tree``: the capture tree over records;
 - ``per_request``, ``prefix_merge``: the builders; ``registry``: ``BUILDERS`` and ``get_builder``;
 - ``rewards``, ``training_filter``: what trains and with which reward;
-- ``store``, ``rebuild``, ``report``: the database side; ``synthetic``: generated sessions for tests and benchmarks.
+- ``store``, ``rebuild``, ``report``: the database side (generated sessions for tests and benchmarks are in
+  ``tests/trajectory/synthetic.py``).
 """
 
 from polar.trajectory.prefix_merge import BreakCause, detect_end_of_turn

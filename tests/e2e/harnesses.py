@@ -10,8 +10,8 @@ Everything here is data. Strings may hold placeholders that the runner fills in:
     {model}    the model name the CLI asks for        {prompt}   the task
 
 Config files are written with real serialisers (``json`` or ``tests.e2e.tomlwrite``), never by hand.
-Sources for every switch: ../shared/reference/harnesses.md. Versions are those scripts/install_harnesses.sh
-pins (the newest that run on Node 20).
+Every switch is explained in docs/harnesses.md and the adapters in harness_adapters/. Versions are those
+scripts/install_harnesses.sh pins (the newest that run on Node 20).
 
 Every script is: turn 1 writes {workdir}/hello.txt (with reasoning), turn 2 runs a shell command whose
 output proves it ran, turn 3 is the final text.

@@ -18,7 +18,7 @@ from traj_helpers import DrawChooser, check_per_request, check_prefix_merge
 from polar.settings import RenderMode
 from polar.trajectory.per_request import per_request
 from polar.trajectory.prefix_merge import prefix_merge
-from polar.trajectory.synthetic import RandomChooser, SessionShape, SessionSimulator
+from tests.trajectory.synthetic import RandomChooser, SessionShape, SessionSimulator
 
 PROPERTY_SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Denser events than the default shape, so short generated sessions still hold several of each.

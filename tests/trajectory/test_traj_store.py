@@ -18,7 +18,7 @@ from polar.trajectory.prefix_merge import prefix_merge
 from polar.trajectory.rebuild import rebuild
 from polar.trajectory.report import format_summary, summarize_by_harness
 from polar.trajectory.store import TrajectoriesConsumed, build_and_store, load_capture_records, load_traces
-from polar.trajectory.synthetic import RandomChooser, SessionShape, SessionSimulator, SyntheticSession, write_session
+from tests.trajectory.synthetic import RandomChooser, SessionShape, SessionSimulator, SyntheticSession, write_session
 
 EVENTFUL = SessionShape(branch=0.2, retry=0.1, fail=0.1, truncate=0.2, drift=0.3, version_mid_reply=0.2, malformed=0.1)
 MIXED = SessionShape(branch=0.2, truncate=0.2, drift=0.5, rerender=0.4)

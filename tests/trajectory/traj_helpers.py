@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from db.enums import CaptureStatus
 from polar.tokens.tokenizer import ChatTokenizer
 from polar.trajectory.records import PLACEHOLDER_LOGPROB, BuildResult, CaptureRecord, VersionRange
-from polar.trajectory.synthetic import SyntheticSession
+from tests.trajectory.synthetic import SyntheticSession
 
 EOT = 2  # the end-of-turn id in hand-made trees
 

@@ -1,6 +1,6 @@
 """The openai_responses codec against the official openai SDK (MockTransport, no network).
 
-Request shapes follow what Codex, OpenCode and Pi send (shared/reference/harnesses.md §1, §5, §6); replies
+Request shapes follow what Codex, OpenCode and Pi send (docs/harnesses.md); replies
 are parsed by ``responses.create`` (JSON and ``stream=True``) and the ``responses.stream()`` helper.
 """
 

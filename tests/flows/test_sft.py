@@ -5,6 +5,7 @@ accepted is known."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -48,7 +49,7 @@ async def test_a_run_exports_accepted_conversations_and_a_rerun_skips_them(flow_
     first = await sft_generation(**params)
     assert (first["rows"], first["skipped"], first["tasks"], first["attempts"], first["accepted"]) == (2, 0, 2, 4, 1)
     table = pq.read_table(first["files"]["parquet"]["path"]).to_pylist()
-    lines = [json.loads(line) for line in open(first["files"]["jsonl"]["path"])]
+    lines = [json.loads(line) for line in Path(first["files"]["jsonl"]["path"]).read_text().splitlines()]
     assert len(table) == len(lines) == 1
     row = lines[0]
     assert row["metadata"]["sft_key"] == "solved" and row["metadata"]["repo"] == "a" and row["reward"] == 1.0

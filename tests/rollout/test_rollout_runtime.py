@@ -7,6 +7,7 @@ import asyncio
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -43,7 +44,7 @@ async def test_a_timeout_kills_the_command_and_everything_it_started(tmp_path):
 
 def _is_zombie(pid: int) -> bool:
     try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
 

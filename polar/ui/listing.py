@@ -38,6 +38,7 @@ class RolloutFilter:
     until: datetime | None = None
     group: str | None = None
     task_id: str | None = None
+    rollout_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,8 @@ def _where(query: sa.Select, f: RolloutFilter, dialect: str) -> sa.Select:
         query = query.where(sa.or_(Task.name == f.task, Task.id == f.task))
     if f.task_id is not None:
         query = query.where(Rollout.task_id == f.task_id)
+    if f.rollout_ids:
+        query = query.where(Rollout.id.in_(list(f.rollout_ids)))
     if f.harness is not None:
         query = query.where(harness_name(dialect) == f.harness)
     if f.status:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlencode
@@ -73,9 +73,10 @@ def _date(params: Any, name: str) -> datetime | None:
     if not raw:
         return None
     try:
-        return datetime.fromisoformat(raw)
+        value = datetime.fromisoformat(raw)
     except ValueError:
         raise UIPageError(400, "Bad filter", f"{name} must be a date (YYYY-MM-DD or ISO 8601), not {raw!r}") from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)  # a plain date is UTC
 
 
 def _int(params: Any, name: str, default: int) -> int:

@@ -92,8 +92,10 @@ def _span_starts(spans: Sequence[dict[str, Any]]) -> dict[int, str]:
     return starts
 
 
-def token_page(row: Trajectory, text: TokenText, page: int, *, page_size: int = PAGE_TOKENS) -> TokenPage:
-    """Page ``page`` (0-based, clamped) of ``row``'s prompt + response tokens."""
+def token_page(row: Trajectory, text: TokenText, page: int, *, page_size: int | None = None) -> TokenPage:
+    """Page ``page`` (0-based, clamped) of ``row``'s prompt + response tokens, ``page_size`` (default
+    ``PAGE_TOKENS``) tokens a page."""
+    page_size = page_size or PAGE_TOKENS
     prompt, response = list(row.prompt_ids), list(row.response_ids)
     mask, logprobs = list(row.loss_mask), list(row.response_logprobs)
     n = len(prompt) + len(response)

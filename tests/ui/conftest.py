@@ -1,5 +1,6 @@
-"""UI-test fixtures: two real rollouts of one task (one solved, one failed: the built-in agent on scripted
-replies through a live gateway on the local model), the control API with a control token serving ``/ui`` on a
+"""UI-test fixtures: three real rollouts (two samples of one task, one solved
+and one failed, and a harness that crashes: the built-in agent on scripted replies through a live gateway on the
+local model), the control API with a control token serving ``/ui`` on a
 loopback port, and a headless Debian chromium driven by Playwright (skipped when chromium is absent, except
 under ``CI=true``). ``POLAR_UI_SCREENSHOTS=DIR`` makes the tests save their screenshots there."""
 
@@ -19,7 +20,7 @@ from polar.rollout import drive_rollouts, process_limiter, submit_tasks
 from polar.rollout.context import store_factory
 from polar.serving import ServerThread
 from tests.rollout.conftest import context, sqlite_gateway, sqlite_url  # noqa: F401
-from tests.rollout.helpers import answer_task, test_settings
+from tests.rollout.helpers import answer_task, script, test_settings
 from tests.ui.browser import require_chromium
 
 TOKEN = "ui-s3cret"
@@ -29,22 +30,24 @@ TOKEN = "ui-s3cret"
 class UIStore:
     url: str  # the UI server's base URL
     task_id: str
-    solved: str  # rollout ids
+    solved: str  # rollout ids: reward 1, reward 0, a harness that crashed (ERROR)
     failed: str
+    crashed: str
 
 
 @pytest.fixture(scope="module")
 def ui_store(tmp_path_factory, cache_dir, sqlite_url, context) -> Iterator[UIStore]:  # noqa: F811
     task = answer_task(name="write-answer", samples=2, metadata={"group": "ui-demo"})
-    (submitted,) = submit_tasks(context.factory, [task])
-    ids = list(submitted.rollout_ids)
+    crash = answer_task(name="crash", samples=1, policies=[script("echo started > log.txt", "kill -9 $PPID")])
+    submitted, crashing = submit_tasks(context.factory, [task, crash])
+    ids = [*submitted.rollout_ids, *crashing.rollout_ids]
     run = drive_rollouts(context, ids, "ui-test", limiter=process_limiter(context.settings))
     with ThreadPoolExecutor(1) as pool:  # its own loop: a fixture may be set up inside pytest-asyncio's
         pool.submit(asyncio.run, run).result()
     settings = test_settings(tmp_path_factory.mktemp("ui"), cache_dir, sqlite_url, control_token=TOKEN)
     app = create_api(settings, store_factory(settings))  # no lifespan: the UI only reads
     with ServerThread(app) as server:
-        yield UIStore(server.url, submitted.task_id, solved=ids[0], failed=ids[1])
+        yield UIStore(server.url, submitted.task_id, solved=ids[0], failed=ids[1], crashed=ids[2])
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from db.engine import session_scope
+from db.enums import RolloutStatus
+from db.models import Rollout, Task
+
 from tests.rollout.helpers import captures, trajectories
 from tests.ui.conftest import TOKEN, screenshot
 
@@ -35,10 +39,8 @@ def test_a_token_in_the_url_sets_an_httponly_cookie_and_leaves_the_url(page, ui_
 
 def test_the_rollout_list_loads_and_filters(page, ui_store):
     rows = page.locator("table.rollouts tbody tr[data-rollout]")
-    assert {rows.nth(i).get_attribute("data-rollout") for i in range(rows.count())} == {
-        ui_store.solved,
-        ui_store.failed,
-    }
+    shown = {rows.nth(i).get_attribute("data-rollout") for i in range(rows.count())}
+    assert {ui_store.solved, ui_store.failed, ui_store.crashed} <= shown
     solved = page.locator(f'tr[data-rollout="{ui_store.solved}"]')
     assert solved.locator(".reward").inner_text() == "1.00" and "COMPLETED" in solved.inner_text()
     screenshot(page, "ui-rollouts", full_page=True)
@@ -54,7 +56,11 @@ def test_the_rollout_list_loads_and_filters(page, ui_store):
     assert [rows.nth(i).get_attribute("data-rollout") for i in range(rows.count())] == [ui_store.failed]
     page.select_option('select[name="status"]', "ERROR")
     page.click('button[type="submit"]')
-    assert page.locator("td.empty").inner_text() == "No rollouts match."
+    page.wait_for_url("**status=ERROR**")
+    assert page.locator("td.empty").inner_text() == "No rollouts match."  # the group's samples both completed
+    page.goto(f"{ui_store.url}/ui/rollouts?status=ERROR")
+    (crashed,) = [rows.nth(i) for i in range(rows.count())]
+    assert crashed.get_attribute("data-rollout") == ui_store.crashed and "exited with code -9" in crashed.inner_text()
     assert page.goto(f"{ui_store.url}/ui/rollouts?min_reward=lots").status == 400
     assert "min_reward must be a number" in page.locator(".message").inner_text()
 
@@ -115,3 +121,31 @@ def test_an_unknown_id_is_a_clear_404_page(page, ui_store):
         assert reply.status == 404, path
         assert page.locator("h1").inner_text() == "Not found"
     assert "no rollout no-such-rollout" in page.goto(ui_store.url + "/ui/rollouts/no-such-rollout").text()
+
+
+def test_a_crashed_rollout_shows_its_failure_and_a_fully_masked_trajectory(page, ui_store, context):
+    page.goto(f"{ui_store.url}/ui/rollouts/{ui_store.crashed}")
+    assert "exited with code -9" in page.locator("#failure").inner_text()
+    assert page.locator('tr.stage[data-stage="evaluate"]').count() == 1
+    for row in trajectories(context.factory, ui_store.crashed):
+        traj = page.locator(f'article[data-trajectory="{row.id}"]')
+        assert "training filter: rollout_error" in traj.locator("header").inner_text()
+        marks = traj.locator(".tokens .t[data-m]").evaluate_all("els => els.map(e => Number(e.dataset.m))")
+        assert marks == list(row.loss_mask) and set(marks) == {0} and traj.locator(".t.m1").count() == 0
+
+
+def test_running_rollouts_refresh_in_the_table(page, ui_store, context):
+    with session_scope(context.factory) as db:
+        task = Task(name="live", instruction="-", harness={"name": "agent"}, runtime={}, evaluator={}, num_samples=1)
+        db.add(task)
+        db.flush()
+        row = Rollout(task_id=task.id, status=RolloutStatus.RUNNING)
+        db.add(row)
+        db.flush()
+        rollout_id = row.id
+    page.goto(f"{ui_store.url}/ui/rollouts?task=live")
+    assert page.locator(f'tr[data-rollout="{rollout_id}"]').get_attribute("data-status") == "RUNNING"
+    with session_scope(context.factory) as db:
+        db.get(Rollout, rollout_id).status = RolloutStatus.COMPLETED
+    # The page polls while a row is running: the row turns COMPLETED without a reload.
+    page.wait_for_selector(f'tr[data-rollout="{rollout_id}"][data-status="COMPLETED"]', timeout=30_000)

@@ -10,7 +10,6 @@ import pytest
 from db.engine import session_scope
 from db.enums import RolloutStatus
 from db.models import Rollout, Task
-
 from tests.rollout.helpers import captures, trajectories
 from tests.ui.conftest import TOKEN, screenshot
 

@@ -17,10 +17,10 @@ from db.enums import RolloutStatus
 from db.models import Capture, MergeStat, Rollout, Task, Trajectory
 from db.request_json import full_request_json
 from polar.api import create_api
-from polar.ui import tokens as ui_tokens
 from polar.trajectory.prefix_merge import link_kinds
 from polar.trajectory.store import build_and_store, load_capture_records
 from polar.trajectory.synthetic import RandomChooser, SessionShape, SessionSimulator, write_session
+from polar.ui import tokens as ui_tokens
 from tests.rollout.conftest import postgres_url, sqlite_url, store_url  # noqa: F401
 from tests.rollout.helpers import test_settings
 

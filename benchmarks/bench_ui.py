@@ -79,8 +79,8 @@ def browser_ms(base: str, path: str, repeat: int) -> tuple[float, float] | None:
     loads, paints = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        page = browser.new_page()
         for _ in range(repeat):
+            page = browser.new_page()  # a fresh page each time, so first paint is recorded for each load
             page.goto(base + path, wait_until="load")
             timing = page.evaluate(
                 "() => { const n = performance.getEntriesByType('navigation')[0];"
@@ -89,6 +89,7 @@ def browser_ms(base: str, path: str, repeat: int) -> tuple[float, float] | None:
             )
             loads.append(timing[0])
             paints.append(timing[1])
+            page.close()
         browser.close()
     return statistics.median(loads), statistics.median(paints)
 

@@ -42,7 +42,7 @@ def test_the_rollout_list_loads_and_filters(page, ui_store):
     assert {ui_store.solved, ui_store.failed, ui_store.crashed} <= shown
     solved = page.locator(f'tr[data-rollout="{ui_store.solved}"]')
     assert solved.locator(".reward").inner_text() == "1.00" and "COMPLETED" in solved.inner_text()
-    screenshot(page, "ui-rollouts", full_page=True)
+    screenshot(page.locator("main"), "ui-rollouts")
     page.fill('input[name="min_reward"]', "1")
     page.click('button[type="submit"]')
     page.wait_for_url("**min_reward=1**")

@@ -211,14 +211,19 @@ def ui_router(settings: Settings, factory: sessionmaker[Session], page: Pages) -
             raise UIPageError(400, "Not one task", f"rollouts {a} and {b} belong to different tasks")
         return page("compare.html", sides=sides, task=sides[0][0].task)
 
+    @router.get("/{rest:path}")
+    async def unknown(rest: str) -> Response:
+        raise UIPageError(404, "Not found", f"there is no page /ui/{rest}")
+
     return router
 
 
 def install_ui(app: FastAPI, settings: Settings, factory: sessionmaker[Session]) -> None:
     """Serve the web UI from ``app`` at ``/ui``, with its static files and its HTML error pages."""
     page = Pages(settings)
-    app.include_router(ui_router(settings, factory, page))
+    # The static mount goes first: the router ends with a catch-all 404 page for any other /ui path.
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")
+    app.include_router(ui_router(settings, factory, page))
 
     @app.exception_handler(UIRefused)
     async def refused(request: Request, exc: UIRefused) -> Response:

@@ -187,7 +187,15 @@ def test_capture_json_as_stored_and_rebuilt(store):
 
 
 def test_unknown_ids_are_404_pages_and_compare_needs_one_task(store):
-    for path in ("/ui/rollouts/nope", "/ui/groups/nope", "/ui/trajectories/424242/tokens", "/ui/trajectories/x/tokens"):
+    paths = (
+        "/ui/rollouts/nope",
+        "/ui/groups/nope",
+        "/ui/trajectories/424242/tokens",
+        "/ui/trajectories/x/tokens",
+        "/ui/x/y",
+    )
+    assert store.client.get("/ui/static/ui.css").status_code == 200
+    for path in paths:
         reply = store.client.get(path, headers=AUTH)
         assert reply.status_code == 404 and "<h1>Not found</h1>" in reply.text, path
     other = next(r for r in store.rewards if r != store.long_id)

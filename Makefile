@@ -39,6 +39,8 @@ tools:
 	# Node beside the CLIs: the docker runtime mounts the tools folder read-only (no Node in the image).
 	POLAR_TOOLS=$(CURDIR)/.polar-tools $(BIN)/polar harness install node
 	bash scripts/vllm_env.sh
+	# Debian's chromium for the web UI's browser tests (tests/ui).
+	bash scripts/browser_env.sh
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -p no:cacheprovider -m "not slow and not e2e"

@@ -17,6 +17,7 @@ from prefect import flow
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import Rollout
+from flows.artifacts import publish_batch
 from flows.dispatch import Dispatch, dispatch_rollouts
 from polar.rollout import dispatch_order, submit_tasks
 from polar.rollout.context import get_store
@@ -48,4 +49,5 @@ async def rollout_batch(tasks: list[dict[str, Any]], dispatch: Dispatch = Dispat
     rollout_ids = dispatch_order(submitted)
     flows = await dispatch_rollouts(rollout_ids, dispatch=Dispatch(dispatch), settings=settings)
     summary = await asyncio.to_thread(summarize, factory, rollout_ids, flows)
+    await publish_batch(factory, settings, rollout_ids)
     return {"tasks": {t.task_id: list(t.rollout_ids) for t in submitted}, **summary}

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from db.engine import describe_database, normalize_url
 from db.models import Rollout
 from polar.rollout.context import close_contexts, get_store
-from polar.rollout.report import format_rollouts, format_totals, rollout_rows
+from polar.rollout.report import RolloutRow, format_rollouts, format_totals, rollout_rows
 from polar.settings import Settings
 
 GIT_COMMIT = "git init -q . && git add -A && git -c user.email=demo@polar -c user.name=polar commit -q -m start"
@@ -156,6 +156,18 @@ async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, titl
     return rows
 
 
+def viewer_hint(settings: Settings, rows: Sequence[RolloutRow]) -> str:
+    """Where the demo's rollouts can be looked at: ``polar serve`` on the demo's home, then its ``/ui``."""
+    base = settings.public_url.rstrip("/") or f"http://{settings.api_host}:{settings.api_port}"
+    token = f"?token={settings.control_token}" if settings.control_token else ""
+    first = f"\n  one rollout: {base}/ui/rollouts/{rows[0].rollout_id}" if rows else ""
+    return (
+        "look at these rollouts in the browser:\n"
+        f"  POLAR_HOME={settings.home} polar serve\n"
+        f"  then open {base}/ui{token}{first}"
+    )
+
+
 async def run_demo(settings: Settings, samples: int = 4) -> None:
     tasks = toy_tasks(samples)
     title = (
@@ -166,5 +178,7 @@ async def run_demo(settings: Settings, samples: int = 4) -> None:
         rows = await run_batch(settings, tasks, title=title)
     finally:
         await asyncio.to_thread(close_contexts)
+    print()
+    print(viewer_hint(settings, rows))
     if any(row.status != "COMPLETED" for row in rows):
         raise SystemExit(1)

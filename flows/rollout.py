@@ -20,6 +20,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from prefect.states import Completed, State
 
+from flows.artifacts import publish_rollout
 from flows.limits import make_limiter
 from polar.rollout import (
     STAGE_FUNCTIONS,
@@ -89,9 +90,12 @@ def build_rollout_flow(stage_functions: Mapping[Stage, StageFunction], *, name: 
         async def call(stage: Stage, view: RolloutView) -> object:
             return await stage_tasks[stage].with_options(**_options(stage, view, ctx.settings))(rollout_id, owner)
 
-        summary = await drive_rollout(
-            ctx, rollout_id, owner, limiter=make_limiter(ctx.settings), call=call, takeover=takeover
-        )
+        try:
+            summary = await drive_rollout(
+                ctx, rollout_id, owner, limiter=make_limiter(ctx.settings), call=call, takeover=takeover
+            )
+        finally:  # a rollout that failed a stage gets its artifact too (its failure cause is the point)
+            await publish_rollout(ctx.factory, ctx.settings, rollout_id)
         return {
             "rollout_id": summary.rollout_id,
             "status": summary.status.value,

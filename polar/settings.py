@@ -118,6 +118,12 @@ class Settings(BaseSettings):
     callback_backoff_s: float = Field(default=1.0, ge=0, description="first delay between webhook attempts (doubles)")
     api_poll_s: float = Field(default=0.25, gt=0, description="how often the API admits tasks and sends callbacks")
 
+    # ---- web UI (polar serve's /ui) and links to it ----------------------------------------------------------
+    public_url: str = Field(
+        default="", description="where users reach polar serve (its base URL); Prefect artifacts link to /ui there"
+    )
+    prefect_ui_url: str = Field(default="", description="Prefect UI base URL; the web UI links flow runs there")
+
     # ---- runtimes and harness tools (docker, apptainer; polar harness install) ---------------------------
     tools: Path | None = Field(
         default=None, description="agent CLIs and Node (polar harness install); empty means home/tools"

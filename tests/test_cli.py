@@ -58,6 +58,7 @@ def test_demo_runs_toy_tasks_through_the_pipeline_then_trajectories_rebuild(pola
     assert len(table) == 6 and all(" COMPLETED " in line for line in table) and "changed calc.py" in out
     assert "rollouts: pending" in out  # progress lines
     assert (Path(polar_env["POLAR_HOME"]) / "polar.db").exists()
+    assert f"POLAR_HOME={polar_env['POLAR_HOME']} polar serve" in out and "/ui" in out  # where to look at them
 
     proc = run_polar("trajectories", "rebuild", "--builder", "per_request", "--since", "2000-01-01", env=polar_env)
     assert proc.returncode == 0, proc.stderr

@@ -34,6 +34,7 @@ from polar.export.filters import ExportFilter
 from polar.proxy.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 from polar.rollout.submit import submit_tasks
 from polar.settings import Settings, TaskDispatch
+from polar.ui import install_ui
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +245,7 @@ def create_api(
         wake.set()  # tasks held by admission control may start now
         return {**asdict(record), "created_at": record.created_at.isoformat(), "targets": targets}
 
+    install_ui(app, settings, factory)  # the web UI at /ui, behind the same control token
     return app
 
 

@@ -111,6 +111,22 @@ def prefix_merge(captures: Iterable[CaptureRecord], /, *, end_of_turn_id: int | 
     return BuildResult(NAME, tuple(traces), stats)
 
 
+def link_kinds(captures: Iterable[CaptureRecord], /, *, end_of_turn_id: int | None = None) -> dict[int, str]:
+    """How each capture entered the merged chains, by capture id: ``root`` (a chain of its own with no parent),
+    ``exact`` or ``inexact`` (merged into its parent's chain), a ``BreakCause`` value (had a parent but started a
+    chain), or ``failed`` (an ERROR capture, left out). The same decisions ``prefix_merge`` makes."""
+    tree = CaptureTree(captures)
+    end_of_turn = functools.cache(lambda: end_of_turn_id if end_of_turn_id is not None else detect_end_of_turn(tree))
+    kinds = {record.id: "failed" for record in tree.records if not record.ok}
+    for record in tree.ok:
+        decision = _decide(tree, record, tree.link(record), end_of_turn)
+        if isinstance(decision, _Edge):
+            kinds[record.id] = "exact" if decision.exact else "inexact"
+        else:
+            kinds[record.id] = "root" if decision is None else decision.value
+    return kinds
+
+
 def detect_end_of_turn(tree: CaptureTree) -> int | None:
     """The model's end-of-turn id, read off the captures: the commonest last id of replies that stopped,
     else the commonest first inserted id after truncated replies (append mode glues the end-of-turn there)."""

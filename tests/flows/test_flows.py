@@ -16,6 +16,7 @@ from db.enums import RolloutStatus
 from flows.batch import rollout_batch
 from flows.retry import retry_failed
 from polar.rollout.context import store_factory
+from tests.flows.artifacts import PUBLIC_URL, check_artifacts
 from tests.flows.prefect_api import flow_runs_named, task_runs_of
 from tests.rollout.helpers import (
     answer_task,
@@ -33,6 +34,7 @@ def finished_at(row, stages=STAGES[:3]):
 
 
 async def test_a_batch_runs_each_rollout_as_a_flow_run_with_four_task_runs(flow_env):
+    flow_env(POLAR_PUBLIC_URL=PUBLIC_URL)
     summary = await rollout_batch(tasks=[answer_task(samples=2), answer_task(name="second", samples=1)])
     factory = store_factory()
     ids = [rid for rollout_ids in summary["tasks"].values() for rid in rollout_ids]
@@ -48,6 +50,9 @@ async def test_a_batch_runs_each_rollout_as_a_flow_run_with_four_task_runs(flow_
     runs = await task_runs_of(rows[rid].flow_run_id, expect=4)
     assert [r.name for r in runs] == [f"{stage}-{rid}" for stage in STAGES]
     assert all(r.state.is_completed() for r in runs)
+    # What the Prefect UI shows of the outcomes: an artifact per rollout flow run, a table on the batch.
+    names = dict(zip(summary["tasks"], ["answer", "second"], strict=True))
+    await check_artifacts(factory, summary, names)
 
 
 async def test_an_evaluator_failure_is_retried_by_resuming_only_evaluate(flow_env, tmp_path):

@@ -1,0 +1,71 @@
+"""Who may see the web UI: whoever holds the control token.
+
+The token is accepted as the control API takes it (``Authorization: Bearer ...``) or once as ``?token=`` on any
+``/ui`` URL: a right one answers with a redirect to the same URL without it, setting an HttpOnly cookie (path
+``/ui``, SameSite Strict) so the browser's later requests, the page's own ``fetch`` calls included, carry it.
+The cookie holds an HMAC of the token, not the token, so a leaked cookie opens the UI but not the ``/v1`` API.
+The token is read from the settings on every request, the same ``settings.control_token`` the API's ``control``
+dependency reads; with no token configured the UI is as open as the API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from urllib.parse import urlencode
+
+from fastapi import Request
+
+from polar.settings import Settings
+
+COOKIE = "polar_ui"
+
+
+class UIRefused(Exception):
+    """The request holds no valid token: answered with the UI's 401 page."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class UITokenAccepted(Exception):
+    """A right ``?token=``: answered with a redirect to ``location`` that sets the cookie ``value``."""
+
+    def __init__(self, location: str, value: str):
+        super().__init__(location)
+        self.location = location
+        self.value = value
+
+
+def cookie_value(token: str) -> str:
+    return hmac.new(token.encode(), b"polar-ui-session", hashlib.sha256).hexdigest()
+
+
+def _equal(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def ui_guard(settings: Settings):
+    """The FastAPI dependency that guards every ``/ui`` route (raises ``UIRefused`` / ``UITokenAccepted``)."""
+
+    async def guard(request: Request) -> None:
+        token = settings.control_token
+        if not token:
+            return
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("bearer ") and _equal(auth[7:].strip(), token):
+            return
+        given = request.query_params.get("token")
+        if given is not None:
+            if not _equal(given, token):
+                raise UIRefused("the token in the URL is not the control token")
+            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            location = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+            raise UITokenAccepted(location, cookie_value(token))
+        cookie = request.cookies.get(COOKIE)
+        if cookie is not None and _equal(cookie, cookie_value(token)):
+            return
+        raise UIRefused("this page needs the control token: open it once as /ui?token=<POLAR_CONTROL_TOKEN>")
+
+    return guard

@@ -1,5 +1,5 @@
 """How fast the web UI shows a long rollout: a synthetic 200-turn session of about 100k tokens (branches,
-compactions, sub-agents, truncations, failed calls, weight updates: ``polar.trajectory.synthetic``) against a
+compactions, sub-agents, truncations, failed calls, weight updates: ``tests.trajectory.synthetic``) against a
 10-turn one measured in the same run.
 
 Prints, for each: the server's render time of ``/ui/rollouts/<id>`` (median of runs, in process through the
@@ -25,12 +25,13 @@ from db import migrate
 from db.engine import make_engine, make_session_factory, session_scope
 from db.enums import RolloutStatus
 from db.models import Rollout, Task
+from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.serving import ServerThread
 from polar.settings import Settings, TaskDispatch, get_settings
 from polar.tokens.tokenizer import load_tokenizer
 from polar.trajectory.store import build_and_store
-from polar.trajectory.synthetic import RandomChooser, SessionShape, SessionSimulator, write_session
+from tests.trajectory.synthetic import RandomChooser, SessionShape, SessionSimulator, write_session
 
 
 def make_rollout(factory, tokenizer, turns: int, tool_chars: int, seed: int) -> tuple[str, int, int]:
@@ -113,7 +114,7 @@ def main() -> None:
             "baseline 10 turns": make_rollout(factory, tokenizer, 10, 400, 1),
             f"{args.turns} turns": make_rollout(factory, tokenizer, args.turns, args.tool_chars, 0),
         }
-        app = create_api(settings, factory)
+        app = create_api(settings, factory, run_inline=run_inline)
         client = TestClient(app)
         server = ServerThread(app, lifespan="off")
         with server:

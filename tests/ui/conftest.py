@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.rollout import drive_rollouts, process_limiter, submit_tasks
 from polar.rollout.context import store_factory
@@ -45,7 +46,7 @@ def ui_store(tmp_path_factory, cache_dir, sqlite_url, context) -> Iterator[UISto
     with ThreadPoolExecutor(1) as pool:  # its own loop: a fixture may be set up inside pytest-asyncio's
         pool.submit(asyncio.run, run).result()
     settings = test_settings(tmp_path_factory.mktemp("ui"), cache_dir, sqlite_url, control_token=TOKEN)
-    app = create_api(settings, store_factory(settings))  # no lifespan: the UI only reads
+    app = create_api(settings, store_factory(settings), run_inline=run_inline)  # no lifespan: the UI only reads
     with ServerThread(app) as server:
         yield UIStore(server.url, submitted.task_id, solved=ids[0], failed=ids[1], crashed=ids[2])
 

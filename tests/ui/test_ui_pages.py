@@ -16,13 +16,14 @@ from db.engine import make_engine, make_session_factory, session_scope
 from db.enums import RolloutStatus
 from db.models import Capture, MergeStat, Rollout, Task, Trajectory
 from db.request_json import full_request_json
+from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.trajectory.prefix_merge import link_kinds
 from polar.trajectory.store import build_and_store, load_capture_records
-from polar.trajectory.synthetic import RandomChooser, SessionShape, SessionSimulator, write_session
 from polar.ui import tokens as ui_tokens
 from tests.rollout.conftest import postgres_url, sqlite_url, store_url  # noqa: F401
 from tests.rollout.helpers import test_settings
+from tests.trajectory.synthetic import RandomChooser, SessionShape, SessionSimulator, write_session
 
 TOKEN = "pages-s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -83,7 +84,7 @@ def store(tmp_path_factory, cache_dir, small_tokenizer, store_url) -> Iterator[S
         with session_scope(factory) as db:
             build_and_store(db, rid, builder="prefix_merge")
     settings = test_settings(tmp_path_factory.mktemp("ui"), cache_dir, store_url, control_token=TOKEN)
-    client = TestClient(create_api(settings, factory))
+    client = TestClient(create_api(settings, factory, run_inline=run_inline))
     yield Store(client, factory, rows[0], short_id, rewards)
     engine.dispose()
 

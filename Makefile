@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, so the CPU wheel (found via PIP_FIND_LINKS) satisfies the pin before anything else asks.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,trainers]"
 	touch $@
 
 demo: venv
@@ -32,6 +32,7 @@ tools:
 	# Node beside the CLIs: the docker runtime mounts the tools folder read-only (no Node in the image).
 	POLAR_TOOLS=$(CURDIR)/.polar-tools $(BIN)/polar harness install node
 	bash scripts/vllm_env.sh
+	bash scripts/verl_env.sh
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -p no:cacheprovider -m "not slow and not e2e"

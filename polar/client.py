@@ -76,6 +76,9 @@ class PolarClient:
     def task(self, task_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/tasks/{task_id}")
 
+    def rollout(self, rollout_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/rollouts/{rollout_id}")
+
     def cancel(self, task_id: str) -> dict[str, Any]:
         return self._call("POST", f"/v1/tasks/{task_id}/cancel")
 

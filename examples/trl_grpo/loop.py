@@ -15,6 +15,7 @@ logprob the backend captured when it sampled that token.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -76,12 +77,14 @@ def train(
     prompts: int,
     generations: int,
     lr: float,
+    iterations: int = 1,
     output_dir: Path,
     task: Callable[[Any], dict[str, Any]] = toy,
     log: Callable[[str], None] = print,
 ) -> list[StepResult]:
     """``steps`` GRPO steps of TRL on Polar rollouts; each step is one generation of ``prompts`` groups of
-    ``task(prompt)``."""
+    ``task(prompt)``, trained on for ``iterations`` optimizer steps (TRL's ``num_iterations``: from the second one
+    on, its clipped ratio is against the logprobs TRL computed before the first)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
 
@@ -95,7 +98,8 @@ def train(
         output_dir=str(output_dir),
         use_cpu=True,
         bf16=False,
-        max_steps=steps,
+        max_steps=steps * iterations,
+        num_iterations=iterations,
         per_device_train_batch_size=prompts * generations,
         num_generations=generations,
         learning_rate=lr,
@@ -143,16 +147,27 @@ def train(
     return results
 
 
+def _start_prefect() -> None:
+    """Start Prefect's ephemeral server with one empty flow run, before any rollout: two inline dispatches that
+    both find no server start two at once, which race for its port and its database migration."""
+    from prefect import flow
+
+    flow(name="polar-trl-start")(lambda: None)()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.trl_grpo", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--prompts", type=int, default=2, help="groups (Polar tasks) per step")
     parser.add_argument("--generations", type=int, default=4, help="TRL num_generations (samples per task)")
     parser.add_argument("--lr", type=float, default=5e-2)
+    parser.add_argument("--iterations", type=int, default=4, help="TRL num_iterations (updates per generation)")
     parser.add_argument("--home", type=Path, help="POLAR_HOME (default: a new temporary folder)")
     args = parser.parse_args(argv)
     home = args.home or Path(tempfile.mkdtemp(prefix="polar-trl-"))
     _environment(home)
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")  # as `polar demo` does
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL 1.16
 
     from polar.api.server import build_app
     from polar.models.tiny import ensure_model_dir
@@ -162,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = get_settings()
     model_dir = ensure_model_dir(settings.model, settings.cache_dir)
+    _start_prefect()
     print(f"POLAR_HOME={home}; model {settings.model}; {args.steps} steps x {args.prompts} x {args.generations}")
     try:
         with ServerThread(build_app(settings), lifespan="on") as api, PolarClient(api.url) as client:
@@ -172,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 prompts=args.prompts,
                 generations=args.generations,
                 lr=args.lr,
+                iterations=args.iterations,
                 output_dir=home / "trl",
             )
     finally:

@@ -80,6 +80,35 @@ def test_a_group_whose_rollouts_all_fail_raises_instead_of_training(api, tiny_mo
         )
 
 
+def half_failing(prompt: Any) -> dict[str, Any]:
+    """Sample 0 replies "abc def" (reward 1), sample 1 "xyz", on which the harness then exits 1 (ERROR)."""
+    task = toy_task(step=0, group=0, samples=1)
+    check = "import sys; sys.exit('x' in open('reply.txt').read())"
+    task["harness"]["config"]["command"] = f'{{python}} reply.py && {{python}} -c "{check}"'
+    task["policies"] = [{"type": "scripted", "replies": [], "tool_free_reply": reply} for reply in ("abc def", "xyz")]
+    return {**task, "instruction": str(prompt)}
+
+
+def test_a_failed_sample_is_masked_and_the_rest_of_its_group_trains(api, tiny_model_dir, tmp_path):
+    with PolarClient(api.url) as client:
+        (result,) = train(
+            client,
+            tiny_model_dir,
+            steps=1,
+            prompts=1,
+            generations=2,
+            lr=5e-2,
+            output_dir=tmp_path,
+            task=half_failing,
+            log=lambda _: None,
+        )
+    ok, failed = result.record.samples
+    assert (ok.status, ok.reward, ok.masked_reason) == ("COMPLETED", 1.0, None) and all(ok.loss_mask)
+    assert failed.status == "ERROR" and failed.reward is None and "rollout_error" in (failed.masked_reason or "")
+    assert failed.completion_ids and not any(failed.loss_mask)  # real ids, nothing trains on them
+    assert result.trained_tokens == sum(ok.loss_mask) and result.max_logprob_gap < 1e-5
+
+
 def test_a_mismatched_tokenizer_refuses_to_start(api, tiny_model_dir):
     from transformers import AutoTokenizer
 

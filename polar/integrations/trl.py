@@ -93,13 +93,16 @@ class PolarRolloutFunc:
         self.log = log
         self.records: list[RolloutRecord] = []
         self._published: tuple[int, str] | None = None  # (global_step, version)
+        self._checked: Any = None
         self.__name__ = "polar_rollout"
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         if trainer.accelerator.num_processes != 1:
             raise InvalidRequest("PolarRolloutFunc supports one trainer process (it publishes the weights)")
-        if vocab_fingerprint(trainer.processing_class.get_vocab()) != self.served["tokenizer"]["fingerprint"]:
-            check_tokenizer(self.client, trainer.processing_class)  # raises TokenizerMismatch with the details
+        if self._checked is not trainer.processing_class:  # the trainer's own tokenizer, once
+            if vocab_fingerprint(trainer.processing_class.get_vocab()) != self.served["tokenizer"]["fingerprint"]:
+                check_tokenizer(self.client, trainer.processing_class)  # raises TokenizerMismatch with the details
+            self._checked = trainer.processing_class
         n = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
         if not prompts or len(prompts) % n:
             raise InvalidRequest(f"got {len(prompts)} prompts, not a multiple of num_generations={n}", field="prompts")
@@ -112,7 +115,7 @@ class PolarRolloutFunc:
         task_ids = self.client.submit(tasks)
         views = {v["task_id"]: v for v in self.client.wait(task_ids, timeout_s=self.timeout_s, poll_s=self.poll_s)}
         ordinals = version_ordinals(self.client)
-        fallback = _encode_fallback(trainer)
+        pad = _pad_id(trainer)
         samples = [
             s
             for task_id in task_ids
@@ -121,8 +124,8 @@ class PolarRolloutFunc:
                 views[task_id],
                 ordinals=ordinals,
                 max_staleness=self.max_staleness,
-                fallback_prompt_ids=fallback,
-                pad_id=_pad_id(trainer),
+                fallback_prompt_ids=[pad],  # a rollout without trajectory: one masked pad token each side
+                pad_id=pad,
             )
         ]
         record = RolloutRecord(step, version, task_ids, samples)
@@ -177,8 +180,3 @@ def _pad_id(trainer: Any) -> int:
     tokenizer = trainer.processing_class
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return int(pad or 0)
-
-
-def _encode_fallback(trainer: Any) -> list[int]:
-    """The prompt of a sample that left no trajectory: one pad token (it is fully masked either way)."""
-    return [_pad_id(trainer)]

@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, so the CPU wheel (found via PIP_FIND_LINKS) satisfies the pin before anything else asks.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,trainers]"
 	touch $@
 
 demo: venv
@@ -41,6 +41,7 @@ tools:
 	bash scripts/vllm_env.sh
 	# Debian's chromium for the web UI's browser tests (tests/ui).
 	bash scripts/browser_env.sh
+	bash scripts/verl_env.sh
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -p no:cacheprovider -m "not slow and not e2e"

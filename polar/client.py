@@ -65,12 +65,19 @@ class PolarClient:
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/health")
 
+    def model(self) -> dict[str, Any]:
+        """The served model and its tokenizer's ``name``, ``vocab_size`` and ``fingerprint``."""
+        return self._call("GET", "/v1/model")
+
     def submit(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
         """Submit TaskRequest dicts; returns their task ids in order."""
         return [t["task_id"] for t in self._call("POST", "/v1/tasks", json={"tasks": list(tasks)})["tasks"]]
 
     def task(self, task_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/tasks/{task_id}")
+
+    def rollout(self, rollout_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/rollouts/{rollout_id}")
 
     def cancel(self, task_id: str) -> dict[str, Any]:
         return self._call("POST", f"/v1/tasks/{task_id}/cancel")

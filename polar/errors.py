@@ -181,3 +181,15 @@ class GatewayError(PolarError):
 
     status_code = 502
     error_type = "gateway_error"
+
+
+class TokenizerMismatch(Conflict):
+    """A trainer's tokenizer is not the one Polar renders and samples with, so token ids would not line up."""
+
+    error_type = "tokenizer_mismatch"
+
+
+class GroupFailed(PolarError):
+    """No sample of a rollout group can train (every rollout failed or is masked); a trainer gets no tensors."""
+
+    error_type = "group_failed"

@@ -31,9 +31,11 @@ from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody
 from polar.api.weights import WeightSource, publish
 from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, invalid_from
 from polar.export.filters import ExportFilter
+from polar.models.tiny import get_spec
 from polar.proxy.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 from polar.rollout.submit import submit_tasks
 from polar.settings import Settings, TaskDispatch
+from polar.tokens.tokenizer import ChatTokenizer, load_tokenizer
 from polar.ui import install_ui
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,11 @@ def _error(exc: PolarError) -> JSONResponse:
     return JSONResponse(
         {"error": {"type": exc.error_type, "message": exc.message, "field": exc.field}}, status_code=exc.status_code
     )
+
+
+def model_tokenizer(settings: Settings) -> ChatTokenizer:
+    """The tokenizer every gateway with ``settings`` renders prompts with (``polar.proxy.gateway`` picks it so)."""
+    return load_tokenizer(get_spec(settings.model).tokenizer, settings.cache_dir)
 
 
 def weight_targets(settings: Settings, gateway_url: str | None) -> list[str]:
@@ -122,6 +129,19 @@ def create_api(
         return {"status": "ok", "dispatch": runner.mode.value, "current_version": current.version if current else None}
 
     v1 = [Depends(control)]
+
+    @app.get("/v1/model", dependencies=v1)
+    async def model() -> dict[str, Any]:
+        """The model the gateways serve under these settings and its tokenizer (trainers check theirs matches)."""
+        tokenizer = await asyncio.to_thread(model_tokenizer, settings)
+        return {
+            "model": settings.model,
+            "tokenizer": {
+                "name": tokenizer.name,
+                "vocab_size": tokenizer.vocab_size,
+                "fingerprint": tokenizer.fingerprint,
+            },
+        }
 
     @app.post("/v1/tasks", status_code=201, dependencies=v1)
     async def submit(batch: TaskBatch) -> dict[str, Any]:

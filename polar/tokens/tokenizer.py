@@ -12,8 +12,10 @@ text are recognised (as HF tokenizers do).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 
@@ -92,6 +94,11 @@ class ChatTokenizer:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
     @cached_property
+    def fingerprint(self) -> str:
+        """``vocab_fingerprint`` of this vocabulary, added tokens included."""
+        return vocab_fingerprint(self._tok.get_vocab(with_added_tokens=True))
+
+    @cached_property
     def im_start_id(self) -> int:
         return self.token_id(IM_START)
 
@@ -107,6 +114,14 @@ class ChatTokenizer:
     def eos_ids(self) -> frozenset[int]:
         """Ids that end a generation: end of turn and end of text (Qwen's generation_config)."""
         return frozenset((self.im_end_id, self.end_of_text_id))
+
+
+def vocab_fingerprint(vocab: Mapping[str, int]) -> str:
+    """A sha256 of a token -> id mapping, so two processes can tell whether they tokenize alike.
+
+    A Hugging Face tokenizer's ``get_vocab()`` gives the same mapping (added tokens included) for the same
+    tokenizer.json, so a trainer compares its own fingerprint with the one the control API reports."""
+    return hashlib.sha256(json.dumps(sorted(vocab.items()), separators=(",", ":")).encode()).hexdigest()
 
 
 def _qwen_pipeline(tok: Tokenizer) -> Tokenizer:

@@ -42,8 +42,9 @@ def test_every_operation_is_in_the_spec(fuzz_schema):
         ("POST", "/v1/claims"),
         ("POST", "/v1/weights"),
         ("GET", "/v1/trajectories"),
+        ("GET", "/v1/model"),
     } <= paths
-    assert len(paths) == 13
+    assert len(paths) == 14
 
 
 def test_no_request_gets_a_server_error(fuzz_schema):

@@ -1,0 +1,120 @@
+"""TRL's GRPOTrainer on Polar rollouts through the control API (``polar.integrations.trl``): versions per step,
+loss-mask alignment, TRL's logprobs equal to the captured ones before each update, a failed group refused, a
+mismatched tokenizer refused, and ``import polar`` free of TRL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+pytest.importorskip("trl")
+
+from examples.grpo.toy import toy_task  # noqa: E402
+from examples.trl_grpo.loop import INSTRUCTION, train  # noqa: E402
+from polar.client import PolarClient  # noqa: E402
+from polar.errors import GroupFailed, TokenizerMismatch  # noqa: E402
+from polar.integrations.trl import PolarRolloutFunc  # noqa: E402
+
+# TRL 1.16 sets transformers' renamed gradient-checkpointing options; and rollout_func is "experimental" in TRL.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*gradient_checkpointing:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:You are using 'rollout_func':UserWarning"),
+]
+
+
+def test_importing_polar_and_its_integrations_does_not_import_trl():
+    code = "import sys, polar, polar.integrations.groups, polar.integrations.trl; print('trl' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_trl_closed_loop_versions_masks_and_logprobs(api, api_engine, tiny_model_dir, tmp_path):
+    with PolarClient(api.url) as client:
+        results = train(
+            client, tiny_model_dir, steps=2, prompts=1, generations=3, lr=5e-2, output_dir=tmp_path, log=lambda _: None
+        )
+        versions = [r.record.version for r in results]
+        assert [r.record.global_step for r in results] == [0, 1]
+        assert versions[0].endswith("-step-0") and versions[1].endswith("-step-1")
+        # The step's weights were published before its rollouts, and every sample was drawn under exactly them.
+        assert client.weights()["current"] == versions[1] == api_engine.weight_version
+        for result in results:
+            samples = result.record.samples
+            assert len(samples) == 3 and all(s.trainable for s in samples)
+            assert {(s.weight_version_min, s.weight_version_max) for s in samples} == {(result.record.version,) * 2}
+            for sample in samples:
+                stored = client.trajectories(rollout_id=sample.rollout_id, builder="prefix_merge", tokens=True)
+                assert len(stored) == 1
+                # What TRL got is the stored trajectory: ids, mask and logprobs aligned token for token.
+                assert sample.completion_ids == stored[0]["response_ids"]
+                assert sample.loss_mask == stored[0]["loss_mask"]
+                assert sample.logprobs == pytest.approx(stored[0]["response_logprobs"], abs=0)
+                assert len(sample.completion_ids) == len(sample.loss_mask) == len(sample.logprobs)
+                assert sample.prompt_ids == stored[0]["prompt_ids"]
+            # TRL's own logprob of every trained token, before the update, is the one the backend sampled it with.
+            assert result.trained_tokens == sum(map(sum, (s.loss_mask for s in samples))) > 0
+            assert result.max_logprob_gap < 1e-5
+
+
+def failing(prompt: Any) -> dict[str, Any]:
+    task = toy_task(step=0, group=0, samples=1)
+    task["harness"]["config"]["command"] = "{python} -c 'import sys; sys.exit(3)'"
+    return {**task, "instruction": str(prompt)}
+
+
+def test_a_group_whose_rollouts_all_fail_raises_instead_of_training(api, tiny_model_dir, tmp_path):
+    with PolarClient(api.url) as client, pytest.raises(GroupFailed, match="none of its 2 samples can train"):
+        train(
+            client,
+            tiny_model_dir,
+            steps=1,
+            prompts=1,
+            generations=2,
+            lr=5e-2,
+            output_dir=tmp_path,
+            task=failing,
+            log=lambda _: None,
+        )
+
+
+def half_failing(prompt: Any) -> dict[str, Any]:
+    """Sample 0 replies "abc def" (reward 1), sample 1 "xyz", on which the harness then exits 1 (ERROR)."""
+    task = toy_task(step=0, group=0, samples=1)
+    check = "import sys; sys.exit('x' in open('reply.txt').read())"
+    task["harness"]["config"]["command"] = f'{{python}} reply.py && {{python}} -c "{check}"'
+    task["policies"] = [{"type": "scripted", "replies": [], "tool_free_reply": reply} for reply in ("abc def", "xyz")]
+    return {**task, "instruction": str(prompt)}
+
+
+def test_a_failed_sample_is_masked_and_the_rest_of_its_group_trains(api, tiny_model_dir, tmp_path):
+    with PolarClient(api.url) as client:
+        (result,) = train(
+            client,
+            tiny_model_dir,
+            steps=1,
+            prompts=1,
+            generations=2,
+            lr=5e-2,
+            output_dir=tmp_path,
+            task=half_failing,
+            log=lambda _: None,
+        )
+    ok, failed = result.record.samples
+    assert (ok.status, ok.reward, ok.masked_reason) == ("COMPLETED", 1.0, None) and all(ok.loss_mask)
+    assert failed.status == "ERROR" and failed.reward is None and "rollout_error" in (failed.masked_reason or "")
+    assert failed.completion_ids and not any(failed.loss_mask)  # real ids, nothing trains on them
+    assert result.trained_tokens == sum(ok.loss_mask) and result.max_logprob_gap < 1e-5
+
+
+def test_a_mismatched_tokenizer_refuses_to_start(api, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    with PolarClient(api.url) as client:
+        PolarRolloutFunc(client, tokenizer, {"harness": {"name": "agent"}})  # the served tokenizer: accepted
+        tokenizer.add_tokens(["<not-in-polar>"])
+        with pytest.raises(TokenizerMismatch, match="is not the one Polar serves"):
+            PolarRolloutFunc(client, tokenizer, {"harness": {"name": "agent"}, "instruction": INSTRUCTION})

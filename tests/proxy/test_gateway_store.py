@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -114,7 +115,7 @@ def test_two_gateway_processes_share_a_session(tmp_path, cache_dir, tiny_model_d
                 f"{urls[1]}/v1/sessions/{session['session_id']}/captures", params={"full_prompt": True}
             ).json()["captures"]
             assert [c["seq"] for c in captures] == [0, 1, 2, 3]
-            for parent, child in zip(captures, captures[1:], strict=True):
+            for parent, child in itertools.pairwise(captures):
                 assert child["parent_id"] == parent["id"] and child["render_mode"] == "append"
                 assert child["prefix_len"] == len(parent["prompt_ids"]) + len(parent["output_ids"])
         finally:

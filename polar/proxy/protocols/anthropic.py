@@ -18,8 +18,9 @@ Request -> ChatRequest. Unknown fields are ignored; wrong types and missing requ
 - Custom tools (``input_schema``) become ToolSpecs; server tools (a ``type`` such as
   ``web_search_20250305`` and no schema) run on Anthropic's side and are skipped.
 - ``temperature``, ``top_p``, ``top_k`` and ``stop_sequences`` (as ``stop``) go to ``sampling``;
-  ``cache_control``, ``metadata``, ``thinking``, ``context_management``, ``output_config``, ``tool_choice``
-  and ``service_tier`` are ignored.
+  ``cache_control``, ``metadata``, ``thinking``, ``context_management``, ``output_config`` and
+  ``service_tier`` are ignored; ``tool_choice`` is checked (``auto``, ``any``, ``tool`` with a name, ``none``) but
+  not enforced.
 
 Completion -> Message: a thinking block (its signature is base64(sha256(text)): deterministic, opaque),
 a text block, one ``tool_use`` block per call (ids ``toolu_``-prefixed), or one empty text block when
@@ -31,7 +32,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from polar.errors import InvalidRequest, PolarError
 from polar.proxy.canonical import ChatRequest, Completion
@@ -110,6 +111,20 @@ class _Tool(_Wire):
     input_schema: dict[str, Any] | None = None
 
 
+class _ToolChoice(_Wire):
+    """Read only to refuse what Anthropic refuses (an unknown type, ``tool`` without a name); otherwise ignored."""
+
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+    @model_validator(mode="after")
+    def _named(self) -> _ToolChoice:
+        if self.type == "tool" and not self.name:
+            raise ValueError('tool_choice of type "tool" needs the tool\'s name')
+        return self
+
+
 class _Request(_Wire):
     # Scalars first: errors are reported in field order, and a wrong max_tokens is easier to act on than a
     # problem deep inside the conversation.
@@ -122,6 +137,7 @@ class _Request(_Wire):
     stop_sequences: list[str] | None = None
     system: str | list[_Text] | None = None
     tools: list[_Tool] | None = None
+    tool_choice: _ToolChoice | None = None
     messages: list[_Message] = Field(min_length=1)
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from polar.errors import InvalidRequest, PolarError
@@ -83,6 +83,15 @@ class _Part(_Wire):
     function_response: _FunctionResponse | None = None
     inline_data: _Media | None = None
     file_data: _Media | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_empty(cls, data: Any) -> Any:
+        # Gemini refuses a part with no field at all ("required oneof field 'data' must have one initialized
+        # field"); a part with fields we do not read (a lone thoughtSignature, executableCode) is skipped.
+        if isinstance(data, dict) and not data:
+            raise ValueError("a part needs a field (text, functionCall, functionResponse, inlineData, ...)")
+        return data
 
 
 class _Content(_Wire):

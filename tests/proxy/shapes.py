@@ -101,7 +101,7 @@ def stream_outcome(protocol: str, text: str) -> str:
         kinds = [e.get("type") for e in dicts]
         if "error" in kinds or "response.failed" in kinds:
             return "error"
-        return "complete" if kinds and kinds[-1] == "response.completed" else "cut"
+        return "complete" if kinds and kinds[-1] in ("response.completed", "response.incomplete") else "cut"
     if protocol == "anthropic":
         kinds = [e.get("type") for e in dicts]
         if "error" in kinds:

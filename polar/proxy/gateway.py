@@ -61,6 +61,7 @@ class Gateway:
             render_mode=settings.render_mode,
             backend_name=backend.name,
             vocab_size=tokenizer.vocab_size,
+            max_token_chars=max(len(tokenizer.id_to_token(i) or "") for i in range(tokenizer.vocab_size)),
             backend_deadline_s=settings.backend_deadline_s,
             store_timeout_s=settings.store_statement_timeout_s,
         )

@@ -81,6 +81,7 @@ class CallService:
         render_mode: RenderMode,
         backend_name: str,
         vocab_size: int,
+        max_token_chars: int = 0,
         backend_deadline_s: float = 900.0,
         store_timeout_s: float = 30.0,
     ):
@@ -93,6 +94,7 @@ class CallService:
         self.render_mode = render_mode
         self.backend_name = backend_name
         self.vocab_size = vocab_size
+        self.max_token_chars = max_token_chars
         self.backend_deadline_s = backend_deadline_s
         self.store_timeout_s = store_timeout_s
 
@@ -118,6 +120,7 @@ class CallService:
                 f"model {request.model!r} is not served for this session; use one of {list(session.models)}",
                 field="model",
             )
+        self._refuse_surely_too_long(request)
         history = history if history is not None else self.histories.load(session.id)
         prompt = self.builder.build(request.messages, request.tools, history.prior_calls(), self.render_mode)
         budget = self.context_length - len(prompt.ids)
@@ -128,6 +131,24 @@ class CallService:
         meta = StreamMeta(uuid.uuid4().hex[:24], request.model, int(time.time()), len(prompt.ids))
         context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
         return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta)
+
+    def _refuse_surely_too_long(self, request: ChatRequest) -> None:
+        """A prompt whose text alone needs more tokens than the context window holds is refused before it is
+        tokenized: no token covers more than ``max_token_chars`` characters, so ``chars // max_token_chars`` is a
+        lower bound on its tokens. A 10 MB body then costs no tokenizing, and never a wrong refusal."""
+        if self.max_token_chars <= 0:
+            return
+        chars = 0
+        for message in request.messages:
+            chars += len(message.content) + len(message.reasoning or "")
+            chars += sum(len(call.arguments) + len(call.name) for call in message.tool_calls)
+        at_least = chars // self.max_token_chars
+        if at_least > self.context_length:
+            error = ContextLengthExceeded(at_least, self.context_length)
+            error.message = f"prompt has at least {at_least} tokens but the model's context window is "
+            error.message += f"{self.context_length} tokens"
+            error.args = (error.message,)
+            raise error
 
     async def load_history(self, session_id: str) -> SessionHistory:
         return await self._in_store(self.histories.load, session_id)

@@ -133,7 +133,7 @@ class CaptureWriter:
                     next_seq[row.rollout_id] = -1 if latest is None else latest
                 next_seq[row.rollout_id] += 1
                 row.seq = next_seq[row.rollout_id]
-                row.id = None  # a rolled-back attempt may have left its id on the (now transient) row
+                row.id = None  # type: ignore[assignment]  # a rolled-back attempt's id on the (transient) row
             db.add_all(rows)
             db.flush()
             return [row.id for row in rows]

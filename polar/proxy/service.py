@@ -219,7 +219,7 @@ class CallService:
                 raise BackendProtocolError("the backend ended its stream without a result")
             self._check_chunk(check, first)
         except PolarError as exc:
-            await chunks.aclose()
+            await _aclose(chunks)
             await self._record_error(plan, exc)
             raise
         return self._frames(plan, first, chunks, check, deadline)
@@ -272,7 +272,7 @@ class CallService:
                 yield frame
             return
         finally:
-            await chunks.aclose()  # a disconnected client stops the generation
+            await _aclose(chunks)  # a disconnected client stops the generation
         for frame in encoder.finish(completion):
             yield frame
 
@@ -355,6 +355,13 @@ class CallService:
             await self.writer.write(row, timeout_s=self.store_timeout_s)
         except PolarError:
             log.warning("could not record the failed call of session %s", plan.session.id)
+
+
+async def _aclose(chunks: AsyncIterator[GenerateChunk]) -> None:
+    """Close a backend stream (its connection, so the server stops generating); iterators without aclose need none."""
+    close = getattr(chunks, "aclose", None)
+    if close is not None:
+        await close()
 
 
 def _encode(encoder, events: list, new: list) -> list[str]:

@@ -138,3 +138,30 @@ async def _all_faults(settings, url: str, app: FastAPI, stream: bool) -> None:
                     assert words.lower() in rows[0]["error"].lower(), f"{where}: {rows[0]['error']}"
     finally:
         await backend.aclose()
+
+
+def test_health_with_the_backend_down_is_shaped_not_ready(tmp_path, cache_dir):
+    from tests.proxy.gateway_server import free_port
+
+    asyncio.run(_backend_down(settings_for(tmp_path, cache_dir, health_timeout_s=1.0), free_port()))
+
+
+async def _backend_down(settings, port: int) -> None:
+    backend = SGLangBackend(f"http://127.0.0.1:{port}", model_info=INFO, timeout_s=5.0)  # nothing listens there
+    try:
+        async with asgi_gateway(settings, backend) as (_gw, client):
+            for path in ("/health/ready", "/health"):
+                reply = await client.get(path)
+                assert reply.status_code == 503, reply.text
+                body = reply.json()
+                assert body["checks"]["backend"]["ok"] is False and body["checks"]["store"]["ok"] is True
+                assert "backend" in body["error"]["message"]
+            assert (await client.get("/health/live")).status_code == 200
+            session = await open_session(client)
+            for protocol in PROTOCOLS.values():
+                reply = await client.post(
+                    protocol.url(False), json=protocol.body(), headers=protocol.headers(session["api_key"])
+                )
+                assert reply.status_code == 503 and error_problem(protocol.name, 503, reply.json()) is None
+    finally:
+        await backend.aclose()

@@ -5,9 +5,10 @@ transaction and then wakes each caller with its capture id. Throughput scales wi
 every caller still waits for its own commit. ``seq`` numbers are assigned in the transaction
 (max + 1 per rollout); if another gateway process took the same number, the batch is retried.
 
-A bad row fails only itself: when a batch fails for a reason other than an unreachable store (a value the
-database rejects, a constraint), it is split in halves and each half committed on its own, down to single
-rows, so the other sessions' captures commit and the offending row's caller gets the database's reason.
+A bad row fails only itself: when a batch fails for a reason other than the store itself (unreachable, a
+timeout, a lost connection), a value the database rejects or a constraint is to blame, and the batch is split
+in halves and each half committed on its own, down to single rows, so the other sessions' captures commit and
+the offending row's caller gets the database's reason.
 A caller waits at most ``timeout_s`` (a frozen store is a 503, not a hang); a row whose caller has given up
 before its transaction began is not written.
 """
@@ -21,7 +22,7 @@ import threading
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import Capture, session_scope
@@ -116,6 +117,9 @@ class CaptureWriter:
                 conflict = exc  # a seq taken by another process between our max() and insert: recount
             except PolarError as exc:  # the store is unreachable: every row would fail alike
                 return None, exc, False
+            except (OperationalError, InterfaceError) as exc:  # a timeout or a lost connection: not a row's fault
+                log.warning("capture commit failed: %s", exc.__class__.__name__)
+                return None, _row_error(exc, batch), False
             except SQLAlchemyError as exc:  # the database (or a column type) refused a value
                 return None, _row_error(exc, batch), True
             except Exception as exc:  # a value no code path expected; the writer thread must live on

@@ -91,7 +91,7 @@ def summary(latencies: list[float]) -> tuple[float, float, float]:
 
 async def run(url: str, args: argparse.Namespace, big: bool) -> tuple[list[float], list[float]]:
     async with httpx.AsyncClient(base_url=url, timeout=300) as client:
-        stop, took = asyncio.Event(), []
+        stop, took = asyncio.Event(), list[float]()
         senders = [
             asyncio.create_task(big_calls(client, args.big_mb, stop, took))
             for _ in range(args.big_senders if big else 0)

@@ -8,9 +8,11 @@ lazily: an unreachable database fails on first use, not here.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,22 +41,40 @@ def normalize_url(url: str | URL) -> URL:
     return url
 
 
-def make_engine(url: str | URL, **engine_kwargs: Any) -> Engine:
+def make_engine(
+    url: str | URL,
+    *,
+    connect_timeout_s: float | None = None,
+    statement_timeout_s: float | None = None,
+    **engine_kwargs: Any,
+) -> Engine:
     """An engine for ``url``; ``engine_kwargs`` go to ``create_engine`` (e.g. ``connect_args``, ``poolclass``).
 
     A SQLite file's parent folder is created. Connection failures and dropped connections raise
-    ``StoreError`` naming the database (the driver's error is its ``__cause__``).
+    ``StoreError`` naming the database (the driver's error is its ``__cause__``). Timeouts, when given: on
+    Postgres ``connect_timeout`` (whole seconds, at least 2: libpq's rule), the server's ``statement_timeout``
+    for every statement, and the wait for a pooled connection; on SQLite ``statement_timeout_s`` is the busy
+    timeout (how long a writer waits for another's lock).
     """
     url = normalize_url(url)
     backend = url.get_backend_name()
     if backend == "postgresql":
         engine_kwargs.setdefault("pool_pre_ping", True)
+        if connect_timeout_s is not None:
+            connect_args = dict(engine_kwargs.pop("connect_args", {}))
+            connect_args.setdefault("connect_timeout", max(2, math.ceil(connect_timeout_s)))
+            engine_kwargs["connect_args"] = connect_args
+        if statement_timeout_s is not None and engine_kwargs.get("poolclass") is None:
+            engine_kwargs.setdefault("pool_timeout", statement_timeout_s)
     elif backend == "sqlite":
         _create_sqlite_folder(url)
 
     engine = create_engine(url, **engine_kwargs)
     if backend == "sqlite":
-        event.listen(engine, "connect", _configure_sqlite_connection)
+        busy_ms = SQLITE_BUSY_TIMEOUT_MS if statement_timeout_s is None else int(statement_timeout_s * 1000)
+        event.listen(engine, "connect", partial(_configure_sqlite_connection, busy_ms=busy_ms))
+    elif backend == "postgresql" and statement_timeout_s is not None:
+        event.listen(engine, "connect", partial(_set_statement_timeout, ms=int(statement_timeout_s * 1000)))
     event.listen(engine, "handle_error", _store_error_on_unreachable(url), retval=True)
     return engine
 
@@ -94,14 +114,23 @@ def _create_sqlite_folder(url: URL) -> None:
     Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
 
 
-def _configure_sqlite_connection(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+def _set_statement_timeout(dbapi_connection: Any, _record: object, *, ms: int) -> None:
+    # A session-level SET (committed at once), so it holds for every later transaction on this connection.
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute(f"SET statement_timeout = {int(ms)}")
+    dbapi_connection.commit()
+
+
+def _configure_sqlite_connection(
+    dbapi_connection: sqlite3.Connection, _record: object, *, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS
+) -> None:
     cursor = dbapi_connection.cursor()
     try:
         # Off by default in SQLite; without it foreign keys and ON DELETE CASCADE are silently ignored.
         cursor.execute("PRAGMA foreign_keys=ON")
         # WAL lets readers proceed while one writer commits (the gateway writes while the API reads).
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
     finally:
         cursor.close()
 

@@ -5,6 +5,9 @@
   Values are rounded to float32 before they are written and the exact float32 values are returned, so both
   databases hand back identical floats.
 - ``JSONType``: JSON, as ``JSONB`` on Postgres. Python ``None`` is SQL NULL, never the JSON literal ``null``.
+  JSONB cannot hold the NUL character (``\u0000``), which harnesses do send (binary tool output); on Postgres
+  every string (keys too) is therefore stored with ``encode_nul`` (NUL as ``␀0``, a literal ``␀`` as ``␀␀``)
+  and decoded on read, so what the harness sent comes back exactly. SQLite stores strings as they are.
 - ``UTCDateTime``: timezone-aware datetimes in, UTC-aware datetimes out, on both databases.
 
 Token arrays hold int32 ids and float32 logprobs; a value outside those ranges is rejected when the row is
@@ -17,7 +20,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -122,6 +125,58 @@ class FloatArray(TypeDecorator[list[float]]):
         return decode_float32(value)
 
 
+NUL_ESCAPE = "\u2400"  # SYMBOL FOR NULL: readable in SQL, and itself escaped, so the encoding is reversible
+_NUL_CODES = {"0": "\x00", NUL_ESCAPE: NUL_ESCAPE}
+
+
+def encode_nul(text: str) -> str:
+    """``text`` without NUL: NUL becomes ``␀0`` and ``␀`` becomes ``␀␀`` (``decode_nul`` inverts it)."""
+    return text.replace(NUL_ESCAPE, NUL_ESCAPE * 2).replace("\x00", NUL_ESCAPE + "0")
+
+
+def decode_nul(text: str) -> str:
+    if NUL_ESCAPE not in text:
+        return text
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == NUL_ESCAPE and i + 1 < len(text) and text[i + 1] in _NUL_CODES:
+            out.append(_NUL_CODES[text[i + 1]])
+            i += 2
+        else:  # not written by encode_nul (a row from before it): kept as it is
+            out.append(char)
+            i += 1
+    return "".join(out)
+
+
+def _map_strings(value: Any, convert: Callable[[str], str]) -> Any:
+    """``value`` with ``convert`` applied to every string in it, keys too."""
+    if isinstance(value, str):
+        return convert(value)
+    if isinstance(value, dict):
+        return {convert(k): _map_strings(v, convert) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_map_strings(v, convert) for v in value]
+    return value
+
+
+def _holds(value: Any, needles: tuple[str, ...]) -> bool:
+    """Whether any string in ``value`` holds one of ``needles`` (iterative: bodies can be large and deep)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if any(n in node for n in needles):
+                return True
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return False
+
+
 class JSONType(TypeDecorator[Any]):
     """JSON (``JSONB`` on Postgres). Python ``None`` is stored as SQL NULL, so ``IS NULL`` finds it."""
 
@@ -139,6 +194,16 @@ class JSONType(TypeDecorator[Any]):
         if dialect.name == "postgresql":
             return dialect.type_descriptor(JSONB(none_as_null=True))
         return dialect.type_descriptor(JSON(none_as_null=True))
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if dialect.name != "postgresql" or value is None or not _holds(value, ("\x00", NUL_ESCAPE)):
+            return value
+        return _map_strings(value, encode_nul)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if dialect.name != "postgresql" or value is None or not _holds(value, (NUL_ESCAPE,)):
+            return value
+        return _map_strings(value, decode_nul)
 
 
 class UTCDateTime(TypeDecorator[datetime]):

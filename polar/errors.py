@@ -7,7 +7,7 @@ carry what that mapping needs. Messages name the offending field or value.
     ├── InvalidRequest (400) ── UnknownSamplingParameter, ContextLengthExceeded, TemplateError, PayloadTooLarge
     ├── AuthenticationError (401), PermissionDenied (403), NotFound (404)
     ├── Conflict (409) ── RolloutClaimed, StageOrderError
-    ├── BackendError (502) ── BackendUnavailable (503), BackendProtocolError, GenerationAborted
+    ├── BackendError (502) ── BackendUnavailable (503) ── BackendTimeout (504); BackendProtocolError, GenerationAborted
     ├── StoreError (503), GatewayError (502)
     └── SandboxError ── PrepareFailed;  HarnessError;  EvaluationError   (rollout pipeline failures)
 
@@ -109,6 +109,13 @@ class BackendUnavailable(BackendError):
 
     status_code = 503
     error_type = "backend_unavailable"
+
+
+class BackendTimeout(BackendUnavailable):
+    """The backend did not finish a generation within the gateway's deadline (``POLAR_BACKEND_DEADLINE_S``)."""
+
+    status_code = 504
+    error_type = "backend_timeout"
 
 
 class BackendProtocolError(BackendError):

@@ -74,6 +74,16 @@ class Settings(BaseSettings):
     control_token: str = Field(default="", description="when set, control endpoints need it as a Bearer token")
     default_max_tokens: int = Field(default=2048, description="reply budget when the caller sets none")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="larger request bodies get a 413")
+    max_json_depth: int = Field(default=64, ge=2, description="deeper nesting in a request body gets a 400")
+    max_string_chars: int = Field(default=8 * 1024 * 1024, ge=1, description="longer strings in a body get a 400")
+    backend_deadline_s: float = Field(
+        default=900.0, gt=0, description="a whole generation (streamed or not) past this gets a shaped 504"
+    )
+    store_connect_timeout_s: float = Field(default=10.0, gt=0, description="connecting to the store")
+    store_statement_timeout_s: float = Field(
+        default=30.0, gt=0, description="one store statement; also how long a call waits for the store"
+    )
+    health_timeout_s: float = Field(default=2.0, gt=0, description="each check of /health/ready")
     runtime: str = Field(default="local", description="default runtime of a task that names none")
 
     # ---- rollout pipeline ---------------------------------------------------------------------------

@@ -31,12 +31,8 @@ engine and the server exits.
 
 from __future__ import annotations
 
-import json
-import logging
-import re
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,9 +44,21 @@ from polar.backends.base import (
     GenerateRequest,
     GenerateResult,
     LogprobSemantics,
-    SamplingParams,
     VersionSpan,
     WeightUpdate,
+)
+from polar.backends.vllm_wire import (
+    Accumulator,
+    error_from_body,
+    field_of,
+    http_error,
+    misaligned,
+    number_of,
+    only_choice,
+    span_of,
+    sse_events,
+    token_id_of,
+    vllm_sampling_params,
 )
 from polar.errors import (
     BackendError,
@@ -60,56 +68,11 @@ from polar.errors import (
     InvalidRequest,
 )
 
-logger = logging.getLogger(__name__)
-
 Endpoint = Literal["generate", "completions"]
 PauseMode = Literal["abort", "wait", "keep"]
 
 _PATHS: dict[Endpoint, str] = {"generate": "/inference/v1/generate", "completions": "/v1/completions"}
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
-# vLLM's parameter names in error messages → Polar's (SGLang) names.
-_FIELD_NAMES = {
-    "max_tokens": "max_new_tokens",
-    "min_tokens": "min_new_tokens",
-    "token_ids": "input_ids",
-    "prompt": "input_ids",
-    "input_tokens": "input_ids",
-}
-# "... longer than the maximum model length of 4096" (generate), "maximum context length is 4096" (completions).
-_CONTEXT_RE = re.compile(r"maximum (?:model|context) length (?:of|is) (\d+)")
-
-
-def vllm_sampling_params(params: SamplingParams, max_tokens: int) -> dict[str, Any]:
-    """SGLang-named sampling parameters → vLLM's names.
-
-    ``top_k=-1`` ("all tokens") becomes 0, vLLM 0.32's preferred spelling (it still accepts -1 quietly). vLLM
-    treats ``temperature < 1e-5`` as greedy (SGLang: 1e-6); the gap is below any temperature in use.
-    """
-    out: dict[str, Any] = {
-        "max_tokens": max_tokens,
-        "temperature": params.temperature,
-        "top_p": params.top_p,
-        "top_k": 0 if params.top_k == -1 else params.top_k,
-        "min_p": params.min_p,
-        "min_tokens": params.min_new_tokens,
-        "stop": list(params.stop),
-        "stop_token_ids": list(params.stop_token_ids),
-        "ignore_eos": params.ignore_eos,
-    }
-    if params.seed is not None:
-        out["seed"] = params.seed
-    return out
-
-
-@dataclass
-class _Accumulator:
-    """Output gathered from one reply or from the chunks of one stream."""
-
-    ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish: str | None = None
-    stop_reason: int | str | None = None
-    spans: tuple[VersionSpan, ...] | None = None
 
 
 class VLLMBackend:
@@ -150,7 +113,7 @@ class VLLMBackend:
         backend = cls(base_url, model=model or "", endpoint=endpoint, timeout_s=timeout_s)
         try:
             data = await backend._get("/v1/models")
-            served = {_field(entry, "id", str): entry for entry in _field(data, "data", list)}
+            served = {field_of(entry, "id", str): entry for entry in field_of(data, "data", list)}
             if not served:
                 raise BackendProtocolError(f"vLLM at {backend.base_url} serves no model")
             if model is not None and model not in served:
@@ -160,7 +123,7 @@ class VLLMBackend:
                 )
             name = model if model is not None else next(iter(served))
             backend.model = name
-            backend._context_length = _field(served[name], "max_model_len", int)
+            backend._context_length = field_of(served[name], "max_model_len", int)
         except BaseException:
             await backend.aclose()
             raise
@@ -181,8 +144,8 @@ class VLLMBackend:
             return await self._empty_result(request, started)
         body = self._body(request, max_tokens, stream=False)
         data = await self._post(_PATHS[self.endpoint], body, prompt_tokens=len(request.input_ids))
-        acc = _Accumulator()
-        self._absorb(acc, _only_choice(data))
+        acc = Accumulator()
+        self._absorb(acc, only_choice(data))
         return await self._result(acc, request, ttft=None, started=started)
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
@@ -193,19 +156,21 @@ class VLLMBackend:
             yield GenerateChunk((), (), final=await self._empty_result(request, started))
             return
         body = self._body(request, max_tokens, stream=True)
-        acc = _Accumulator()
+        acc = Accumulator()
         ttft = None
         prompt_tokens = len(request.input_ids)
         try:
             async with self._client.stream("POST", _PATHS[self.endpoint], json=body) as response:
                 if response.status_code != 200:
                     await response.aread()
-                    raise self._http_error(response.status_code, response.text, prompt_tokens)
-                async for event in _sse_events(response):
+                    raise http_error(
+                        self.base_url, self._context_length, response.status_code, response.text, prompt_tokens
+                    )
+                async for event in sse_events(response):
                     if "error" in event:  # an error after the 200 header arrives as an event
-                        raise self._error_from_body(event, None, prompt_tokens)
+                        raise error_from_body(self.base_url, self._context_length, event, None, prompt_tokens)
                     produced = len(acc.ids)
-                    self._absorb(acc, _only_choice(event))
+                    self._absorb(acc, only_choice(event))
                     if len(acc.ids) > produced:
                         ttft = ttft if ttft is not None else time.perf_counter() - started
                         yield GenerateChunk(tuple(acc.ids[produced:]), tuple(acc.logprobs[produced:]))
@@ -239,29 +204,29 @@ class VLLMBackend:
             body |= {"prompt": list(request.input_ids), "return_token_ids": True, "logprobs": 1} | sampling
         return body
 
-    def _absorb(self, acc: _Accumulator, choice: dict[str, Any]) -> None:
+    def _absorb(self, acc: Accumulator, choice: dict[str, Any]) -> None:
         """Append one choice's token ids and logprobs (a whole reply or one stream delta)."""
-        ids = _field(choice, "token_ids", list, nullable=True) or []
-        logprobs = _field(choice, "logprobs", dict, nullable=True)
+        ids = field_of(choice, "token_ids", list, nullable=True) or []
+        logprobs = field_of(choice, "logprobs", dict, nullable=True)
         if self.endpoint == "generate":
-            content = _field(logprobs, "content", list) if logprobs is not None else []
+            content = field_of(logprobs, "content", list) if logprobs is not None else []
             if len(content) != len(ids):
-                raise _misaligned(len(ids), len(content))
+                raise misaligned(len(ids), len(content))
             values = []
             for token, entry in zip(ids, content, strict=True):
-                if _field(entry, "token_id", int) != token:
+                if field_of(entry, "token_id", int) != token:
                     raise BackendProtocolError(
                         f"vLLM logprob entry for token {entry.get('token_id')} does not match sampled id {token}"
                     )
-                values.append(_field(entry, "logprob", float))
+                values.append(field_of(entry, "logprob", float))
         else:
-            values = _field(logprobs, "token_logprobs", list) if logprobs is not None else []
+            values = field_of(logprobs, "token_logprobs", list) if logprobs is not None else []
             if len(values) != len(ids):
-                raise _misaligned(len(ids), len(values))
-            values = [_number(v, "token_logprobs") for v in values]
-        acc.ids.extend(_token_id(t) for t in ids)
+                raise misaligned(len(ids), len(values))
+            values = [number_of(v, "token_logprobs") for v in values]
+        acc.ids.extend(token_id_of(t) for t in ids)
         acc.logprobs.extend(values)
-        finish = _field(choice, "finish_reason", str, nullable=True)
+        finish = field_of(choice, "finish_reason", str, nullable=True)
         if finish is not None:
             if finish not in _FINISH:
                 raise BackendProtocolError(f"vLLM finish_reason {finish!r} is not one of {', '.join(_FINISH)}")
@@ -269,10 +234,10 @@ class VLLMBackend:
             acc.stop_reason = choice.get("stop_reason")
             spans = choice.get("weight_versions")
             if spans is not None:
-                acc.spans = tuple(_span(s) for s in _field(choice, "weight_versions", list))
+                acc.spans = tuple(span_of(s) for s in field_of(choice, "weight_versions", list))
 
     async def _result(
-        self, acc: _Accumulator, request: GenerateRequest, *, ttft: float | None, started: float
+        self, acc: Accumulator, request: GenerateRequest, *, ttft: float | None, started: float
     ) -> GenerateResult:
         if acc.finish is None:
             raise BackendProtocolError(f"vLLM reply from {self.base_url} has no finish_reason")
@@ -299,7 +264,7 @@ class VLLMBackend:
         )
 
     async def _empty_result(self, request: GenerateRequest, started: float) -> GenerateResult:
-        acc = _Accumulator(finish="length", spans=(VersionSpan(await self.weight_version(), 0, 0),))
+        acc = Accumulator(finish="length", spans=(VersionSpan(await self.weight_version(), 0, 0),))
         return await self._result(acc, request, ttft=None, started=started)
 
     # ---- weights and control (dev mode) -----------------------------------------------------------
@@ -312,7 +277,7 @@ class VLLMBackend:
         if data is None:
             self._has_weight_info = False
             return "default"
-        return _field(data, "weight_version", str)
+        return field_of(data, "weight_version", str)
 
     async def reload_weights(self, path: str | Path) -> None:
         """Reload the weights from a folder the server can read (``/collective_rpc`` ``reload_weights``)."""
@@ -347,7 +312,7 @@ class VLLMBackend:
         await self._post("/resume", None, prompt_tokens=0)
 
     async def is_paused(self) -> bool:
-        return _field(await self._get("/is_paused"), "is_paused", bool)
+        return field_of(await self._get("/is_paused"), "is_paused", bool)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -373,7 +338,7 @@ class VLLMBackend:
 
     def _json(self, response: httpx.Response, *, prompt_tokens: int) -> dict[str, Any]:
         if response.status_code != 200:
-            raise self._http_error(response.status_code, response.text, prompt_tokens)
+            raise http_error(self.base_url, self._context_length, response.status_code, response.text, prompt_tokens)
         try:
             data = response.json()
         except ValueError:
@@ -386,98 +351,3 @@ class VLLMBackend:
 
     def _unavailable(self, exc: httpx.TransportError) -> BackendUnavailable:
         return BackendUnavailable(f"vLLM at {self.base_url} is unreachable: {type(exc).__name__}: {exc}")
-
-    def _http_error(self, status: int, text: str, prompt_tokens: int) -> BackendError | InvalidRequest:
-        logger.debug("vLLM at %s answered %d: %.400s", self.base_url, status, text)
-        try:
-            body = json.loads(text)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            return BackendError(f"vLLM at {self.base_url} answered {status}: {text[:400]}")
-        return self._error_from_body(body, status, prompt_tokens)
-
-    def _error_from_body(
-        self, body: dict[str, Any], status: int | None, prompt_tokens: int
-    ) -> BackendError | InvalidRequest:
-        """Map vLLM's ``{"error": {message, type, param, code}}`` (or FastAPI's ``{"detail"}``) to a Polar error.
-
-        ``status`` is the HTTP status; None for an error event inside a stream, where the body's code counts.
-        """
-        error = body.get("error")
-        if isinstance(error, dict):
-            message = str(error.get("message", ""))
-            param = error.get("param")
-            code = error.get("code")
-        else:
-            message, param, code = str(body.get("detail", body)), None, None
-        if status is None:
-            status = code if isinstance(code, int) and not isinstance(code, bool) else 500
-        if status == 400:
-            context = _CONTEXT_RE.search(message)
-            if context or "max_model_len" in message:
-                length = int(context.group(1)) if context else self._context_length or 0
-                return ContextLengthExceeded(prompt_tokens, length)
-            name = param.removeprefix("body.") if isinstance(param, str) else None  # "body.seed": FastAPI's
-            name = _FIELD_NAMES.get(name, name) if name else None
-            return InvalidRequest(f"vLLM rejected the request: {message}", field=name)
-        kind = BackendUnavailable if status == 503 else BackendError
-        return kind(f"vLLM at {self.base_url} answered {status}: {message[:400]}")
-
-
-async def _sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON objects of an SSE body's ``data:`` lines, up to ``data: [DONE]``."""
-    async for line in response.aiter_lines():
-        if not line.startswith("data:"):
-            continue  # blank separators, comments, event/id lines
-        payload = line[5:].strip()
-        if payload == "[DONE]":
-            return
-        try:
-            event = json.loads(payload)
-        except ValueError:
-            raise BackendProtocolError(f"vLLM stream event is not JSON: {payload[:200]!r}") from None
-        if not isinstance(event, dict):
-            raise BackendProtocolError(f"vLLM stream event is a JSON {type(event).__name__}, expected an object")
-        yield event
-
-
-def _only_choice(data: dict[str, Any]) -> dict[str, Any]:
-    choices = _field(data, "choices", list)
-    if len(choices) != 1 or not isinstance(choices[0], dict):
-        raise BackendProtocolError(f"vLLM reply has {len(choices)} choices, expected exactly one")
-    return choices[0]
-
-
-def _field(data: Any, key: str, kind: type, *, nullable: bool = False) -> Any:
-    """``data[key]`` checked against ``kind`` (ints accepted for float); BackendProtocolError otherwise."""
-    if not isinstance(data, dict) or key not in data:
-        raise BackendProtocolError(f"vLLM reply is missing field {key!r}")
-    value = data[key]
-    if value is None and nullable:
-        return None
-    if kind is float:
-        return _number(value, key)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise BackendProtocolError(f"vLLM field {key!r} is {value!r}, expected {kind.__name__}")
-    return value
-
-
-def _number(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise BackendProtocolError(f"vLLM field {key!r} has {value!r}, expected a number")
-    return float(value)
-
-
-def _token_id(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise BackendProtocolError(f"vLLM token id {value!r} is not a non-negative integer")
-    return value
-
-
-def _span(entry: Any) -> VersionSpan:
-    return VersionSpan(_field(entry, "version", str), _field(entry, "start", int), _field(entry, "end", int))
-
-
-def _misaligned(n_ids: int, n_logprobs: int) -> BackendProtocolError:
-    return BackendProtocolError(f"vLLM returned {n_ids} token ids but {n_logprobs} logprobs")

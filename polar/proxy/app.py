@@ -1,7 +1,10 @@
 """HTTP surface of the gateway: the four provider protocols plus session control.
 
 Every error leaves through ``_error``: the codec of the route turns a PolarError into its provider's
-status and body. Nothing reaches the harness as a bare 500 traceback.
+status and body. Nothing reaches the harness as a bare 500 traceback. Bodies are checked against the JSON
+limits (``polar.proxy.json_guard``) and decoded, with the request, in a worker thread when large; every store
+wait is bounded (``Gateway.in_store``). Health: ``/health/live`` (the process answers), ``/health/ready`` (store
+and backend each answer within ``health_timeout_s``; 503 otherwise), and ``/health`` (ready, plus details).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,8 +34,11 @@ from polar.errors import (
     invalid_from,
 )
 from polar.proxy.admin import add_admin_routes
-from polar.proxy.body import read_json
+from polar.proxy.body import OFFLOAD_BYTES, read_body, read_json
+from polar.proxy.canonical import ChatRequest
 from polar.proxy.gateway import Gateway
+from polar.proxy.health import add_health_routes, finite_or_none
+from polar.proxy.json_guard import parse_json
 from polar.proxy.policy import ScriptedPolicySpec
 from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
 
@@ -56,34 +63,54 @@ async def _frames_as_bytes(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
         yield frame.encode()
 
 
+async def _decode(
+    gw: Gateway, request: Request, codec: ProtocolCodec, model: str | None, stream: bool | None, *, count: bool = False
+) -> tuple[Any, ChatRequest]:
+    """The body checked and decoded into a ChatRequest; in a worker thread when it is large, so one big body
+    does not hold up the event loop (and with it every other session's calls)."""
+    raw = await read_body(request, gw.settings.max_body_bytes)
+
+    def decode() -> tuple[Any, ChatRequest]:
+        body = parse_json(raw, gw.limits)
+        if count and isinstance(body, dict) and codec is ANTHROPIC:
+            body = {"max_tokens": 1, **body}  # count_tokens bodies carry no max_tokens
+        return body, codec.parse_request(body, path_model=model, path_stream=False if count else stream)
+
+    if len(raw) >= OFFLOAD_BYTES:
+        return await asyncio.to_thread(decode)
+    return decode()
+
+
+def _internal(codec: ProtocolCodec, what: str) -> JSONResponse:
+    """A bug, not the caller's fault: logged, and answered in the caller's protocol."""
+    log.exception("unexpected error in %s", what)
+    return _error(codec, PolarError("internal error in the gateway; see its log"))
+
+
 async def _model_call(
     gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None, stream: bool | None = None
 ) -> Response:
     try:
-        body = await read_json(request, gw.settings.max_body_bytes)
-        session = await asyncio.to_thread(gw.sessions.authenticate, _api_key(request))
-        chat = codec.parse_request(body, path_model=model, path_stream=stream)
-        plan = await asyncio.to_thread(gw.calls.plan, session, codec, body, chat, gw.policy_for(session))
+        body, chat = await _decode(gw, request, codec, model, stream)
+        session = await gw.in_store(gw.sessions.authenticate, _api_key(request))
+        history = await gw.calls.load_history(session.id)
+        policy = gw.policy_for(session)
+        plan = await asyncio.to_thread(gw.calls.plan, session, codec, body, chat, policy, history)
         if not chat.stream:
             return JSONResponse(await gw.calls.complete(plan))
         frames = await gw.calls.open_stream(plan)
         return StreamingResponse(_frames_as_bytes(frames), media_type="text/event-stream", headers=SSE_HEADERS)
     except PolarError as exc:
         return _error(codec, exc)
-    except Exception:  # a bug, not the caller's fault: log it, answer in the caller's protocol
-        log.exception("unexpected error in %s call", codec.name)
-        return _error(codec, PolarError("internal error in the gateway; see its log"))
+    except Exception:
+        return _internal(codec, f"a {codec.name} call")
 
 
-async def _count_tokens(
-    gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None
-) -> tuple[int, Any]:
-    body = await read_json(request, gw.settings.max_body_bytes)
-    await asyncio.to_thread(gw.sessions.authenticate, _api_key(request))
-    if isinstance(body, dict) and codec is ANTHROPIC:
-        body = {"max_tokens": 1, **body}  # count_tokens bodies carry no max_tokens
-    chat = codec.parse_request(body, path_model=model, path_stream=False)
-    return len(gw.builder.canonical_ids(chat.messages, chat.tools)), body
+async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> int:
+    _, chat = await _decode(gw, request, codec, model, False, count=True)
+    await gw.in_store(gw.sessions.authenticate, _api_key(request))
+    ids = await asyncio.to_thread(gw.builder.canonical_ids, chat.messages, chat.tools)  # tokenizing: off the loop
+    return len(ids)
 
 
 class SessionCreate(BaseModel):
@@ -149,9 +176,11 @@ def create_app(gw: Gateway) -> FastAPI:
     @app.post("/v1/messages/count_tokens")
     async def count_tokens(request: Request) -> Response:
         try:
-            n, _ = await _count_tokens(gw, request, ANTHROPIC)
+            n = await _count_tokens(gw, request, ANTHROPIC)
         except PolarError as exc:
             return _error(ANTHROPIC, exc)
+        except Exception:
+            return _internal(ANTHROPIC, "count_tokens")
         return JSONResponse({"input_tokens": n})
 
     @app.post("/v1beta/models/{target}")
@@ -161,9 +190,11 @@ def create_app(gw: Gateway) -> FastAPI:
             return await _model_call(gw, request, GEMINI, model=model, stream=method == "streamGenerateContent")
         if method == "countTokens":
             try:
-                n, _ = await _count_tokens(gw, request, GEMINI, model=model)
+                n = await _count_tokens(gw, request, GEMINI, model=model)
             except PolarError as exc:
                 return _error(GEMINI, exc)
+            except Exception:
+                return _internal(GEMINI, "countTokens")
             return JSONResponse({"totalTokens": n})
         return _error(
             GEMINI,
@@ -174,11 +205,7 @@ def create_app(gw: Gateway) -> FastAPI:
     async def root() -> Response:
         return JSONResponse({"service": "polar-gateway", "status": "ok"})
 
-    @app.get("/health")
-    async def health() -> Response:
-        return JSONResponse(
-            {"status": "ok", "backend": gw.backend.name, "weight_version": await gw.backend.weight_version()}
-        )
+    add_health_routes(app, gw)
 
     @app.get("/v1/models")
     async def models() -> Response:
@@ -194,7 +221,7 @@ def create_app(gw: Gateway) -> FastAPI:
         if gw.settings.control_token and token == gw.settings.control_token:
             return
         if token:
-            own = await asyncio.to_thread(gw.sessions.session_of_key, token)
+            own = await gw.in_store(gw.sessions.session_of_key, token)
             if own is not None:
                 if session_id is not None and own == session_id:
                     return
@@ -206,22 +233,26 @@ def create_app(gw: Gateway) -> FastAPI:
     async def create_session(request: Request) -> Response:
         try:
             await authorize_control(request)
-            raw = await read_json(request, gw.settings.max_body_bytes)
+            raw = await read_json(request, gw.settings.max_body_bytes, gw.limits)
             try:
                 spec = SessionCreate.model_validate(raw if raw is not None else {})
             except ValidationError as exc:
                 raise invalid_from(exc, "session request") from None
             if spec.policy is not None:
                 ScriptedPolicySpec.parse(spec.policy)  # reject a bad script now, not at the first call
-            info, key = await asyncio.to_thread(
-                gw.sessions.create,
-                policy=spec.policy,
-                models=spec.models,
-                rollout_id=spec.rollout_id,
-                replace_key=spec.replace_key,
+            info, key = await gw.in_store(
+                partial(
+                    gw.sessions.create,
+                    policy=spec.policy,
+                    models=spec.models,
+                    rollout_id=spec.rollout_id,
+                    replace_key=spec.replace_key,
+                )
             )
         except PolarError as exc:
             return _control_error(exc)
+        except Exception:
+            return _internal(OPENAI_CHAT, "POST /v1/sessions")
         base = str(request.base_url).rstrip("/")
         return JSONResponse(
             {
@@ -236,7 +267,7 @@ def create_app(gw: Gateway) -> FastAPI:
     async def get_session(session_id: str, request: Request) -> Response:
         try:
             await authorize_control(request, session_id)
-            info = await asyncio.to_thread(gw.sessions.get, session_id)
+            info = await gw.in_store(gw.sessions.get, session_id)
         except PolarError as exc:
             return _control_error(exc)
         return JSONResponse({"session_id": info.id, "closed": info.closed, "models": list(info.models)})
@@ -246,7 +277,7 @@ def create_app(gw: Gateway) -> FastAPI:
     async def close_session(session_id: str, request: Request) -> Response:
         try:
             await authorize_control(request)
-            info = await asyncio.to_thread(gw.sessions.close, session_id)
+            info = await gw.in_store(gw.sessions.close, session_id)
         except PolarError as exc:
             return _control_error(exc)
         gw.histories.forget(session_id)
@@ -258,13 +289,22 @@ def create_app(gw: Gateway) -> FastAPI:
     ) -> Response:
         try:
             await authorize_control(request, session_id)
-            await asyncio.to_thread(gw.sessions.get, session_id)
-            rows = await asyncio.to_thread(_captures, gw, session_id, full_prompt, requests)
+            await gw.in_store(gw.sessions.get, session_id)
+            rows = await gw.in_store(_captures, gw, session_id, full_prompt, requests)
         except PolarError as exc:
             return _control_error(exc)
+        except Exception:
+            return _internal(OPENAI_CHAT, "GET captures")
         return JSONResponse({"session_id": session_id, "captures": rows})
 
     add_admin_routes(app, gw, authorize_control, _control_error)
+
+    @app.exception_handler(Exception)
+    async def last_resort(request: Request, exc: Exception) -> Response:
+        # Reached only by a bug in a route without its own guard: still JSON in the OpenAI shape, not text.
+        log.error("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
+        return _control_error(PolarError("internal error in the gateway; see its log"))
+
     return app
 
 
@@ -302,6 +342,8 @@ def _captures(gw: Gateway, session_id: str, full_prompt: bool, requests: bool) -
         out = []
         for row in rows:
             item = {name: getattr(row, name) for name in CAPTURE_FIELDS}
+            # A non-finite logprob stored before output checks existed must not make this listing fail.
+            item["output_logprobs"] = finite_or_none(row.output_logprobs)
             item["status"] = row.status.value
             item["created_at"] = row.created_at.isoformat()
             if full_prompt:

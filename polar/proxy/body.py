@@ -6,12 +6,13 @@ otherwise as soon as the bytes read pass the limit, so an oversize upload is nev
 
 from __future__ import annotations
 
-import json
+import asyncio
 from typing import Any
 
 from fastapi import Request
 
 from polar.errors import InvalidRequest, PayloadTooLarge
+from polar.proxy.json_guard import DEFAULT_LIMITS, JsonLimits, parse_json
 
 MAX_WEIGHT_BYTES = 2 * 1024**3
 """The largest safetensors upload of new weights (``POST /v1/admin/weights``, ``POST /v1/weights``)."""
@@ -29,12 +30,16 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(raw)
 
 
-async def read_json(request: Request, limit: int) -> Any:
+OFFLOAD_BYTES = 256 * 1024
+"""Bodies at least this large are decoded in a worker thread, so one big body does not stall other sessions."""
+
+
+async def read_json(request: Request, limit: int, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
+    """The body as JSON, checked against ``limits`` (``polar.proxy.json_guard``); a bad body is a 400."""
     raw = await read_body(request, limit)
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}", field="body") from None
+    if len(raw) >= OFFLOAD_BYTES:
+        return await asyncio.to_thread(parse_json, raw, limits)
+    return parse_json(raw, limits)
 
 
 def tensor_upload_version(request: Request) -> str | None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import make_engine, make_session_factory, migrate
 from polar.backends.base import Backend
+from polar.errors import StoreError
 from polar.models.engine import LocalEngine
 from polar.proxy.history import HistoryCache
+from polar.proxy.json_guard import JsonLimits
 from polar.proxy.policy import BackendPolicy, Policy, ScriptedPolicy, ScriptedPolicySpec
 from polar.proxy.protocols import get_codec
 from polar.proxy.recorder import CaptureWriter
@@ -22,6 +25,8 @@ from polar.tokens.parsers import get_format
 from polar.tokens.render import PromptBuilder
 from polar.tokens.template import ChatTemplate
 from polar.tokens.tokenizer import ChatTokenizer
+
+T = TypeVar("T")
 
 
 class Gateway:
@@ -54,7 +59,12 @@ class Gateway:
             default_max_tokens=settings.default_max_tokens,
             render_mode=settings.render_mode,
             backend_name=backend.name,
+            vocab_size=tokenizer.vocab_size,
+            max_token_chars=max(len(tokenizer.id_to_token(i) or "") for i in range(tokenizer.vocab_size)),
+            backend_deadline_s=settings.backend_deadline_s,
+            store_timeout_s=settings.store_statement_timeout_s,
         )
+        self.limits = JsonLimits(max_depth=settings.max_json_depth, max_string_chars=settings.max_string_chars)
         self._backend_policy = BackendPolicy(backend)
         self._scorer = scorer
         self._policies: dict[str, Policy] = {}
@@ -69,7 +79,12 @@ class Gateway:
 
         url = settings.resolved_database_url
         await asyncio.to_thread(migrate.upgrade, url)
-        factory = make_session_factory(make_engine(url))
+        engine = make_engine(
+            url,
+            connect_timeout_s=settings.store_connect_timeout_s,
+            statement_timeout_s=settings.store_statement_timeout_s,
+        )
+        factory = make_session_factory(engine)
         owns_backend = backend is None
         backend = backend or await make_backend(settings)
         tokenizer = load_tokenizer(get_spec(settings.model).tokenizer, settings.cache_dir)
@@ -82,6 +97,15 @@ class Gateway:
     def _parse_reply(self, output_ids: Sequence[int]) -> Message:
         parsed = self.tool_format.parse(self.tokenizer.decode(list(output_ids), skip_special_tokens=True))
         return Message(Role.ASSISTANT, parsed.content, parsed.reasoning, parsed.tool_calls)
+
+    async def in_store(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` (a blocking store call) in a worker thread, waited for at most the statement timeout:
+        a frozen or unreachable store is a ``StoreError`` (503) within that time, never a hang."""
+        timeout = self.settings.store_statement_timeout_s
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(fn, *args), timeout)
+        except TimeoutError:
+            raise StoreError(f"the store did not answer within {timeout:g} s") from None
 
     def policy_for(self, session: SessionInfo) -> Policy:
         """The backend, or the session's scripted policy (scored by the local model)."""

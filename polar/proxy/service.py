@@ -6,6 +6,11 @@
 
 A failed generation is recorded as an ERROR capture before the error reaches the harness. If the store
 cannot commit, the harness gets a provider-shaped 503 and never a finished reply.
+
+Bounded and checked: the whole generation has a deadline (``backend_deadline_s``; a 504 ``BackendTimeout``), every
+store wait another (``store_timeout_s``; a 503 ``StoreError``), and the backend's output passes ``OutputCheck``
+(ids in the vocabulary, at most max_new_tokens, finite logprobs, aligned lengths) before it is decoded, stored
+or sent. A stream that fails after its first frame ends with the protocol's error event, never cut.
 """
 
 from __future__ import annotations
@@ -22,9 +27,18 @@ from typing import Any
 from db.request_json import compact_request
 from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, SamplingParams
 from polar.capture import capture_row
-from polar.errors import BackendProtocolError, ContextLengthExceeded, NotFound, PolarError
+from polar.errors import (
+    BackendProtocolError,
+    BackendTimeout,
+    ContextLengthExceeded,
+    InvalidRequest,
+    NotFound,
+    PolarError,
+    StoreError,
+)
 from polar.proxy.canonical import ChatRequest, Completion, Usage
-from polar.proxy.history import CallNode, HistoryCache
+from polar.proxy.history import CallNode, HistoryCache, SessionHistory
+from polar.proxy.output_check import OutputCheck
 from polar.proxy.policy import Policy, PolicyContext
 from polar.proxy.protocols.base import ProtocolCodec, StreamMeta
 from polar.proxy.recorder import CaptureWriter
@@ -36,6 +50,7 @@ from polar.tokens.parsers import MalformedToolCall, ToolCallFormat, collect
 from polar.tokens.render import Prompt, PromptBuilder
 
 log = logging.getLogger(__name__)
+MAX_MODEL_NAME = 256  # the width of captures.model
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,10 @@ class CallService:
         default_max_tokens: int,
         render_mode: RenderMode,
         backend_name: str,
+        vocab_size: int,
+        max_token_chars: int = 0,
+        backend_deadline_s: float = 900.0,
+        store_timeout_s: float = 30.0,
     ):
         self.builder = builder
         self.tool_format = tool_format
@@ -74,19 +93,35 @@ class CallService:
         self.default_max_tokens = default_max_tokens
         self.render_mode = render_mode
         self.backend_name = backend_name
+        self.vocab_size = vocab_size
+        self.max_token_chars = max_token_chars
+        self.backend_deadline_s = backend_deadline_s
+        self.store_timeout_s = store_timeout_s
 
     # ---- planning ---------------------------------------------------------------------------------
 
     def plan(
-        self, session: SessionInfo, codec: ProtocolCodec, body: Any, request: ChatRequest, policy: Policy
+        self,
+        session: SessionInfo,
+        codec: ProtocolCodec,
+        body: Any,
+        request: ChatRequest,
+        policy: Policy,
+        history: SessionHistory | None = None,
     ) -> CallPlan:
-        """Build the prompt and sampling parameters (blocking: runs in a worker thread)."""
+        """Build the prompt and sampling parameters (blocking: runs in a worker thread). ``history`` is the
+        session's, loaded beforehand under the store deadline (``load_history``); None loads it here."""
+        if "\x00" in request.model or len(request.model) > MAX_MODEL_NAME:
+            raise InvalidRequest(
+                f"model: a model name has at most {MAX_MODEL_NAME} characters and no NUL", field="model"
+            )
         if session.models and request.model not in session.models:
             raise NotFound(
                 f"model {request.model!r} is not served for this session; use one of {list(session.models)}",
                 field="model",
             )
-        history = self.histories.load(session.id)
+        self._refuse_surely_too_long(request)
+        history = history if history is not None else self.histories.load(session.id)
         prompt = self.builder.build(request.messages, request.tools, history.prior_calls(), self.render_mode)
         budget = self.context_length - len(prompt.ids)
         if budget <= 0:
@@ -97,15 +132,71 @@ class CallService:
         context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
         return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta)
 
+    def _refuse_surely_too_long(self, request: ChatRequest) -> None:
+        """A prompt whose text alone needs more tokens than the context window holds is refused before it is
+        tokenized: no token covers more than ``max_token_chars`` characters, so ``chars // max_token_chars`` is a
+        lower bound on its tokens. A 10 MB body then costs no tokenizing, and never a wrong refusal."""
+        if self.max_token_chars <= 0:
+            return
+        chars = 0
+        for message in request.messages:
+            chars += len(message.content) + len(message.reasoning or "")
+            chars += sum(len(call.arguments) + len(call.name) for call in message.tool_calls)
+        at_least = chars // self.max_token_chars
+        if at_least > self.context_length:
+            error = ContextLengthExceeded(at_least, self.context_length)
+            error.message = f"prompt has at least {at_least} tokens but the model's context window is "
+            error.message += f"{self.context_length} tokens"
+            error.args = (error.message,)
+            raise error
+
+    async def load_history(self, session_id: str) -> SessionHistory:
+        return await self._in_store(self.histories.load, session_id)
+
     @staticmethod
     def _request(plan: CallPlan) -> GenerateRequest:
         return GenerateRequest(plan.prompt.ids, plan.sampling, request_id=plan.meta.completion_id)
+
+    def _check(self, plan: CallPlan) -> OutputCheck:
+        return OutputCheck(vocab_size=self.vocab_size, max_new_tokens=plan.sampling.max_new_tokens)
+
+    def _timeout(self) -> BackendTimeout:
+        return BackendTimeout(f"the backend did not finish the generation within {self.backend_deadline_s:g} s")
+
+    async def _in_store(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread, waited for at most ``store_timeout_s`` (a frozen store is a 503)."""
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(fn, *args), self.store_timeout_s)
+        except TimeoutError:
+            raise StoreError(f"the store did not answer within {self.store_timeout_s:g} s") from None
+
+    async def _next(self, chunks: AsyncIterator[GenerateChunk], deadline: float) -> GenerateChunk | None:
+        """The next chunk, or None at the end; ``BackendTimeout`` once the call's deadline has passed."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            raise self._timeout()
+        try:
+            async with asyncio.timeout(remaining):  # in this task: a stream's connection stays in its own task
+                return await anext(chunks, None)
+        except TimeoutError:
+            raise self._timeout() from None
+
+    @staticmethod
+    def _check_chunk(check: OutputCheck, chunk: GenerateChunk) -> None:
+        check.chunk(chunk.output_ids, chunk.output_logprobs)
+        if chunk.final is not None:
+            check.result(chunk.final, streamed=True)
 
     # ---- non-streaming ----------------------------------------------------------------------------
 
     async def complete(self, plan: CallPlan) -> dict[str, Any]:
         try:
-            final = await plan.policy.generate(self._request(plan), plan.context)
+            try:
+                async with asyncio.timeout(self.backend_deadline_s):
+                    final = await plan.policy.generate(self._request(plan), plan.context)
+            except TimeoutError:
+                raise self._timeout() from None
+            self._check(plan).result(final)
         except PolarError as exc:
             await self._record_error(plan, exc)
             raise
@@ -119,24 +210,34 @@ class CallService:
 
     async def open_stream(self, plan: CallPlan) -> AsyncIterator[str]:
         """Start generating; errors before the first token raise here (a normal error response)."""
+        check = self._check(plan)
+        deadline = asyncio.get_running_loop().time() + self.backend_deadline_s
         chunks = plan.policy.stream(self._request(plan), plan.context)
         try:
-            first = await anext(chunks)
-        except StopAsyncIteration:  # pragma: no cover - backends always send a final chunk
-            raise BackendProtocolError("the backend ended its stream without a result") from None
+            first = await self._next(chunks, deadline)
+            if first is None:
+                raise BackendProtocolError("the backend ended its stream without a result")
+            self._check_chunk(check, first)
         except PolarError as exc:
+            await _aclose(chunks)
             await self._record_error(plan, exc)
             raise
-        return self._frames(plan, first, chunks)
+        return self._frames(plan, first, chunks, check, deadline)
 
     async def _frames(
-        self, plan: CallPlan, first: GenerateChunk, chunks: AsyncIterator[GenerateChunk]
+        self,
+        plan: CallPlan,
+        first: GenerateChunk,
+        chunks: AsyncIterator[GenerateChunk],
+        check: OutputCheck,
+        deadline: float,
     ) -> AsyncIterator[str]:
         encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
         decoder = IncrementalDecoder(self.builder.tokenizer)
         parser = self.tool_format.stream_parser(tools=plan.request.tools)
         events: list = []
         final: GenerateResult | None = None
+        recorded = False
         for frame in encoder.start():
             yield frame
         try:
@@ -146,7 +247,9 @@ class CallService:
                     for frame in _encode(encoder, events, parser.feed(decoder.feed(chunk.output_ids))):
                         yield frame
                 final = chunk.final or final
-                chunk = await anext(chunks, None)
+                chunk = await self._next(chunks, deadline)
+                if chunk is not None:
+                    self._check_chunk(check, chunk)
             for frame in _encode(encoder, events, parser.feed(decoder.flush()) + parser.finish()):
                 yield frame
             if final is None:
@@ -154,15 +257,22 @@ class CallService:
             parsed = collect(events, reasoning_opened=parser.reasoning_opened)
             completion = self._completion(plan, final, parsed)
             await self._record(plan, final, completion, plan.codec.response(completion, request=plan.request))
+            recorded = True
         except PolarError as exc:
-            if final is None:
+            if not recorded:
                 await self._record_error(plan, exc)
             for frame in encoder.error(exc):
                 yield frame
             return
+        except Exception:  # a bug, not the backend's or the caller's fault: still an error event, never a cut
+            log.exception("unexpected error in a %s stream", plan.codec.name)
+            internal = PolarError("internal error in the gateway; see its log")
+            await self._record_error(plan, internal)
+            for frame in encoder.error(internal):
+                yield frame
+            return
         finally:
-            if isinstance(chunks, AsyncGenerator):  # a disconnected client stops the generation
-                await chunks.aclose()
+            await _aclose(chunks)  # a disconnected client stops the generation
         for frame in encoder.finish(completion):
             yield frame
 
@@ -191,7 +301,7 @@ class CallService:
         parent = plan.prompt.parent
         if parent is None or parent.ref is None:
             return compact_request(plan.body, None)
-        parent_body = await asyncio.to_thread(self.histories.parent_body, plan.session.id, parent.ref)
+        parent_body = await self._in_store(self.histories.parent_body, plan.session.id, parent.ref)
         return compact_request(plan.body, parent_body)
 
     async def _record(self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict) -> None:
@@ -208,7 +318,7 @@ class CallService:
             response_json=response,
         )
         row.n_malformed_tool_calls = completion.malformed_tool_calls
-        capture_id = await self.writer.write(row)
+        capture_id = await self.writer.write(row, timeout_s=self.store_timeout_s)
         self.histories.remember_body(plan.session.id, capture_id, plan.body)
         reply = Message(Role.ASSISTANT, completion.content, completion.reasoning, completion.tool_calls)
         parent = plan.prompt.parent
@@ -240,11 +350,18 @@ class CallService:
                 prompt=plan.prompt,
                 sampling=plan.sampling,
                 result=None,
-                error=f"{error.error_type}: {error.message}",
+                error=f"{error.error_type}: {error.message}".replace("\x00", "\\x00"),  # a text column
             )
-            await self.writer.write(row)
+            await self.writer.write(row, timeout_s=self.store_timeout_s)
         except PolarError:
             log.warning("could not record the failed call of session %s", plan.session.id)
+
+
+async def _aclose(chunks: AsyncIterator[GenerateChunk]) -> None:
+    """Close a backend stream (its connection, so the server stops generating); iterators without aclose need none."""
+    close = getattr(chunks, "aclose", None)
+    if close is not None:
+        await close()
 
 
 def _encode(encoder, events: list, new: list) -> list[str]:

@@ -13,7 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from db.engine import make_engine
-from db.types import FloatArray, IntArray, JSONType, UTCDateTime, decode_int32, encode_float32, encode_int32
+from db.types import (
+    FloatArray,
+    IntArray,
+    JSONType,
+    UTCDateTime,
+    decode_int32,
+    decode_nul,
+    encode_float32,
+    encode_int32,
+    encode_nul,
+)
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 FLOAT32_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
@@ -91,6 +101,20 @@ def test_json_none_is_sql_null_and_documents_round_trip(samples_engine: sa.Engin
     with samples_engine.connect() as connection:
         nulls = connection.execute(sa.select(sa.func.count()).where(samples.c.doc.is_(None))).scalar_one()
     assert nulls == 1
+
+
+def test_json_holds_nul_exactly(samples_engine: sa.Engine) -> None:
+    # JSONB cannot hold NUL; harnesses send it (binary tool output). It comes back exactly, keys and the escape
+    # character itself included.
+    document = {"a\u0000b": ["\u0000", "x\u0000y\u2400z", "\u24000", "\u2400\u2400", "plain"], "n": [1, None, True]}
+    assert _round_trip(samples_engine, doc=document).doc == document
+    assert _round_trip(samples_engine, doc="\u0000").doc == "\u0000"
+
+
+@given(st.text(alphabet=st.sampled_from(["\u0000", "\u2400", "0", "a", "é"]), max_size=12))
+def test_nul_encoding_is_reversible(text: str) -> None:
+    encoded = encode_nul(text)
+    assert "\u0000" not in encoded and decode_nul(encoded) == text
 
 
 def test_datetimes_come_back_aware_in_utc(samples_engine: sa.Engine) -> None:

@@ -36,16 +36,15 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from polar.backends.base import FinishReason
-from polar.errors import ContextLengthExceeded, InvalidRequest, PolarError
+from polar.errors import InvalidRequest, PolarError
 from polar.proxy.canonical import ChatRequest, Completion
-from polar.proxy.protocols._wire import arguments_object, media_placeholder, not_none, parse_body
-from polar.proxy.protocols.base import StreamMeta, sse
+from polar.proxy.protocols._wire import media_placeholder, not_none, parse_body
+from polar.proxy.protocols.base import StreamMeta
+from polar.proxy.protocols.gemini_output import GeminiStream, error_body, finish_chunk, function_call
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
-from polar.tokens.parsers import Event, ReasoningDelta, TextDelta, ToolCallParsed
 
 
 class _Wire(BaseModel):
@@ -84,6 +83,15 @@ class _Part(_Wire):
     function_response: _FunctionResponse | None = None
     inline_data: _Media | None = None
     file_data: _Media | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_empty(cls, data: Any) -> Any:
+        # Gemini refuses a part with no field at all ("required oneof field 'data' must have one initialized
+        # field"); a part with fields we do not read (a lone thoughtSignature, executableCode) is skipped.
+        if isinstance(data, dict) and not data:
+            raise ValueError("a part needs a field (text, functionCall, functionResponse, inlineData, ...)")
+        return data
 
 
 class _Content(_Wire):
@@ -290,91 +298,6 @@ def _translate(request: _Request, path_model: str | None, path_stream: bool | No
     )
 
 
-# --- response --------------------------------------------------------------------------------------------
-
-_FINISH_REASONS = {FinishReason.STOP: "STOP", FinishReason.LENGTH: "MAX_TOKENS", FinishReason.ABORT: "OTHER"}
-
-
-def _function_call(call: ToolCall) -> dict[str, Any]:
-    return {"functionCall": {**({"id": call.id} if call.id else {}), "name": call.name, "args": arguments_object(call)}}
-
-
-def _chunk(parts: list[dict[str, Any]], response_id: str, model: str, **candidate: Any) -> dict[str, Any]:
-    return {
-        "candidates": [{"content": {"role": "model", "parts": parts}, **candidate, "index": 0}],
-        "modelVersion": model,
-        "responseId": response_id,
-    }
-
-
-def _usage(completion: Completion) -> dict[str, int]:
-    usage = completion.usage
-    return {
-        "promptTokenCount": usage.prompt_tokens,
-        "candidatesTokenCount": usage.completion_tokens,
-        "totalTokenCount": usage.total_tokens,
-    }
-
-
-def _finish(completion: Completion, parts: list[dict[str, Any]], response_id: str) -> dict[str, Any]:
-    chunk = _chunk(parts, response_id, completion.model, finishReason=_FINISH_REASONS[completion.finish_reason])
-    return {**chunk, "usageMetadata": _usage(completion)}
-
-
-_STATUSES = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    429: "RESOURCE_EXHAUSTED",
-    501: "UNIMPLEMENTED",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
-
-
-def _error_body(error: PolarError) -> dict[str, Any]:
-    code = error.status_code
-    status = _STATUSES.get(code, "INVALID_ARGUMENT" if code < 500 else "INTERNAL")
-    message = error.message
-    if isinstance(error, ContextLengthExceeded):  # Gemini's own wording
-        message = (
-            f"The input token count ({error.prompt_tokens}) exceeds the maximum number of tokens allowed "
-            f"({error.context_length})."
-        )
-    return {"error": {"code": code, "message": message, "status": status}}
-
-
-class GeminiStream:
-    """``alt=sse`` frames: one GenerateContentResponse per reasoning delta, text delta and parsed call, then
-    a last one with ``finishReason`` and ``usageMetadata``. No event names and no ``[DONE]``.
-    """
-
-    def __init__(self, meta: StreamMeta):
-        self._meta = meta
-
-    def start(self) -> list[str]:
-        return []  # Gemini has no opening frame: the first chunk carries the first output
-
-    def on_event(self, event: Event) -> list[str]:
-        if isinstance(event, ReasoningDelta) and event.text:
-            return [self._frame([{"text": event.text, "thought": True}])]
-        if isinstance(event, TextDelta) and event.text:
-            return [self._frame([{"text": event.text}])]
-        if isinstance(event, ToolCallParsed):
-            return [self._frame([_function_call(event.call)])]
-        return []  # a MalformedToolCall's text also arrives as a TextDelta
-
-    def finish(self, completion: Completion) -> list[str]:
-        return [sse(_finish(completion, [], self._meta.completion_id))]
-
-    def error(self, error: PolarError) -> list[str]:
-        return [sse(_error_body(error))]
-
-    def _frame(self, parts: list[dict[str, Any]]) -> str:
-        return sse(_chunk(parts, self._meta.completion_id, self._meta.model))
-
-
 class GeminiCodec:
     """The ``gemini`` protocol codec (see the module docstring for the mapping)."""
 
@@ -391,14 +314,14 @@ class GeminiCodec:
             parts.append({"text": completion.reasoning, "thought": True})
         if completion.content:
             parts.append({"text": completion.content})
-        parts += [_function_call(call) for call in completion.tool_calls]
-        return _finish(completion, parts, completion.id)
+        parts += [function_call(call) for call in completion.tool_calls]
+        return finish_chunk(completion, parts, completion.id)
 
     def stream_encoder(self, meta: StreamMeta, *, request: ChatRequest | None = None) -> GeminiStream:
         return GeminiStream(meta)
 
     def error_response(self, error: PolarError) -> tuple[int, dict[str, Any]]:
-        return error.status_code, _error_body(error)
+        return error.status_code, error_body(error)
 
 
 CODEC = GeminiCodec()

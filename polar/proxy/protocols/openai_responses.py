@@ -364,6 +364,8 @@ class OpenAIResponsesCodec:
                 raise InvalidRequest(
                     f"{stateful}: the gateway keeps no response state; send the whole input", field=stateful
                 )
+        if not wire.input:  # OpenAI refuses an empty input too: there is nothing to answer
+            raise InvalidRequest("input: must be a non-empty string or a non-empty array of items", field="input")
         history = _History()
         if wire.instructions:
             history.messages.append(Message(Role.SYSTEM, wire.instructions))

@@ -1,0 +1,254 @@
+"""SGLang's ``/generate`` wire format, read strictly: output ids, logprob triples, finish reasons, version spans,
+SSE events and error bodies (mapped to polar's errors). Used by ``polar.backends.sglang``."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from polar.backends.base import FinishReason, GenerateRequest, GenerateResult, LogprobSemantics, VersionSpan
+from polar.errors import (
+    BackendError,
+    BackendProtocolError,
+    BackendUnavailable,
+    ContextLengthExceeded,
+    InvalidRequest,
+    PolarError,
+    UnknownSamplingParameter,
+)
+
+# Keys under which servers report the context window, in order of preference (/model_info, then /v1/models).
+CONTEXT_KEYS = ("max_context_length", "context_length", "max_model_len")
+_UNKNOWN_PARAM = re.compile(r"unknown (?:sampling parameter|field)\s+'?([A-Za-z_][\w.]*)'?")
+_CONTEXT_MESSAGE = re.compile(r"context (?:length|window)", re.IGNORECASE)
+_NUMBER = re.compile(r"\d+")
+
+
+def sampling_params_json(request: GenerateRequest) -> dict[str, Any]:
+    """polar's SamplingParams under SGLang's names: lists for tuples, ``seed`` as ``sampling_seed``."""
+    params = request.sampling.model_dump()
+    seed = params.pop("seed")
+    params["stop"] = list(params["stop"])
+    params["stop_token_ids"] = list(params["stop_token_ids"])
+    if seed is not None:
+        params["sampling_seed"] = seed
+    return params
+
+
+@dataclass
+class OutputReader:
+    """Accumulates a response or a stream of cumulative or incremental chunks, checking every field."""
+
+    url: str
+    request: GenerateRequest
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    ttft_s: float | None = None
+
+    def add(self, payload: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """Take one response/chunk; return the ids and logprobs it adds."""
+        if not isinstance(payload, dict):
+            raise BackendProtocolError(f"{self.url}: expected a JSON object, got {type(payload).__name__}")
+        meta = payload.get("meta_info")
+        if not isinstance(meta, dict):
+            raise BackendProtocolError(f"{self.url}: the response has no meta_info object")
+        ids = _int_list(payload.get("output_ids"), "output_ids", self.url)
+        triples = meta.get("output_token_logprobs")
+        if not isinstance(triples, list):
+            raise BackendProtocolError(f"{self.url}: meta_info.output_token_logprobs is missing (return_logprob)")
+        if len(triples) != len(ids):
+            raise BackendProtocolError(f"{self.url}: {len(triples)} output_token_logprobs for {len(ids)} output_ids")
+        logprobs = _logprobs_of(triples, ids, self.url)
+        total = meta.get("completion_tokens")
+        if not isinstance(total, int):
+            raise BackendProtocolError(f"{self.url}: meta_info.completion_tokens is missing")
+        seen = len(self.ids)
+        if len(ids) == total:  # cumulative (or the first chunk, where both readings agree)
+            if ids[:seen] != self.ids:
+                raise BackendProtocolError(f"{self.url}: a cumulative chunk rewrote output ids already streamed")
+            new_ids, new_logprobs = ids[seen:], logprobs[seen:]
+        elif seen + len(ids) == total:  # incremental
+            new_ids, new_logprobs = ids, logprobs
+        else:
+            raise BackendProtocolError(
+                f"{self.url}: a chunk with {len(ids)} output_ids and completion_tokens={total} fits neither "
+                f"cumulative nor incremental streaming after {seen} tokens"
+            )
+        self.ids.extend(new_ids)
+        self.logprobs.extend(new_logprobs)
+        return tuple(new_ids), tuple(new_logprobs)
+
+    def result(self, payload: dict[str, Any]) -> GenerateResult:
+        meta = payload["meta_info"]
+        reason, matched = _finish_of(meta.get("finish_reason"), self.url)
+        prompt_tokens = meta.get("prompt_tokens")
+        if not isinstance(prompt_tokens, int):
+            raise BackendProtocolError(f"{self.url}: meta_info.prompt_tokens is missing")
+        latency = meta.get("e2e_latency")
+        return GenerateResult(
+            output_ids=tuple(self.ids),
+            output_logprobs=tuple(self.logprobs),
+            finish_reason=reason,
+            matched_stop=matched,
+            version_spans=_spans_of(meta, len(self.ids), self.url),
+            prompt_tokens=prompt_tokens,
+            logprob_semantics=LogprobSemantics.TEMPERATURE_SCALED,
+            ttft_s=self.ttft_s,
+            e2e_s=float(latency) if isinstance(latency, int | float) else None,
+        )
+
+
+def _int_list(value: Any, name: str, url: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise BackendProtocolError(f"{url}: {name} is missing or not a list of integers")
+    return value
+
+
+def _logprobs_of(triples: list[Any], ids: list[int], url: str) -> list[float]:
+    logprobs = []
+    for i, (triple, token) in enumerate(zip(triples, ids, strict=True)):
+        if not (isinstance(triple, list) and len(triple) >= 2 and isinstance(triple[0], int | float)):
+            raise BackendProtocolError(f"{url}: output_token_logprobs[{i}] is not a [logprob, id, text] triple")
+        if triple[1] != token:
+            raise BackendProtocolError(
+                f"{url}: output_token_logprobs[{i}] is for token {triple[1]} but output_ids[{i}] is {token}"
+            )
+        logprobs.append(float(triple[0]))
+    return logprobs
+
+
+def _finish_of(value: Any, url: str) -> tuple[FinishReason, int | str | None]:
+    if not isinstance(value, dict) or value.get("type") not in ("stop", "length", "abort"):
+        raise BackendProtocolError(f"{url}: finish_reason {value!r} is not a stop/length/abort dict")
+    reason = FinishReason(value["type"])
+    matched = value.get("matched") if reason is FinishReason.STOP else None
+    if matched is not None and not isinstance(matched, int | str):
+        raise BackendProtocolError(f"{url}: finish_reason.matched {matched!r} is neither a token id nor a string")
+    return reason, matched
+
+
+def _spans_of(meta: dict[str, Any], n_output: int, url: str) -> tuple[VersionSpan, ...]:
+    raw = meta.get("weight_versions")
+    if raw is None:
+        version = meta.get("weight_version")
+        if not isinstance(version, str):
+            raise BackendProtocolError(f"{url}: meta_info has neither weight_versions nor weight_version")
+        return (VersionSpan(version, 0, n_output),)
+    try:
+        spans = tuple(VersionSpan(str(s["version"]), int(s["start"]), int(s["end"])) for s in raw)
+    except (TypeError, KeyError, ValueError):
+        raise BackendProtocolError(
+            f"{url}: meta_info.weight_versions is not a list of {{version, start, end}}"
+        ) from None
+    contiguous = all(a.end == b.start for a, b in zip(spans, spans[1:], strict=False))
+    if not spans or spans[0].start != 0 or spans[-1].end != n_output or not contiguous:
+        raise BackendProtocolError(f"{url}: weight_versions {raw!r} do not cover the {n_output} output tokens")
+    return spans
+
+
+async def sse_payloads(response: httpx.Response, url: str) -> AsyncIterator[Any]:
+    """The JSON objects of ``data:`` events, up to ``data: [DONE]``.
+
+    A server that ignored ``stream`` and answered one JSON body yields that body as the only payload.
+    """
+    if response.headers.get("content-type", "").startswith("application/json"):
+        await response.aread()
+        yield json_of(response, url)
+        return
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            if line and not line.startswith((":", "event:", "id:", "retry:")):
+                raise BackendProtocolError(f"{url}: not a server-sent event line: {line[:200]!r}")
+            continue  # blank separators, comments, named-event fields
+        data = line[5:].strip()
+        if data == "[DONE]":
+            continue  # read on to the end of the body: the connection can then be reused
+        try:
+            yield json.loads(data)
+        except json.JSONDecodeError:
+            raise BackendProtocolError(f"{url}: a stream event is not JSON: {data[:200]!r}") from None
+
+
+def json_of(response: httpx.Response, url: str, *, allow_error: bool = False) -> Any:
+    if response.status_code >= 400 and not allow_error:
+        raise BackendProtocolError(f"{url} answered HTTP {response.status_code}")
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BackendProtocolError(f"{url} did not answer JSON: {response.text[:200]!r}") from None
+
+
+def message_of(payload: Any) -> str | None:
+    if not isinstance(payload, dict):
+        return None
+    error = payload.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    for key in ("message", "detail", "error"):
+        if isinstance(payload.get(key), str):
+            return payload[key]
+    return None
+
+
+def http_error(
+    response: httpx.Response, url: str, request: GenerateRequest | None, model_info: Mapping[str, Any]
+) -> PolarError:
+    try:
+        payload = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        payload = None
+    if message_of(payload) is None:
+        payload = {"error": {"message": response.text[:300] or response.reason_phrase}}
+    return error_from_body(payload, response.status_code, url, request, model_info)
+
+
+def error_from_body(
+    payload: dict[str, Any],
+    status: int,
+    url: str,
+    request: GenerateRequest | None,
+    model_info: Mapping[str, Any],
+    *,
+    in_stream: bool = False,
+) -> PolarError:
+    """Map an SGLang error body to polar's errors, keeping the server's message."""
+    message = message_of(payload) or "no message"
+    error = payload.get("error")
+    if in_stream and isinstance(error, dict) and isinstance(error.get("code"), int):
+        status = error["code"]
+    if status == 400 or (400 <= status < 500 and status not in (404, 408, 429)):
+        unknown = _UNKNOWN_PARAM.search(message)
+        if unknown:
+            return UnknownSamplingParameter(message, field=f"sampling_params.{unknown.group(1)}")
+        if _CONTEXT_MESSAGE.search(message):
+            prompt = len(request.input_ids) if request is not None else 0
+            numbers = [int(n) for n in _NUMBER.findall(message)]
+            window = context_length_of(model_info) or (max(numbers) if numbers else 0)
+            exc = ContextLengthExceeded(prompt, window)
+            exc.message, exc.args = message, (message,)
+            return exc
+        return InvalidRequest(message)
+    if status in (408, 429, 503):
+        return BackendUnavailable(f"{url} answered {status}: {message}")
+    if status == 404:
+        return BackendProtocolError(f"{url} answered 404 (is this an SGLang server?): {message}")
+    return BackendError(f"{url} answered {status}: {message}")
+
+
+def unavailable(exc: httpx.TransportError, url: str, timeout_s: float) -> BackendUnavailable:
+    if isinstance(exc, httpx.TimeoutException):
+        return BackendUnavailable(f"{url} timed out (limit {timeout_s:g} s): {type(exc).__name__}")
+    return BackendUnavailable(f"cannot reach {url}: {type(exc).__name__}: {exc}")
+
+
+def context_length_of(info: Mapping[str, Any]) -> int | None:
+    for key in CONTEXT_KEYS:
+        value = info.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None

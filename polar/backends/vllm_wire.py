@@ -1,0 +1,162 @@
+"""vLLM's token-in/token-out wire format, read strictly: sampling parameters under vLLM's names, choices,
+token ids, logprobs, version spans, SSE events and error bodies (mapped to polar's errors). Used by
+``polar.backends.vllm``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from polar.backends.base import SamplingParams, VersionSpan
+from polar.errors import BackendError, BackendProtocolError, BackendUnavailable, ContextLengthExceeded, InvalidRequest
+
+logger = logging.getLogger(__name__)
+
+# vLLM's parameter names in error messages → Polar's (SGLang) names.
+_FIELD_NAMES = {
+    "max_tokens": "max_new_tokens",
+    "min_tokens": "min_new_tokens",
+    "token_ids": "input_ids",
+    "prompt": "input_ids",
+    "input_tokens": "input_ids",
+}
+# "... longer than the maximum model length of 4096" (generate), "maximum context length is 4096" (completions).
+_CONTEXT_RE = re.compile(r"maximum (?:model|context) length (?:of|is) (\d+)")
+
+
+def vllm_sampling_params(params: SamplingParams, max_tokens: int) -> dict[str, Any]:
+    """SGLang-named sampling parameters → vLLM's names.
+
+    ``top_k=-1`` ("all tokens") becomes 0, vLLM 0.32's preferred spelling (it still accepts -1 quietly). vLLM
+    treats ``temperature < 1e-5`` as greedy (SGLang: 1e-6); the gap is below any temperature in use.
+    """
+    out: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": 0 if params.top_k == -1 else params.top_k,
+        "min_p": params.min_p,
+        "min_tokens": params.min_new_tokens,
+        "stop": list(params.stop),
+        "stop_token_ids": list(params.stop_token_ids),
+        "ignore_eos": params.ignore_eos,
+    }
+    if params.seed is not None:
+        out["seed"] = params.seed
+    return out
+
+
+@dataclass
+class Accumulator:
+    """Output gathered from one reply or from the chunks of one stream."""
+
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str | None = None
+    stop_reason: int | str | None = None
+    spans: tuple[VersionSpan, ...] | None = None
+
+
+def http_error(
+    base_url: str, context_length: int | None, status: int, text: str, prompt_tokens: int
+) -> BackendError | InvalidRequest:
+    logger.debug("vLLM at %s answered %d: %.400s", base_url, status, text)
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return BackendError(f"vLLM at {base_url} answered {status}: {text[:400]}")
+    return error_from_body(base_url, context_length, body, status, prompt_tokens)
+
+
+def error_from_body(
+    base_url: str, context_length: int | None, body: dict[str, Any], status: int | None, prompt_tokens: int
+) -> BackendError | InvalidRequest:
+    """Map vLLM's ``{"error": {message, type, param, code}}`` (or FastAPI's ``{"detail"}``) to a Polar error.
+
+    ``status`` is the HTTP status; None for an error event inside a stream, where the body's code counts.
+    """
+    error = body.get("error")
+    if isinstance(error, dict):
+        message = str(error.get("message", ""))
+        param = error.get("param")
+        code = error.get("code")
+    else:
+        message, param, code = str(body.get("detail", body)), None, None
+    if status is None:
+        status = code if isinstance(code, int) and not isinstance(code, bool) else 500
+    if status == 400:
+        context = _CONTEXT_RE.search(message)
+        if context or "max_model_len" in message:
+            length = int(context.group(1)) if context else context_length or 0
+            return ContextLengthExceeded(prompt_tokens, length)
+        name = param.removeprefix("body.") if isinstance(param, str) else None  # "body.seed": FastAPI's
+        name = _FIELD_NAMES.get(name, name) if name else None
+        return InvalidRequest(f"vLLM rejected the request: {message}", field=name)
+    kind = BackendUnavailable if status == 503 else BackendError
+    return kind(f"vLLM at {base_url} answered {status}: {message[:400]}")
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of an SSE body's ``data:`` lines, up to ``data: [DONE]``."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue  # blank separators, comments, event/id lines
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            raise BackendProtocolError(f"vLLM stream event is not JSON: {payload[:200]!r}") from None
+        if not isinstance(event, dict):
+            raise BackendProtocolError(f"vLLM stream event is a JSON {type(event).__name__}, expected an object")
+        yield event
+
+
+def only_choice(data: dict[str, Any]) -> dict[str, Any]:
+    choices = field_of(data, "choices", list)
+    if len(choices) != 1 or not isinstance(choices[0], dict):
+        raise BackendProtocolError(f"vLLM reply has {len(choices)} choices, expected exactly one")
+    return choices[0]
+
+
+def field_of(data: Any, key: str, kind: type, *, nullable: bool = False) -> Any:
+    """``data[key]`` checked against ``kind`` (ints accepted for float); BackendProtocolError otherwise."""
+    if not isinstance(data, dict) or key not in data:
+        raise BackendProtocolError(f"vLLM reply is missing field {key!r}")
+    value = data[key]
+    if value is None and nullable:
+        return None
+    if kind is float:
+        return number_of(value, key)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BackendProtocolError(f"vLLM field {key!r} is {value!r}, expected {kind.__name__}")
+    return value
+
+
+def number_of(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BackendProtocolError(f"vLLM field {key!r} has {value!r}, expected a number")
+    return float(value)
+
+
+def token_id_of(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BackendProtocolError(f"vLLM token id {value!r} is not a non-negative integer")
+    return value
+
+
+def span_of(entry: Any) -> VersionSpan:
+    return VersionSpan(field_of(entry, "version", str), field_of(entry, "start", int), field_of(entry, "end", int))
+
+
+def misaligned(n_ids: int, n_logprobs: int) -> BackendProtocolError:
+    return BackendProtocolError(f"vLLM returned {n_ids} token ids but {n_logprobs} logprobs")

@@ -1,0 +1,96 @@
+"""The gateway's health routes: liveness, readiness (store and backend, each bounded), and ``/health``.
+
+- ``GET /health/live``: 200 ``{"status": "live"}`` while the process serves HTTP; it checks nothing else, so a
+  frozen store or a dead backend never makes an orchestrator restart a healthy gateway.
+- ``GET /health/ready``: 200 ``{"status": "ready", "checks": {...}}`` when the store answers ``SELECT 1`` and the
+  backend reports its weight version, each within ``health_timeout_s``; otherwise 503 with
+  ``"status": "not_ready"``, the failing check's ``error`` and an OpenAI-shaped ``error`` object.
+- ``GET /health``: the same checks, plus the backend's name and weight version at the top level (``"ok"`` or a 503
+  ``"degraded"``), for the tools and tests that already poll it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+
+from db import session_scope
+
+if TYPE_CHECKING:
+    from polar.proxy.gateway import Gateway
+
+
+def finite_or_none(values: Sequence[float] | None) -> list[float | None] | None:
+    """``values`` with NaN and infinities as None (JSON has no such numbers)."""
+    if values is None:
+        return None
+    return [value if math.isfinite(value) else None for value in values]
+
+
+async def _timed(check: Callable[[], Awaitable[Any]], timeout_s: float) -> dict[str, Any]:
+    started = time.perf_counter()
+    try:
+        value = await asyncio.wait_for(check(), timeout_s)
+    except TimeoutError:
+        return {"ok": False, "error": f"no answer within {timeout_s:g} s"}
+    except Exception as exc:  # any failure of the dependency is "not ready", never a 500 of this route
+        detail = str(exc).strip().splitlines()
+        return {"ok": False, "error": f"{type(exc).__name__}: {detail[0] if detail else ''}"[:500]}
+    out: dict[str, Any] = {"ok": True, "latency_s": round(time.perf_counter() - started, 4)}
+    if value is not None:
+        out["value"] = value
+    return out
+
+
+async def readiness(gw: Gateway) -> dict[str, dict[str, Any]]:
+    """Each dependency's check: ``{"store": {"ok": ...}, "backend": {"ok": ..., "weight_version": ...}}``."""
+    timeout = gw.settings.health_timeout_s
+
+    def select_one() -> None:
+        with session_scope(gw.factory) as db:
+            db.execute(sa.text("SELECT 1"))
+
+    async def store() -> None:
+        await asyncio.to_thread(select_one)
+
+    store_check, backend_check = await asyncio.gather(
+        _timed(store, timeout), _timed(gw.backend.weight_version, timeout)
+    )
+    if "value" in backend_check:
+        backend_check["weight_version"] = backend_check.pop("value")
+    return {"store": store_check, "backend": {"name": gw.backend.name, **backend_check}}
+
+
+def _not_ready(checks: dict[str, dict[str, Any]], status: str, **extra: Any) -> JSONResponse:
+    failed = [name for name, check in checks.items() if not check["ok"]]
+    message = "; ".join(f"{name}: {checks[name]['error']}" for name in failed)
+    error = {"message": f"not ready: {message}", "type": "service_unavailable", "param": None, "code": None}
+    return JSONResponse({"status": status, **extra, "checks": checks, "error": error}, status_code=503)
+
+
+def add_health_routes(app: FastAPI, gw: Gateway) -> None:
+    @app.get("/health/live")
+    async def live() -> Response:
+        return JSONResponse({"status": "live"})
+
+    @app.get("/health/ready")
+    async def ready() -> Response:
+        checks = await readiness(gw)
+        if all(check["ok"] for check in checks.values()):
+            return JSONResponse({"status": "ready", "checks": checks})
+        return _not_ready(checks, "not_ready")
+
+    @app.get("/health")
+    async def health() -> Response:
+        checks = await readiness(gw)
+        extra = {"backend": gw.backend.name, "weight_version": checks["backend"].get("weight_version")}
+        if all(check["ok"] for check in checks.values()):
+            return JSONResponse({"status": "ok", **extra, "checks": checks})
+        return _not_ready(checks, "degraded", **extra)

@@ -1,0 +1,106 @@
+"""Limits on decoded JSON request bodies: what no provider accepts and what would break the gateway later.
+
+``check_json`` walks a decoded body once (iteratively: a deep body never exhausts the stack) and raises an
+``InvalidRequest`` naming the first offending field (``messages.0.content``) for
+
+- nesting deeper than ``max_depth`` (a body nested deeper than Python's JSON parser can follow is refused by
+  ``parse_json`` the same way);
+- a string (value or key) longer than ``max_string_chars``;
+- a number that is not finite: ``NaN``, ``Infinity`` and overflowing literals such as ``1e400`` (Python's
+  parser accepts them; JSON does not, and the store cannot hold them);
+- an integer outside the signed 64-bit range (no sampling knob or id needs more);
+- a lone UTF-16 surrogate (``"\\ud800"``): it is no character, cannot be encoded as UTF-8, and would fail the
+  tokenizer or the store much later.
+
+NUL characters are valid JSON text and are kept: the store encodes them where it must (``db.types``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from polar.errors import InvalidRequest
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True)
+class JsonLimits:
+    """How deep and how long a request body's JSON may be (``POLAR_MAX_JSON_DEPTH``, ``POLAR_MAX_STRING_CHARS``)."""
+
+    max_depth: int = 64
+    max_string_chars: int = 8 * 1024 * 1024
+
+
+DEFAULT_LIMITS = JsonLimits()
+
+
+def parse_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
+    """Decode ``raw`` and check it against ``limits``; every failure is an ``InvalidRequest`` (400)."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise InvalidRequest(
+            f"request body is nested deeper than the limit of {limits.max_depth} levels", field="body"
+        ) from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, and ints beyond Python's digit limit
+        raise InvalidRequest(f"request body is not valid JSON: {exc}", field="body") from None
+    check_json(value, limits)
+    return value
+
+
+def _field(path: tuple[str | int, ...]) -> str:
+    # A key may itself hold a lone surrogate; the message naming it must still encode as UTF-8.
+    text = ".".join(str(step) for step in path) or "body"
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _check_string(text: str, path: tuple[str | int, ...], limits: JsonLimits, what: str) -> None:
+    if len(text) > limits.max_string_chars:
+        raise InvalidRequest(
+            f"{_field(path)}: {what} of {len(text)} characters exceeds the limit of {limits.max_string_chars}",
+            field=_field(path),
+        )
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequest(
+            f"{_field(path)}: {what} holds a lone UTF-16 surrogate (U+{ord(text[exc.start]):04X}) at offset "
+            f"{exc.start}; surrogates must come in pairs",
+            field=_field(path),
+        ) from None
+
+
+def check_json(value: Any, limits: JsonLimits = DEFAULT_LIMITS) -> None:
+    """Raise ``InvalidRequest`` naming a field of ``value`` that breaks ``limits`` (module docstring)."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            _check_string(node, path, limits, "string")
+        elif isinstance(node, bool) or node is None:
+            continue
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                raise InvalidRequest(
+                    f"{_field(path)}: numbers must be finite, not {node!r}", field=_field(path)
+                ) from None
+        elif isinstance(node, int):
+            if not INT64_MIN <= node <= INT64_MAX:
+                raise InvalidRequest(f"{_field(path)}: integer out of the 64-bit range", field=_field(path))
+        elif isinstance(node, dict | list):
+            if len(path) >= limits.max_depth:
+                raise InvalidRequest(
+                    f"{_field(path)}: nested deeper than the limit of {limits.max_depth} levels", field=_field(path)
+                )
+            if isinstance(node, dict):
+                for key, child in node.items():
+                    _check_string(key, (*path, key), limits, "key")
+                    stack.append((child, (*path, key)))
+            else:
+                stack.extend((child, (*path, index)) for index, child in enumerate(node))

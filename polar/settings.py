@@ -69,7 +69,9 @@ class Settings(BaseSettings):
 
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8700
-    control_token: str = Field(default="", description="when set, control endpoints need it as a Bearer token")
+    control_token: str = Field(
+        default="", description="Bearer token of the control routes; empty: the one generated in home/control-token"
+    )
     default_max_tokens: int = Field(default=2048, description="reply budget when the caller sets none")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="larger request bodies get a 413")
     runtime: str = Field(default="local", description="default runtime of a task that names none")

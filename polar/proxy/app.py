@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from db import Capture, full_prompt_ids, session_scope
 from db.request_json import full_request_json
+from polar.auth import announce, bearer_of, install_access_log_redaction, matches
 from polar.errors import (
     AuthenticationError,
     InvalidRequest,
@@ -44,11 +45,14 @@ def _error(codec: ProtocolCodec, exc: PolarError) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def _api_key(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip() or None
-    return request.headers.get("x-api-key") or request.headers.get("x-goog-api-key") or request.query_params.get("key")
+def _api_key(request: Request, *, query: bool = False) -> str | None:
+    """A session key: a Bearer token or the provider's own header; ``?key=`` only where ``query`` (the Gemini
+    paths, where Google's clients put it; the access log redacts it)."""
+    key = bearer_of(request.headers.get("authorization"))
+    key = key or request.headers.get("x-api-key") or request.headers.get("x-goog-api-key")
+    if key is None and query:
+        key = request.query_params.get("key")
+    return key
 
 
 async def _frames_as_bytes(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
@@ -61,7 +65,7 @@ async def _model_call(
 ) -> Response:
     try:
         body = await read_json(request, gw.settings.max_body_bytes)
-        session = await asyncio.to_thread(gw.sessions.authenticate, _api_key(request))
+        session = await asyncio.to_thread(gw.sessions.authenticate, _api_key(request, query=codec is GEMINI))
         chat = codec.parse_request(body, path_model=model, path_stream=stream)
         plan = await asyncio.to_thread(gw.calls.plan, session, codec, body, chat, gw.policy_for(session))
         if not chat.stream:
@@ -79,7 +83,7 @@ async def _count_tokens(
     gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None
 ) -> tuple[int, Any]:
     body = await read_json(request, gw.settings.max_body_bytes)
-    await asyncio.to_thread(gw.sessions.authenticate, _api_key(request))
+    await asyncio.to_thread(gw.sessions.authenticate, _api_key(request, query=codec is GEMINI))
     if isinstance(body, dict) and codec is ANTHROPIC:
         body = {"max_tokens": 1, **body}  # count_tokens bodies carry no max_tokens
     chat = codec.parse_request(body, path_model=model, path_stream=False)
@@ -106,6 +110,8 @@ def create_app(gw: Gateway) -> FastAPI:
 
     app = FastAPI(title="Polar gateway", lifespan=lifespan)
     app.state.gateway = gw
+    control_token = announce(gw.settings)  # closed by default: generated on first start when none is set
+    install_access_log_redaction()
 
     @app.exception_handler(StarletteHTTPException)
     async def unknown_route(request: Request, exc: StarletteHTTPException) -> Response:
@@ -189,18 +195,18 @@ def create_app(gw: Gateway) -> FastAPI:
     # ---- session control ----------------------------------------------------------------------------
 
     async def authorize_control(request: Request, session_id: str | None = None) -> None:
-        """Control token when configured; a session key may only read its own session."""
-        token = _api_key(request)
-        if gw.settings.control_token and token == gw.settings.control_token:
+        """The control token (only as ``Authorization: Bearer``), or a session key reading its own session
+        (``session_id``); anything else is a 401, another session's key a 403."""
+        if matches(bearer_of(request.headers.get("authorization")), control_token):
             return
-        if token:
-            own = await asyncio.to_thread(gw.sessions.session_of_key, token)
+        key = _api_key(request)
+        if key:
+            own = await asyncio.to_thread(gw.sessions.session_of_key, key)
             if own is not None:
-                if session_id is not None and own == session_id:
+                if session_id is not None and matches(own, session_id):
                     return
                 raise PermissionDenied("a session key cannot act on another session or create sessions")
-        if gw.settings.control_token:
-            raise AuthenticationError("this endpoint needs the control token as a Bearer token")
+        raise AuthenticationError("this endpoint needs the control token as a Bearer token")
 
     @app.post("/v1/sessions")
     async def create_session(request: Request) -> Response:

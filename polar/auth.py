@@ -78,6 +78,11 @@ def announce(settings: Settings) -> str:
     return token
 
 
+def where(settings: Settings) -> str:
+    """Where the control token in force comes from, for a start-up line (never the token itself)."""
+    return "POLAR_CONTROL_TOKEN" if settings.control_token else str(token_path(settings))
+
+
 def bearer(headers: dict[str, str] | None = None, *, token: str) -> dict[str, str]:
     """``headers`` plus ``Authorization: Bearer token``."""
     return {**(headers or {}), "Authorization": f"Bearer {token}"}

@@ -82,6 +82,9 @@ class Settings(BaseSettings):
         default=None, description="per-rollout working folders; empty means home/runtimes"
     )
     runtime_isolation: Isolation = Isolation.NONE
+    copy_roots: str = Field(
+        default="", description="comma-separated host folders a task's copy action may read; empty: none"
+    )
     keep_workdirs: bool = Field(default=False, description="keep a finished rollout's working folders")
     rollout_timeout_s: float = Field(default=1800.0, gt=0, description="deadline of init+run when a task sets none")
     postrun_timeout_s: float = Field(default=300.0, gt=0)
@@ -140,6 +143,10 @@ class Settings(BaseSettings):
     @property
     def cache_dir(self) -> Path:
         return self.cache or self.home / "cache"
+
+    @property
+    def copy_root_paths(self) -> list[Path]:
+        return [Path(p.strip()).expanduser() for p in self.copy_roots.split(",") if p.strip()]
 
     @property
     def runtime_dir(self) -> Path:

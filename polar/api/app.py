@@ -30,7 +30,7 @@ from polar.api.callbacks import deliver_due
 from polar.api.runner import TaskRunner, flow_run_states
 from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody, WeightsRequest
 from polar.api.weights import WeightSource, publish
-from polar.auth import announce, bearer_of, matches
+from polar.auth import announce, bearer_of, install_access_log_redaction, matches
 from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, invalid_from
 from polar.export.filters import ExportFilter
 from polar.proxy.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
@@ -97,6 +97,7 @@ def create_api(settings: Settings, factory: sessionmaker[Session], *, gateway_ur
         return _error(InvalidRequest(f"the store refused a value: {str(exc.orig).splitlines()[0]}", field="body"))
 
     token = announce(settings)  # closed by default: generated on first start when none is set
+    install_access_log_redaction()
 
     async def control(request: Request) -> None:
         if not matches(bearer_of(request.headers.get("authorization")), token):

@@ -11,6 +11,7 @@ import uvicorn
 
 from polar.api.app import create_api
 from polar.api.runner import resolve_dispatch
+from polar.auth import control_token, where
 from polar.rollout.context import rollout_context, store_factory
 from polar.settings import Settings, TaskDispatch, get_settings
 
@@ -26,4 +27,6 @@ def build_app(settings: Settings | None = None):
 def serve(*, host: str | None = None, port: int | None = None) -> None:
     """Serve until interrupted, with the process-wide settings (the same ones the inline rollout flows read)."""
     settings = get_settings()
+    control_token(settings)  # generated on first start when none is configured
+    print(f"polar serve: /v1 routes need the control token from {where(settings)}", flush=True)
     uvicorn.run(build_app(settings), host=host or settings.api_host, port=port or settings.api_port, log_level="info")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uvicorn
 
+from polar.auth import where
 from polar.proxy.app import create_app
 from polar.proxy.gateway import Gateway
 from polar.settings import Settings
@@ -14,7 +15,7 @@ async def serve_gateway(settings: Settings, host: str, port: int) -> None:
     config = uvicorn.Config(create_app(gateway), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     print(
         f"polar gateway on http://{host}:{port} (backend={gateway.backend.name}, "
-        f"store={settings.resolved_database_url})",
+        f"store={settings.resolved_database_url}); control routes need the token from {where(settings)}",
         flush=True,
     )
     await uvicorn.Server(config).serve()

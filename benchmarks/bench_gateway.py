@@ -30,6 +30,7 @@ import asyncio
 import itertools
 import json
 import os
+import secrets
 import signal
 import sqlite3
 import statistics
@@ -67,6 +68,7 @@ from polar.tokens.tokenizer import ChatTokenizer, load_tokenizer
 
 POSTGRES_URL = os.environ.get("POLAR_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 LITELLM_VENV = ROOT / ".venv-litellm"
+CONTROL_TOKEN = "bench-" + secrets.token_urlsafe(16)  # the gateways' control token (control routes are closed)
 BIN = Path(sys.executable).parent
 LITELLM_KEY = f"sk-bench-{uuid.uuid4().hex}"  # LiteLLM refuses to start without a master key
 TOKEN_DELAY_MS = 20
@@ -106,6 +108,7 @@ def start_servers(stack: ExitStack, tmp: Path, args: argparse.Namespace, pg_url:
             "POLAR_BACKEND_URL": backend_url,
             "POLAR_MODEL": "tiny",
             "POLAR_DATABASE_URL": database_url,
+            "POLAR_CONTROL_TOKEN": CONTROL_TOKEN,
         }
         return start(name, [str(BIN / "polar"), "gateway", "--port", str(port)], env, port, "/")
 
@@ -178,7 +181,9 @@ def start_servers(stack: ExitStack, tmp: Path, args: argparse.Namespace, pg_url:
 
 
 async def new_session(client: httpx.AsyncClient, gateway: Server) -> tuple[str, str]:
-    reply = await client.post(gateway.url + "/v1/sessions", json={})
+    reply = await client.post(
+        gateway.url + "/v1/sessions", json={}, headers={"Authorization": f"Bearer {CONTROL_TOKEN}"}
+    )
     reply.raise_for_status()
     data = reply.json()
     return data["session_id"], data["api_key"]

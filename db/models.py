@@ -1,10 +1,10 @@
 """The store's tables as SQLAlchemy 2 typed models.
 
-Tables: ``weight_versions``, ``tasks``, ``rollouts`` (one sample of a task = one gateway session), ``captures``
-(one backend call, forming a tree per session), ``trajectories`` (training sequences built from captures),
-``merge_stats`` (what each trajectory build did with a rollout's captures) and ``evaluations``. Token arrays use
-the portable types of ``db.types``; every count a query may want is a plain integer column, so SQL never
-unpacks an array.
+Tables: ``weight_versions``, ``tasks``, ``submissions`` (idempotency keys of task submissions), ``rollouts`` (one
+sample of a task = one gateway session), ``captures`` (one backend call, forming a tree per session),
+``trajectories`` (training sequences built from captures), ``merge_stats`` (what each trajectory build did with a
+rollout's captures) and ``evaluations``. Token arrays use the portable types of ``db.types``; every count a query
+may want is a plain integer column, so SQL never unpacks an array.
 
 Statuses are ``StrEnum``s stored as ``VARCHAR(16)`` without a native enum type or CHECK constraint: adding a
 status is then a code change, not a migration, and autogenerate compares the column exactly like the
@@ -109,6 +109,21 @@ class Task(Base):
     callback_state: Mapped[dict[str, Any] | None] = mapped_column(JSONType())  # webhook attempts and delivery
 
     rollouts: Mapped[list[Rollout]] = relationship(back_populates="task", lazy="raise", passive_deletes=True)
+
+
+class Submission(Base):
+    """One ``POST /v1/tasks`` made with an ``Idempotency-Key``: a retry with the same key gets the same tasks.
+
+    The row is inserted in the transaction that stores the tasks, so a key names one batch or none;
+    ``request_sha256`` (of the canonical JSON of the batch) tells a true retry from a different batch.
+    """
+
+    __tablename__ = "submissions"
+
+    key: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    request_sha256: Mapped[str] = mapped_column(sa.String(64))
+    task_ids: Mapped[list[str]] = mapped_column(JSONType())
+    created_at: Mapped[datetime] = _created_at()
 
 
 class Claim(Base):

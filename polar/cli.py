@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -72,6 +75,10 @@ def _run(args: argparse.Namespace) -> None:
     with open(args.tasks) as f:
         tasks = json.load(f)
     tasks = tasks if isinstance(tasks, list) else [tasks]
+    # The tasks file's own folder is a copy root for this run: its tasks may copy the files that come with them.
+    own = str(Path(args.tasks).resolve().parent)
+    os.environ["POLAR_COPY_ROOTS"] = ",".join(r for r in (os.environ.get("POLAR_COPY_ROOTS", ""), own) if r)
+    get_settings.cache_clear()
 
     async def main() -> None:
         try:
@@ -276,7 +283,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C: ``finally`` blocks and exit handlers run, so what this command started (Prefect's
+    temporary server, the embedded gateway, harnesses) stops with it instead of being left behind."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         args = build_parser().parse_args(argv)
         args.func(args)
@@ -288,6 +303,16 @@ def main(argv: list[str] | None = None) -> int:
         name = "POLAR_" + "_".join(str(p) for p in first["loc"]).upper()
         print(f"polar: error: invalid setting {name}: {first['msg']}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("polar: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except BaseException as exc:
+        # SIGTERM inside a Prefect flow run arrives as Prefect's TerminationSignal (it installs its own handler).
+        signum = getattr(exc, "signal", None)
+        if isinstance(exc, SystemExit) or not isinstance(signum, int):
+            raise
+        print(f"polar: stopped by signal {signum}", file=sys.stderr)
+        return 128 + signum
     return 0
 
 

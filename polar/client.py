@@ -35,7 +35,14 @@ class ApiError(PolarError):
 
 
 class PolarClient:
-    def __init__(self, url: str, *, token: str = "", timeout_s: float = 600.0):
+    """``token`` None: ``POLAR_CONTROL_TOKEN``, else the token file in ``POLAR_HOME`` (a server on this machine)."""
+
+    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 600.0):
+        if token is None:
+            from polar.auth import control_token
+            from polar.settings import get_settings
+
+            token = control_token(get_settings(), create=False)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s, trust_env=False)
 
@@ -69,9 +76,12 @@ class PolarClient:
         """The served model and its tokenizer's ``name``, ``vocab_size`` and ``fingerprint``."""
         return self._call("GET", "/v1/model")
 
-    def submit(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
-        """Submit TaskRequest dicts; returns their task ids in order."""
-        return [t["task_id"] for t in self._call("POST", "/v1/tasks", json={"tasks": list(tasks)})["tasks"]]
+    def submit(self, tasks: Iterable[Mapping[str, Any]], *, idempotency_key: str | None = None) -> list[str]:
+        """Submit TaskRequest dicts; returns their task ids in order. Resubmitting with the same
+        ``idempotency_key`` (after a timeout, say) returns the first submission's ids instead of new tasks."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+        body = {"tasks": list(tasks)}
+        return [t["task_id"] for t in self._call("POST", "/v1/tasks", json=body, headers=headers)["tasks"]]
 
     def task(self, task_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/tasks/{task_id}")

@@ -71,7 +71,9 @@ class Settings(BaseSettings):
 
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8700
-    control_token: str = Field(default="", description="when set, control endpoints need it as a Bearer token")
+    control_token: str = Field(
+        default="", description="Bearer token of the control routes; empty: the one generated in home/control-token"
+    )
     default_max_tokens: int = Field(default=2048, description="reply budget when the caller sets none")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="larger request bodies get a 413")
     max_json_depth: int = Field(default=64, ge=2, description="deeper nesting in a request body gets a 400")
@@ -92,6 +94,9 @@ class Settings(BaseSettings):
         default=None, description="per-rollout working folders; empty means home/runtimes"
     )
     runtime_isolation: Isolation = Isolation.NONE
+    copy_roots: str = Field(
+        default="", description="comma-separated host folders a task's copy action may read; empty: none"
+    )
     keep_workdirs: bool = Field(default=False, description="keep a finished rollout's working folders")
     rollout_timeout_s: float = Field(default=1800.0, gt=0, description="deadline of init+run when a task sets none")
     postrun_timeout_s: float = Field(default=300.0, gt=0)
@@ -156,6 +161,10 @@ class Settings(BaseSettings):
     @property
     def cache_dir(self) -> Path:
         return self.cache or self.home / "cache"
+
+    @property
+    def copy_root_paths(self) -> list[Path]:
+        return [Path(p.strip()).expanduser() for p in self.copy_roots.split(",") if p.strip()]
 
     @property
     def runtime_dir(self) -> Path:

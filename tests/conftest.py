@@ -14,6 +14,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+# Control routes are closed by default. Tests run gateways, APIs and flow workers with different POLAR_HOMEs, as a
+# deployment runs them on different machines, so they share one configured token (tests/auth tests the default).
+TEST_CONTROL_TOKEN = "polar-test-control-token"
+os.environ.setdefault("POLAR_CONTROL_TOKEN", TEST_CONTROL_TOKEN)
+CONTROL = {"Authorization": f"Bearer {os.environ['POLAR_CONTROL_TOKEN']}"}
 
 
 @pytest.fixture(scope="session")

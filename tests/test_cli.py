@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,9 +51,13 @@ def test_generate_prints_ids_and_logprobs(polar_env, tiny_model_dir):
 
 
 def test_demo_runs_toy_tasks_through_the_pipeline_then_trajectories_rebuild(polar_env, tiny_model_dir):
-    """``polar demo`` on a fresh POLAR_HOME: Prefect's ephemeral mode, SQLite, the local runtime, no servers."""
-    proc = run_polar("demo", "--samples", "2", env=polar_env, timeout=300)
+    """``polar demo`` on a fresh POLAR_HOME: Prefect's ephemeral mode, SQLite, the local runtime, no servers; no
+    control token configured, so one is generated (0600) and passed internally, and never printed."""
+    proc = run_polar("demo", "--samples", "2", env={**polar_env, "POLAR_CONTROL_TOKEN": ""}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    token_file = Path(polar_env["POLAR_HOME"]) / "control-token"
+    assert token_file.stat().st_mode & 0o777 == 0o600 and str(token_file) in proc.stderr
+    assert token_file.read_text().strip() not in proc.stdout + proc.stderr
     out = proc.stdout
     assert "6 rollouts: COMPLETED 6; mean reward 0.50 (3 solved); 13 captures -> 6 trajectories" in out
     table = [line for line in out.splitlines() if re.match(r"^[\w-]+ +\d+ [0-9a-f]{8} ", line)]
@@ -77,3 +83,86 @@ def test_errors_are_reported_without_a_traceback(polar_env):
     assert proc.returncode == 2 and "unknown local model 'huge'" in proc.stderr
     proc = run_polar("generate", "hi", env={**polar_env, "POLAR_BACKEND": "tgi"})
     assert proc.returncode == 2 and "invalid setting POLAR_BACKEND" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """Live descendants of ``pid``: pid -> command line."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = {}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            try:
+                found[child] = (Path(f"/proc/{child}") / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_sigterm_stops_what_polar_run_started(polar_env, tmp_path, tiny_model_dir):
+    """SIGTERM to ``polar run`` mid-batch: it exits, and Prefect's temporary server and the running harness, which
+    it started, stop with it."""
+    task = {
+        "name": "long",
+        "instruction": "Wait.",
+        "harness": {"name": "agent", "config": {"max_turns": 4}},
+        "evaluator": {"type": "command", "config": {"command": "true"}},
+        "policies": [
+            {
+                "type": "scripted",
+                "replies": [
+                    {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "sleep 300"}}]},
+                    {"content": "Done."},
+                ],
+            }
+        ],
+    }
+    (tmp_path / "tasks.json").write_text(json.dumps([task]))
+    env = {**os.environ, **polar_env}
+    env.pop("PREFECT_API_URL", None)  # Prefect's ephemeral mode: `polar run` starts a temporary server
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "polar.cli", "run", str(tmp_path / "tasks.json")],
+        env=env,
+        stdout=(tmp_path / "run.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        started = _wait(
+            lambda: (d := _descendants(proc.pid)) and any("polar-launcher" in c for c in d.values()) and d,
+            240,
+            "the harness to start",
+        )
+        assert any("prefect.server" in c for c in started.values()), [c[:100] for c in started.values()]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    left = lambda: [pid for pid in started if _alive(pid)]  # noqa: E731
+    _wait(lambda: not left(), 60, f"the started processes to stop: {[started[p] for p in left()]}")

@@ -1,8 +1,9 @@
 """The control API (``polar serve``): tasks, rollouts, trajectories, trainer claims and weight versions.
 
 Every error leaves through one handler as ``{"error": {"type", "message", "field"}}`` with the status of its
-``PolarError`` class; request validation errors are 400s naming the field. When ``POLAR_CONTROL_TOKEN`` is set,
-every ``/v1`` route needs it as a Bearer token. A background loop admits and starts submitted tasks
+``PolarError`` class; request validation errors are 400s naming the field. Every ``/v1`` route needs the control
+token (``polar.auth``: ``POLAR_CONTROL_TOKEN``, or the one generated in ``$POLAR_HOME/control-token``) as a Bearer
+token. A background loop admits and starts submitted tasks
 (``TaskRunner``) and delivers completion callbacks.
 """
 
@@ -15,7 +16,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError
@@ -29,6 +30,7 @@ from polar.api.callbacks import deliver_due
 from polar.api.runner import InlineDispatch, TaskRunner, flow_run_states
 from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody, WeightsRequest
 from polar.api.weights import WeightSource, publish
+from polar.auth import announce, bearer_of, install_access_log_redaction, matches
 from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, invalid_from
 from polar.export.filters import ExportFilter
 from polar.models.tiny import get_spec
@@ -109,11 +111,11 @@ def create_api(
         # e.g. a NUL byte in a string, which Postgres refuses: the caller's input, not a server fault
         return _error(InvalidRequest(f"the store refused a value: {str(exc.orig).splitlines()[0]}", field="body"))
 
+    token = announce(settings)  # closed by default: generated on first start when none is set
+    install_access_log_redaction()
+
     async def control(request: Request) -> None:
-        if not settings.control_token:
-            return
-        auth = request.headers.get("authorization", "")
-        if not auth.lower().startswith("bearer ") or auth[7:].strip() != settings.control_token:
+        if not matches(bearer_of(request.headers.get("authorization")), token):
             raise AuthenticationError("this endpoint needs the control token as a Bearer token")
 
     def read(fn, *args, **kwargs):
@@ -144,8 +146,13 @@ def create_api(
         }
 
     @app.post("/v1/tasks", status_code=201, dependencies=v1)
-    async def submit(batch: TaskBatch) -> dict[str, Any]:
-        submitted = await asyncio.to_thread(submit_tasks, factory, batch.tasks)
+    async def submit(
+        batch: TaskBatch,
+        idempotency_key: str | None = Header(
+            None, max_length=255, description="a retry with the same key returns the same tasks, never duplicates"
+        ),
+    ) -> dict[str, Any]:
+        submitted = await asyncio.to_thread(submit_tasks, factory, batch.tasks, idempotency_key=idempotency_key)
         wake.set()
         return {
             "tasks": [{"task_id": t.task_id, "name": t.name, "rollout_ids": list(t.rollout_ids)} for t in submitted]
@@ -261,7 +268,7 @@ def create_api(
     async def register_weights(request: Request) -> dict[str, Any]:
         """JSON ``{version, checkpoint_path?, notes?}``, or one safetensors file's bytes with ``?version=``."""
         source = await _weight_source(request)
-        record = await publish(factory, targets, source, settings.control_token)
+        record = await publish(factory, targets, source, token)
         wake.set()  # tasks held by admission control may start now
         return {**asdict(record), "created_at": record.created_at.isoformat(), "targets": targets}
 

@@ -11,8 +11,9 @@ current weight-version ordinal waits (PENDING, not dispatched) until the trainer
 A task is taken for dispatch by a conditional update of ``tasks.dispatched_at``, so two API replicas never
 start the same task.
 
-``cancel`` marks the task and its unfinished rollouts CANCELLED (a rollout's owner is reset, so a flow still
-running can no longer write its stages) and stops the flow runs: in-process ones are cancelled, deployment
+``cancel`` marks the task and its unfinished rollouts CANCELLED and closes (revokes) their gateway sessions in
+the same transaction, before anything else (a rollout's owner is reset, so a flow still running can no longer
+write its stages) and stops the flow runs: in-process ones are cancelled, deployment
 runs are set Cancelled, or Cancelling when a worker is running them (the worker then kills the process).
 """
 
@@ -98,6 +99,7 @@ def mark_cancelled(factory: sessionmaker[Session], task_id: str) -> tuple[TaskSt
                 continue
             row.status, row.error, row.finished_at = RolloutStatus.CANCELLED, "cancelled through the control API", at
             row.flow_run_id = CANCELLED_OWNER
+            row.closed_at = row.closed_at or at  # revoke the gateway session first: its harness is cut off now
             cancelled.append((row.id, row.dispatch_id))
         task.status, task.finished_at = TaskStatus.CANCELLED, at
         return task.status, cancelled

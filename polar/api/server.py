@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from polar.api.app import create_api
 from polar.api.runner import InlineDispatch, resolve_dispatch
+from polar.auth import control_token, where
 from polar.rollout.context import rollout_context, store_factory
 from polar.settings import Settings, TaskDispatch, get_settings
 
@@ -27,6 +28,8 @@ def build_app(settings: Settings | None = None, run_inline: InlineDispatch | Non
 def serve(*, host: str | None = None, port: int | None = None, run_inline: InlineDispatch | None = None) -> None:
     """Serve until interrupted, with the process-wide settings (the same ones the inline rollout flows read)."""
     settings = get_settings()
+    control_token(settings)  # generated on first start when none is configured
+    print(f"polar serve: /v1 routes need the control token from {where(settings)}", flush=True)
     uvicorn.run(
         build_app(settings, run_inline),
         host=host or settings.api_host,

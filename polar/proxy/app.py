@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from db import Capture, full_prompt_ids, session_scope
 from db.request_json import full_request_json
+from polar.auth import announce, bearer_of, install_access_log_redaction, matches
 from polar.errors import (
     AuthenticationError,
     InvalidRequest,
@@ -51,11 +52,14 @@ def _error(codec: ProtocolCodec, exc: PolarError) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def _api_key(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip() or None
-    return request.headers.get("x-api-key") or request.headers.get("x-goog-api-key") or request.query_params.get("key")
+def _api_key(request: Request, *, query: bool = False) -> str | None:
+    """A session key: a Bearer token or the provider's own header; ``?key=`` only where ``query`` (the Gemini
+    paths, where Google's clients put it; the access log redacts it)."""
+    key = bearer_of(request.headers.get("authorization"))
+    key = key or request.headers.get("x-api-key") or request.headers.get("x-goog-api-key")
+    if key is None and query:
+        key = request.query_params.get("key")
+    return key
 
 
 async def _frames_as_bytes(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
@@ -92,7 +96,7 @@ async def _model_call(
 ) -> Response:
     try:
         body, chat = await _decode(gw, request, codec, model, stream)
-        session = await gw.in_store(gw.sessions.authenticate, _api_key(request))
+        session = await gw.in_store(gw.sessions.authenticate, _api_key(request, query=codec is GEMINI))
         history = await gw.calls.load_history(session.id)
         policy = gw.policy_for(session)
         plan = await asyncio.to_thread(gw.calls.plan, session, codec, body, chat, policy, history)
@@ -108,7 +112,7 @@ async def _model_call(
 
 async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> int:
     _, chat = await _decode(gw, request, codec, model, False, count=True)
-    await gw.in_store(gw.sessions.authenticate, _api_key(request))
+    await gw.in_store(gw.sessions.authenticate, _api_key(request, query=codec is GEMINI))
     ids = await asyncio.to_thread(gw.builder.canonical_ids, chat.messages, chat.tools)  # tokenizing: off the loop
     return len(ids)
 
@@ -133,6 +137,8 @@ def create_app(gw: Gateway) -> FastAPI:
 
     app = FastAPI(title="Polar gateway", lifespan=lifespan)
     app.state.gateway = gw
+    control_token = announce(gw.settings)  # closed by default: generated on first start when none is set
+    install_access_log_redaction()
 
     @app.exception_handler(StarletteHTTPException)
     async def unknown_route(request: Request, exc: StarletteHTTPException) -> Response:
@@ -216,18 +222,18 @@ def create_app(gw: Gateway) -> FastAPI:
     # ---- session control ----------------------------------------------------------------------------
 
     async def authorize_control(request: Request, session_id: str | None = None) -> None:
-        """Control token when configured; a session key may only read its own session."""
-        token = _api_key(request)
-        if gw.settings.control_token and token == gw.settings.control_token:
+        """The control token (only as ``Authorization: Bearer``), or a session key reading its own session
+        (``session_id``); anything else is a 401, another session's key a 403."""
+        if matches(bearer_of(request.headers.get("authorization")), control_token):
             return
-        if token:
-            own = await gw.in_store(gw.sessions.session_of_key, token)
+        key = _api_key(request)
+        if key:
+            own = await gw.in_store(gw.sessions.session_of_key, key)
             if own is not None:
-                if session_id is not None and own == session_id:
+                if session_id is not None and matches(own, session_id):
                     return
                 raise PermissionDenied("a session key cannot act on another session or create sessions")
-        if gw.settings.control_token:
-            raise AuthenticationError("this endpoint needs the control token as a Bearer token")
+        raise AuthenticationError("this endpoint needs the control token as a Bearer token")
 
     @app.post("/v1/sessions")
     async def create_session(request: Request) -> Response:

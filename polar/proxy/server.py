@@ -5,6 +5,7 @@ from __future__ import annotations
 import uvicorn
 
 from db.engine import describe_database, normalize_url
+from polar.auth import where
 from polar.proxy.app import create_app
 from polar.proxy.gateway import Gateway
 from polar.settings import Settings
@@ -15,7 +16,8 @@ async def serve_gateway(settings: Settings, host: str, port: int) -> None:
     config = uvicorn.Config(create_app(gateway), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     print(
         f"polar gateway on http://{host}:{port} (backend={gateway.backend.name}, "
-        f"store: {describe_database(normalize_url(settings.resolved_database_url))})",
+        f"store: {describe_database(normalize_url(settings.resolved_database_url))}); "
+        f"control routes need the token from {where(settings)}",
         flush=True,
     )
     await uvicorn.Server(config).serve()

@@ -20,7 +20,7 @@ import logging
 import time
 import uuid
 from array import array
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 

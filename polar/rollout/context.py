@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import make_engine, make_session_factory, migrate
+from polar.auth import control_token
 from polar.evaluators.base import ChatModel
 from polar.evaluators.chat import BackendChat
 from polar.proxy.embedded import EmbeddedGateway
@@ -52,7 +53,7 @@ class RolloutContext:
             settings=settings,
             engine=engine,
             factory=make_session_factory(engine),
-            gateway=GatewayClient(gateway_url, control_token=settings.control_token),
+            gateway=GatewayClient(gateway_url, control_token=control_token(settings)),
             chat=chat or BackendChat(settings),
             embedded=embedded,
         )

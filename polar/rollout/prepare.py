@@ -4,6 +4,10 @@ Actions run in order. Each retries on its own: up to ``max_attempts`` tries, wai
 attempt between them, so one flaky step (a download, a package index) costs a retry of that step, not of the
 whole stage. A command's timeout is also capped by the shared deadline. The report lists every action with its
 attempts; an action that fails on its last attempt raises ``PrepareFailed`` naming it.
+
+A ``copy`` action reads the host, so its source must lie inside one of ``copy_roots`` (``POLAR_COPY_ROOTS``, plus
+the folder of the tasks file for ``polar run``), symlinks resolved; by default there are none and a task can
+copy nothing from the host. A source outside them fails the action at once (no retries: retrying cannot help).
 """
 
 from __future__ import annotations
@@ -23,6 +27,20 @@ class DeadlinePassed(Exception):
     """The shared deadline ran out while preparing; the rollout is a TIMEOUT, not a failure to retry."""
 
 
+def allowed_source(source: str, roots: Sequence[Path]) -> Path:
+    """``source`` resolved, if it is inside one of ``roots``; raises ``PrepareFailed`` otherwise."""
+    resolved = Path(source).expanduser().resolve()
+    for root in roots:
+        base = Path(root).expanduser().resolve()
+        if resolved == base or base in resolved.parents:
+            return resolved
+    allowed = ", ".join(str(r) for r in roots) or "none are configured"
+    raise PrepareFailed(
+        f"copy source {source!r} is outside the folders tasks may copy from (POLAR_COPY_ROOTS: {allowed})",
+        field="source",
+    )
+
+
 async def _attempt(runtime: Runtime, action: PrepareAction, timeout_s: float) -> tuple[bool, str]:
     if action.type == "write_file":
         await runtime.write_file(action.path or "", action.content or "", executable=action.executable)
@@ -39,11 +57,22 @@ async def _attempt(runtime: Runtime, action: PrepareAction, timeout_s: float) ->
 
 
 async def run_prepare(
-    runtime: Runtime, actions: Sequence[PrepareAction], *, remaining_s: Callable[[], float] | None = None
+    runtime: Runtime,
+    actions: Sequence[PrepareAction],
+    *,
+    copy_roots: Sequence[Path],
+    remaining_s: Callable[[], float] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``actions`` in ``runtime``; returns one report per action. Raises ``PrepareFailed`` or ``DeadlinePassed``."""
     reports = []
     for index, action in enumerate(actions):
+        if action.type == "copy":
+            try:
+                allowed_source(action.source or "", copy_roots)
+            except PrepareFailed as exc:
+                raise PrepareFailed(
+                    f"prepare action {index}: {exc.message}", field=f"runtime.prepare.{index}"
+                ) from None
         started = time.monotonic()
         errors: list[str] = []
         for attempt in range(1, action.max_attempts + 1):

@@ -3,7 +3,9 @@
 Each command gets a clean environment (a harness never sees the pipeline's own variables, such as the database
 URL): ``PATH`` with this interpreter's folder first, ``HOME`` and ``TMPDIR`` inside the runtime, loopback kept
 off any HTTP proxy, then the task's runtime ``env``, then the caller's. Commands start in a new session, and
-their whole process group is killed when they end, time out or are cancelled.
+their whole process group is killed when they end, time out or are cancelled. They also get SIGTERM when this
+process dies (a parent-death signal, set by ``setpriv`` from util-linux), which the harness launcher
+(``polar.runtime.launcher``) turns into SIGKILL of its whole group: a killed worker leaves no harness running.
 
 Isolation ``bwrap`` wraps each command in bubblewrap: the host filesystem is read-only, only the runtime's
 folder is writable, ``/tmp`` is private, and the command gets its own PID namespace and dies with its parent.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -40,13 +43,29 @@ def bwrap_available() -> bool:
 
 
 def process_start_ticks(pid: int) -> int | None:
-    """The start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat), None if it is gone."""
+    """The start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat), None if it is gone (a
+    zombie, dead but not yet reaped by whoever inherited it, counts as gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses; the fields after its last ')' are plain.
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _dies_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` under ``setpriv --pdeathsig TERM`` (util-linux): it gets SIGTERM when this process dies.
+
+    An exec'd helper, not a ``preexec_fn``: Python code between fork and exec in a process with threads (the
+    engine's, the store's) can deadlock on a lock another thread held at the fork."""
+    setpriv = _setpriv()
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else argv
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    return shutil.which("setpriv")
 
 
 def _kill_group(pid: int) -> None:
@@ -263,7 +282,7 @@ class LocalRuntime:
         with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
             try:
                 process = await asyncio.create_subprocess_exec(
-                    *self._argv(command, workdir),
+                    *_dies_with_parent(self._argv(command, workdir)),
                     cwd=workdir,
                     env=self.command_env(env),
                     stdin=asyncio.subprocess.DEVNULL,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import stat
+
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from db.migrate import upgrade
 from flows.dispatch import run_inline
 from polar.api import create_api
+from polar.auth import TOKEN_FILE
 from polar.rollout.context import store_factory
 from tests.rollout.helpers import test_settings
 
@@ -41,3 +45,29 @@ def test_the_control_token_guards_every_v1_route(tmp_path, cache_dir):
     assert (
         client.get("/openapi.json").status_code == 200 and "/v1/claims" in client.get("/openapi.json").json()["paths"]
     )
+
+
+def test_closed_by_default_every_v1_route_needs_the_generated_token(tmp_path, cache_dir):
+    """No POLAR_CONTROL_TOKEN: the API generates one in $POLAR_HOME/control-token and enforces it everywhere."""
+    url = f"sqlite:///{tmp_path / 'polar.db'}"
+    upgrade(url)
+    settings = test_settings(tmp_path, cache_dir, url, control_token="", task_dispatch="inline")
+    app = create_api(settings, store_factory(settings))
+    client = TestClient(app)
+    token = (tmp_path / TOKEN_FILE).read_text().strip()
+    assert stat.S_IMODE((tmp_path / TOKEN_FILE).stat().st_mode) == 0o600
+    routes = [
+        (method, route.path.replace("{task_id}", "x").replace("{rollout_id}", "x").replace("{claim_id}", "x"))
+        for route in app.routes
+        if isinstance(route, APIRoute) and route.path.startswith("/v1")
+        for method in sorted(route.methods)
+    ]
+    assert len(routes) >= 12
+    for method, path in routes:
+        for headers in ({}, {"Authorization": "Bearer nope"}, {"x-api-key": token}):
+            reply = client.request(method, path, headers=headers, json={"trainer": "t"})
+            assert reply.status_code == 401 and reply.json()["error"]["type"] == "authentication_error", (path, headers)
+        assert client.request(method, path, params={"key": token}, json={}).status_code == 401
+    good = {"Authorization": f"Bearer {token}"}
+    assert client.get("/v1/tasks", headers=good).json() == {"tasks": []}
+    assert client.get("/v1/rollouts/x", headers=good).status_code == 404

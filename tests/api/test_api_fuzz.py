@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.rollout.context import store_factory
+from tests.conftest import CONTROL
 from tests.pg import STORES, migrated_store
 from tests.rollout.helpers import test_settings
 
@@ -54,7 +55,7 @@ def test_no_request_gets_a_server_error(fuzz_schema):
         @given(case=operation.as_strategy())
         @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def fuzz(case) -> None:
-            response = case.call()
+            response = case.call(headers=CONTROL)
             if response.status_code >= 500:
                 failures.append(
                     f"{case.method} {case.formatted_path} {case.query} -> {response.status_code} {response.text[:200]}"

@@ -16,6 +16,7 @@ MODEL_TABLES = {
     "weight_versions",
     "tasks",
     "claims",
+    "submissions",
     "rollouts",
     "captures",
     "trajectories",

@@ -116,6 +116,13 @@ def start_flow_process(rollout_id: str, api_url: str, log: Path) -> subprocess.P
     )
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def wait_for(condition, timeout_s: float = 60.0, what: str = "condition"):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -182,13 +189,14 @@ async def test_a_flow_run_killed_mid_run_is_resumed_without_launching_the_harnes
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
     harness_pid = rollout_row(factory, rid).stage_results["progress"]["run"]["process"]["pid"]
-    assert Path(f"/proc/{harness_pid}").exists()  # the harness outlived its flow process
+    # The harness dies with its flow process (parent-death signal; the launcher kills its whole group).
+    await asyncio.to_thread(wait_for, lambda: not _alive(harness_pid), 30, "the harness to die with its flow")
 
     result = await retry_failed(rollout_ids=[rid], stale_after_s=0)
     assert rid in result["retried"]
     row = rollout_row(factory, rid)
     assert row.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
-    assert row.stage_results["run"]["leftover_killed"] and row.stage_timings["init"]["attempts"] == 1
+    assert not row.stage_results["run"]["leftover_killed"] and row.stage_timings["init"]["attempts"] == 1
     gate.unlink()
     await asyncio.sleep(0.5)
     assert len(captures(factory, rid)) == 1  # no second launch, and the old harness can no longer call

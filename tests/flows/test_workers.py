@@ -347,6 +347,9 @@ def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, pos
 
     async def schedule(client):
         deployment = await client.read_deployment_by_name("polar-sft-generation/sft-generation")
+        # `prefect deploy --all` left the shipped daily schedule off; this test turns on one of its own.
+        shipped = await client.read_deployment_schedules(deployment.id)
+        assert shipped and not any(item.active for item in shipped)
         await client.update_deployment(deployment.id, DeploymentUpdate(parameters=parameters))
         await client.create_deployment_schedules(
             deployment.id, [(IntervalSchedule(interval=timedelta(seconds=10)), True)]

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import uvicorn
 
+from polar.auth import control_token
 from polar.backends.base import Backend
 from polar.settings import Settings
 
@@ -30,6 +31,7 @@ class GatewayServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.gateway = None
+        self.control = {"Authorization": f"Bearer {control_token(settings)}"}
         self._server: uvicorn.Server | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._error: BaseException | None = None
@@ -69,14 +71,16 @@ class GatewayServer:
         self._thread.join(timeout=20)
 
     def session(self, policy: dict | None = None, **extra) -> dict:
-        reply = httpx.post(self.url + "/v1/sessions", json={"policy": policy, **extra}, timeout=10)
+        reply = httpx.post(
+            self.url + "/v1/sessions", json={"policy": policy, **extra}, headers=self.control, timeout=10
+        )
         reply.raise_for_status()
         return reply.json()
 
     def captures(
         self, session_id: str, key: str | None = None, full_prompt: bool = True, requests: bool = False
     ) -> list[dict]:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        headers = {"Authorization": f"Bearer {key}"} if key else self.control
         params = {"full_prompt": full_prompt, "requests": requests}
         reply = httpx.get(f"{self.url}/v1/sessions/{session_id}/captures", params=params, headers=headers, timeout=10)
         reply.raise_for_status()

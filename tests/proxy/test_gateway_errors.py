@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from polar.backends.local import LocalBackend
+from tests.conftest import CONTROL
 from tests.proxy.gateway_server import GatewayServer, settings_for
 
 SCRIPT = {"type": "scripted", "replies": [{"content": "ok"}]}
@@ -73,7 +74,7 @@ def test_credentials(gateway, protocol):
     assert_error(post(gateway, protocol, None), protocol, 401, "api key")
     assert_error(post(gateway, protocol, "sk-polar-not-a-session"), protocol, 401, "invalid api key")
     session = gateway.session(SCRIPT)
-    httpx.post(f"{gateway.url}/v1/sessions/{session['session_id']}/close").raise_for_status()
+    httpx.post(f"{gateway.url}/v1/sessions/{session['session_id']}/close", headers=CONTROL).raise_for_status()
     assert_error(post(gateway, protocol, session["api_key"]), protocol, 403, "closed")
 
 
@@ -190,11 +191,13 @@ def test_session_isolation(gateway):
 
 
 def test_bad_session_requests(gateway):
-    reply = httpx.post(gateway.url + "/v1/sessions", json={"policy": {"type": "scripted", "replies": "no"}})
+    reply = httpx.post(
+        gateway.url + "/v1/sessions", json={"policy": {"type": "scripted", "replies": "no"}}, headers=CONTROL
+    )
     assert reply.status_code == 400 and "policy" in reply.json()["error"]["message"]
-    reply = httpx.post(gateway.url + "/v1/sessions", json={"colour": "red"})
+    reply = httpx.post(gateway.url + "/v1/sessions", json={"colour": "red"}, headers=CONTROL)
     assert reply.status_code == 400 and "colour" in reply.json()["error"]["message"]
-    assert httpx.get(gateway.url + "/v1/sessions/nope/captures").status_code == 404
+    assert httpx.get(gateway.url + "/v1/sessions/nope/captures", headers=CONTROL).status_code == 404
 
 
 def test_control_token(tmp_path, cache_dir, engine):

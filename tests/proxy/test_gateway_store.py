@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import make_url
 
 from polar.backends.local import LocalBackend
+from tests.conftest import CONTROL
 from tests.pg import POSTGRES_URL, needs_postgres, postgres_schema, schema_url
 from tests.proxy.gateway_server import GatewayServer, free_port, settings_for
 from tests.proxy.tcp_forwarder import TcpForwarder
@@ -102,7 +103,7 @@ def test_two_gateway_processes_share_a_session(tmp_path, cache_dir, tiny_model_d
                             output = "\n".join(p.communicate()[0].decode(errors="replace")[-3000:] for p in procs)
                             raise AssertionError(f"a gateway did not start:\n{output}") from None
                     time.sleep(0.2)
-            session = httpx.post(urls[0] + "/v1/sessions", json={"policy": SCRIPT}).json()
+            session = httpx.post(urls[0] + "/v1/sessions", json={"policy": SCRIPT}, headers=CONTROL).json()
             messages: list = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
             for turn in range(4):
                 reply = chat(urls[turn % 2] + "/v1", session["api_key"], messages)
@@ -112,7 +113,7 @@ def test_two_gateway_processes_share_a_session(tmp_path, cache_dir, tiny_model_d
                     {"role": "user", "content": f"next {turn}"},
                 ]
             captures = httpx.get(
-                f"{urls[1]}/v1/sessions/{session['session_id']}/captures", params={"full_prompt": True}
+                f"{urls[1]}/v1/sessions/{session['session_id']}/captures", params={"full_prompt": True}, headers=CONTROL
             ).json()["captures"]
             assert [c["seq"] for c in captures] == [0, 1, 2, 3]
             for parent, child in itertools.pairwise(captures):

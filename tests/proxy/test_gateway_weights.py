@@ -11,6 +11,7 @@ from safetensors.torch import save, save_file
 from polar.backends.local import LocalBackend
 from polar.models.engine import LocalEngine
 from polar.models.sampling import rescore
+from tests.conftest import CONTROL
 from tests.proxy.gateway_server import GatewayServer, settings_for
 
 
@@ -49,7 +50,7 @@ def test_tensor_upload_swaps_weights_and_captures_carry_the_version(gateway, own
         f"{gateway.url}/v1/admin/weights",
         params={"version": "step-1"},
         content=save(weights),
-        headers={"content-type": "application/octet-stream"},
+        headers={"content-type": "application/octet-stream", **CONTROL},
         timeout=30,
     )
     assert reply.status_code == 200 and reply.json()["weight_version"] == "step-1"
@@ -64,10 +65,15 @@ def test_tensor_upload_swaps_weights_and_captures_carry_the_version(gateway, own
 
 def test_checkpoint_path_and_relabel(gateway, own_engine, tmp_path):
     save_file(perturbed(own_engine, 2), tmp_path / "model.safetensors")
-    reply = httpx.post(f"{gateway.url}/v1/admin/weights", json={"version": "step-2", "checkpoint_path": str(tmp_path)})
+    reply = httpx.post(
+        f"{gateway.url}/v1/admin/weights", json={"version": "step-2", "checkpoint_path": str(tmp_path)}, headers=CONTROL
+    )
     assert reply.status_code == 200 and reply.json()["weight_version"] == "step-2"
     assert (
-        httpx.post(f"{gateway.url}/v1/admin/weights", json={"version": "step-2b"}).json()["weight_version"] == "step-2b"
+        httpx.post(f"{gateway.url}/v1/admin/weights", json={"version": "step-2b"}, headers=CONTROL).json()[
+            "weight_version"
+        ]
+        == "step-2b"
     )
     assert chat_once(gateway)["weight_version"] == "step-2b"
 
@@ -92,6 +98,7 @@ def test_checkpoint_path_and_relabel(gateway, own_engine, tmp_path):
 )
 def test_bad_weight_requests_get_a_400_naming_the_field(gateway, kwargs, field):
     before = httpx.get(f"{gateway.url}/health").json()["weight_version"]
+    kwargs = {**kwargs, "headers": {**kwargs.get("headers", {}), **CONTROL}}
     reply = httpx.post(f"{gateway.url}/v1/admin/weights", **kwargs)
     assert reply.status_code == 400, reply.text
     assert field in reply.json()["error"]["message"] or reply.json()["error"].get("param") == field

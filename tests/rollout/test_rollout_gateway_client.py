@@ -9,6 +9,7 @@ import pytest
 from polar.errors import GatewayError
 from polar.rollout import submit_tasks
 from polar.rollout.gateway_client import GatewayClient
+from tests.conftest import TEST_CONTROL_TOKEN
 from tests.rollout.helpers import answer_task
 
 
@@ -23,7 +24,7 @@ def chat(access, text="hi"):
 
 async def test_reopening_a_session_replaces_its_key(context, sqlite_gateway):
     (rollout_id,) = submit_tasks(context.factory, [answer_task(samples=1)])[0].rollout_ids
-    client = GatewayClient(sqlite_gateway.url)
+    client = GatewayClient(sqlite_gateway.url, control_token=TEST_CONTROL_TOKEN)
     first = await client.open_session(rollout_id)
     assert first.session_id == rollout_id and chat(first).status_code == 200
     await client.close_session(rollout_id)

@@ -66,6 +66,7 @@ def docker_context(tmp_path_factory, cache_dir, sqlite_url, sqlite_gateway) -> I
         cache_dir,
         sqlite_url,
         runtime="docker",
+        copy_roots=str(tmp_path_factory.getbasetemp()),  # the copy test's host files
         tools=tools_dir(),
         docker_image=IMAGE,
         init_retries=0,

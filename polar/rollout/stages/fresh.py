@@ -21,7 +21,7 @@ async def prepare_eval_runtime(ctx: RolloutContext, view: RolloutView) -> dict[s
     await runtime.start(fresh=True)
     spec = view.task.evaluator
     actions = spec.prepare if spec.prepare is not None else view.task.runtime.prepare
-    reports = await run_prepare(runtime, actions)
+    reports = await run_prepare(runtime, actions, copy_roots=ctx.settings.copy_root_paths)
     # The marker says the recipe finished: a runtime half-prepared by a dead attempt is prepared again.
     await runtime.write_file(str(runtime.layout.private / "prepared"), "ok")
     return {"runtime": runtime.describe(), "prepare": reports}

@@ -26,7 +26,12 @@ async def _init(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutp
     await runtime.start(fresh=True)
     result: dict = {"runtime": runtime.describe(), "harness": view.task.harness.name}
     try:
-        result["prepare"] = await run_prepare(runtime, view.task.runtime.prepare, remaining_s=view.remaining_s)
+        result["prepare"] = await run_prepare(
+            runtime,
+            view.task.runtime.prepare,
+            copy_roots=ctx.settings.copy_root_paths,
+            remaining_s=view.remaining_s,
+        )
     except DeadlinePassed as exc:
         return StageOutput({**result, "deadline_expired": True, "error": str(exc)})
     adapter, config = harness_config(view)

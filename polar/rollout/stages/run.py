@@ -12,10 +12,13 @@ exception, says how the harness ended:
   trajectories trainable reward-0 negatives; a deadline expiry is masked.
 
 The launch is recorded in the row before the harness starts, and how it ended as soon as it has; a retried run
-that finds the end reports it. A resumed run that finds a launch but no end (its flow run died mid-run) does not
-launch again: the runtime's state is unknown and captures already exist, so it kills any leftover process of
-that attempt, closes the session and records ERROR (``interrupted``). The session is closed as soon as the
-harness is gone, so nothing reaches it afterwards.
+that finds the end reports it. The harness runs under the launcher (``polar.runtime.launcher``), which writes its
+exit status and end time into the runtime folder: a resumed run that finds a launch but no end in the row (its
+flow run died) reads that file, and a harness that had finished is reported as it ended (``recovered``), so the
+rollout goes on to postrun and its real reward. Without the file (the harness was still running when its worker
+died) it does not launch again: the runtime's state is unknown and captures already exist, so it kills any
+leftover process of that attempt, closes the session and records ERROR (``interrupted``). The session is closed
+as soon as the harness is gone, so nothing reaches it afterwards.
 
 With ``evaluator.fresh_runtime`` the evaluation runtime is prepared while the agent runs.
 """
@@ -23,6 +26,8 @@ With ``evaluator.fresh_runtime`` the evaluation runtime is prepared while the ag
 from __future__ import annotations
 
 import asyncio
+import uuid
+from datetime import datetime
 from typing import Any
 
 from db.enums import RolloutStatus
@@ -38,11 +43,74 @@ from polar.rollout.stages.common import (
 from polar.rollout.stages.fresh import prepare_eval_runtime
 from polar.rollout.state import RolloutView, Stage, StageOutput
 from polar.runtime.base import ProcessHandle, Runtime
+from polar.runtime.launcher import clear_exit, exit_path, launcher_argv, read_exit
 
 OUTPUT_EXCERPT = 2000
 
 
+def _ended(returncode: int | None, timed_out: bool, by_agent: bool, budget: float, stderr: str) -> dict[str, Any]:
+    """The outcome fields of a run's report."""
+    if timed_out:
+        limit = "agent budget" if by_agent else "deadline"
+        return {
+            "outcome": RolloutStatus.TIMEOUT.value,
+            "agent_budget_expired": by_agent,
+            "deadline_expired": not by_agent,
+            "error": f"the harness ran past its {limit} ({budget:.1f} s) and was stopped",
+        }
+    if returncode != 0:
+        error = f"the harness exited with code {returncode}: {stderr[-300:].strip()}"
+        return {"outcome": RolloutStatus.ERROR.value, "error": error}
+    return {"outcome": RolloutStatus.COMPLETED.value}
+
+
+async def _recovered(ctx: RolloutContext, view: RolloutView, runtime: Runtime, progress: Any) -> StageOutput | None:
+    """The report of a harness that finished before its worker died (its launcher's exit file), if it did.
+
+    Only an end before this attempt began counts: a harness that went on (a container outlives its worker) ran
+    without its session, which the takeover revoked, so its end says nothing about the task."""
+    launch_id = progress.get("launch_id")
+    ended = await read_exit(runtime, launch_id) if launch_id else None
+    if ended is None:
+        return None
+    this_attempt = (view.stage_timings.get(Stage.RUN.value) or {}).get("started_at")
+    if this_attempt and ended.ended_at > datetime.fromisoformat(this_attempt):
+        return None
+    launched_at = datetime.fromisoformat(progress["launched_at"])
+    budget = float(progress.get("budget_s") or 0.0)
+    stdout = _log_tail(runtime, "harness.stdout")
+    stderr = _log_tail(runtime, "harness.stderr")
+    report: dict[str, Any] = {
+        "launched": True,
+        "recovered": True,  # read from the launcher's exit file after the worker that ran it died
+        "exit_code": ended.exit_code,
+        "duration_s": round(max(0.0, (ended.ended_at - launched_at).total_seconds()), 3),
+        "budget_s": round(budget, 3),
+        "agent_budget_expired": False,
+        "deadline_expired": False,
+        "stdout_tail": stdout,
+        "stderr_tail": stderr,
+        **_ended(ended.exit_code, False, False, budget, stderr),
+    }
+    await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, view.owner or "", {"ended": report})
+    await ctx.gateway.close_session(view.id)
+    return StageOutput(report)
+
+
+def _log_tail(runtime: Runtime, name: str) -> str:
+    try:
+        with (runtime.layout.logs / name).open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - OUTPUT_EXCERPT))
+            return f.read().decode("utf-8", errors="replace")[-OUTPUT_EXCERPT:]
+    except OSError:
+        return ""
+
+
 async def _interrupted(ctx: RolloutContext, view: RolloutView, runtime: Runtime, progress: Any) -> StageOutput:
+    recovered = await _recovered(ctx, view, runtime, progress)
+    if recovered is not None:
+        return recovered
     killed = False
     process = progress.get("process")
     if process and runtime.exists():
@@ -97,8 +165,10 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
         remaining = view.remaining_s()
         agent_budget = view.task.agent_timeout_s
         by_agent = agent_budget is not None and agent_budget <= remaining
-        budget = agent_budget if agent_budget is not None and by_agent else remaining
-        launched = {"launched_at": state.now().isoformat(), "budget_s": budget}
+        budget = agent_budget if by_agent and agent_budget is not None else remaining
+        launch_id = uuid.uuid4().hex
+        launched = {"launched_at": state.now().isoformat(), "budget_s": budget, "launch_id": launch_id}
+        clear_exit(runtime)
         await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, launched)
 
         async def spawned(process: ProcessHandle) -> None:
@@ -109,7 +179,7 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
         prewarm = asyncio.create_task(_prewarm(ctx, view)) if view.task.evaluator.fresh_runtime else None
         try:
             result = await runtime.exec(
-                launch.argv,
+                launcher_argv(launch.argv, exit_path(runtime), launch_id),
                 env=launch.env,
                 timeout_s=budget,
                 stdout_path=runtime.layout.logs / "harness.stdout",
@@ -131,15 +201,7 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
         "stdout_tail": result.stdout[-OUTPUT_EXCERPT:],
         "stderr_tail": result.stderr[-OUTPUT_EXCERPT:],
     }
-    if result.timed_out:
-        limit = "agent budget" if by_agent else "deadline"
-        report.update(outcome=RolloutStatus.TIMEOUT.value, agent_budget_expired=by_agent, deadline_expired=not by_agent)
-        report["error"] = f"the harness ran past its {limit} ({budget:.1f} s) and was stopped"
-    elif result.returncode != 0:
-        report.update(outcome=RolloutStatus.ERROR.value)
-        report["error"] = f"the harness exited with code {result.returncode}: {result.stderr[-300:].strip()}"
-    else:
-        report.update(outcome=RolloutStatus.COMPLETED.value)
+    report.update(_ended(result.returncode, result.timed_out, by_agent, budget, result.stderr))
     # Recorded before anything else can fail: a retry of this stage then reports the harness as it ended.
     await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"ended": report})
     await ctx.gateway.close_session(view.id)

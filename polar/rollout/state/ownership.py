@@ -1,0 +1,127 @@
+"""Who owns a rollout: claiming it (and taking it over from a dead or silent owner), the heartbeat, and which
+rollouts the retry flow should resume."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.engine import rows_matched, session_scope
+from db.enums import RolloutStatus
+from db.models import Rollout
+from polar.errors import RolloutClaimed
+from polar.rollout.state.view import DEADLINE_STAGES, RolloutView, Stage, _row, _view, now
+
+
+def _spent_s(timings: Mapping[str, Any], stages: Sequence[Stage]) -> float:
+    return sum(float((timings.get(s.value) or {}).get("duration_s") or 0.0) for s in stages)
+
+
+def claim(
+    factory: sessionmaker[Session],
+    rollout_id: str,
+    owner: str,
+    *,
+    default_timeout_s: float,
+    stale_after_s: float,
+    takeover: bool = False,
+) -> RolloutView:
+    """Make ``owner`` the rollout's flow run and arm its deadline; a finished rollout is returned untouched.
+    Taking it from another owner closes (revokes) its gateway session first.
+
+    Raises ``RolloutClaimed`` when another flow run holds it (and neither ``takeover`` nor staleness allows
+    taking it), ``NotFound`` for an unknown rollout.
+    """
+    at = now()
+    with session_scope(factory) as db:
+        row = _row(db, rollout_id, lock=False)
+        if RolloutStatus(row.status).is_terminal and not (row.stage_results or {}).get("failure"):
+            return _view(db, row, default_timeout_s)
+        free = (
+            (Rollout.flow_run_id.is_(None))
+            | (Rollout.flow_run_id == owner)
+            | (Rollout.heartbeat_at < at - timedelta(seconds=stale_after_s))
+        )
+        condition = sa.true() if takeover else free
+        # Taking a rollout from another owner revokes its gateway session in the same statement (the gateway reads
+        # ``closed_at`` on every call), so no harness of the old owner makes a call once the new one holds it.
+        taken_from_other = Rollout.flow_run_id.is_not(None) & (Rollout.flow_run_id != owner)
+        claimed = rows_matched(
+            db,
+            sa.update(Rollout)
+            .where(Rollout.id == rollout_id, condition)
+            .values(
+                flow_run_id=owner,
+                attempt=Rollout.attempt + 1,
+                heartbeat_at=at,
+                closed_at=sa.case((taken_from_other, sa.func.coalesce(Rollout.closed_at, at)), else_=Rollout.closed_at),
+            )
+            .execution_options(synchronize_session=False),
+        )
+        if not claimed:
+            raise RolloutClaimed(f"rollout {rollout_id} is owned by flow run {row.flow_run_id}", field="rollout_id")
+        db.expire(row)
+        row = _row(db, rollout_id)
+        _clear_failure(row)
+        view = _view(db, row, default_timeout_s)
+        left = max(0.0, view.timeout_s - _spent_s(row.stage_timings or {}, DEADLINE_STAGES))
+        row.deadline_at = at + timedelta(seconds=left)
+        row.started_at = row.started_at or at
+        db.flush()
+        return _view(db, row, default_timeout_s)
+
+
+def heartbeat(factory: sessionmaker[Session], rollout_id: str, owner: str) -> None:
+    with session_scope(factory) as db:
+        db.execute(
+            sa.update(Rollout).where(Rollout.id == rollout_id, Rollout.flow_run_id == owner).values(heartbeat_at=now())
+        )
+
+
+def select_retryable(
+    factory: sessionmaker[Session],
+    *,
+    rollout_ids: Sequence[str] | None = None,
+    task_id: str | None = None,
+    stale_after_s: float | None = None,
+) -> list[str]:
+    """Rollouts to retry: those whose pipeline failed (``mark_failed``) and, with ``stale_after_s``, unfinished
+    ones whose owner has been silent that long (a killed flow run, or a batch that died before dispatching)."""
+    query = sa.select(
+        Rollout.id, Rollout.status, Rollout.stage_results, Rollout.heartbeat_at, Rollout.created_at
+    ).where(Rollout.task_id.is_not(None))
+    if rollout_ids is not None:
+        query = query.where(Rollout.id.in_(list(rollout_ids)))
+    if task_id is not None:
+        query = query.where(Rollout.task_id == task_id)
+    stale_before = now() - timedelta(seconds=stale_after_s) if stale_after_s is not None else None
+    chosen = []
+    with session_scope(factory) as db:
+        for rollout_id, status, results, heartbeat_at, created_at in db.execute(
+            query.order_by(Rollout.created_at, Rollout.id)
+        ):
+            if (
+                (results or {}).get("failure")
+                or stale_before is not None
+                and not RolloutStatus(status).is_terminal
+                and (heartbeat_at or created_at) <= stale_before
+            ):
+                chosen.append(rollout_id)
+    return chosen
+
+
+def _clear_failure(row: Rollout) -> None:
+    """A claimed rollout that had failed resumes: its failure moves to ``previous_failures``."""
+    results = dict(row.stage_results or {})
+    failure = results.pop("failure", None)
+    if failure is None:
+        return
+    failed = Stage(failure["stage"])
+    row.stage_results = {**results, "previous_failures": [*results.get("previous_failures", []), failure]}
+    row.status = failed.previous.status if failed.previous else RolloutStatus.PENDING
+    row.error = None
+    row.finished_at = None

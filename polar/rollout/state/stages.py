@@ -1,0 +1,146 @@
+"""A rollout's stages in its row: begin, record progress, finish, fail, reopen; and the task's status that follows
+from its rollouts'."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.engine import session_scope
+from db.enums import RolloutStatus, TaskStatus
+from db.models import Rollout, Task
+from polar.errors import StageOrderError
+from polar.rollout.state.view import STAGES, RolloutView, Stage, _owned, _view, now
+
+
+@dataclass(frozen=True)
+class StageStart:
+    view: RolloutView
+    skipped: bool
+
+
+def begin_stage(
+    factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str, *, default_timeout_s: float
+) -> StageStart:
+    """Start ``stage`` (or report it done already). Raises ``StageOrderError`` if its predecessor is not done."""
+    at = now()
+    with session_scope(factory) as db:
+        row = _owned(db, rollout_id, owner)
+        view = _view(db, row, default_timeout_s)
+        if stage in view.done:
+            return StageStart(view, skipped=True)
+        if stage.previous is not None and stage.previous not in view.done:
+            raise StageOrderError(
+                f"rollout {rollout_id}: {stage} cannot start before {stage.previous} is done", field="stage"
+            )
+        timing = dict(view.stage_timings.get(stage.value) or {})
+        timing["started_at"] = at.isoformat()
+        timing["attempts"] = int(timing.get("attempts", 0)) + 1
+        # Where it ran (the parent is the worker that started this flow process, if any).
+        timing["where"] = {"host": socket.gethostname(), "pid": os.getpid(), "ppid": os.getppid()}
+        row.stage_timings = {**view.stage_timings, stage.value: timing}
+        row.status = stage.status
+        row.heartbeat_at = at
+        db.flush()
+        return StageStart(_view(db, row, default_timeout_s), skipped=False)
+
+
+def record_progress(
+    factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str, values: Mapping[str, Any]
+) -> None:
+    """Merge ``values`` into what ``stage`` has recorded while running (committed before this returns)."""
+    with session_scope(factory) as db:
+        row = _owned(db, rollout_id, owner)
+        results = dict(row.stage_results or {})
+        progress = dict(results.get("progress") or {})
+        progress[stage.value] = {**(progress.get(stage.value) or {}), **values}
+        results["progress"] = progress
+        row.stage_results = results
+        row.heartbeat_at = now()
+
+
+@dataclass(frozen=True)
+class StageOutput:
+    """What a stage hands back: its result, and for the last stage the rollout's final status and reward."""
+
+    result: Mapping[str, Any]
+    status: RolloutStatus | None = None
+    reward: float | None = None
+    error: str | None = None
+
+
+def finish_stage(
+    factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str, output: StageOutput
+) -> None:
+    at = now()
+    with session_scope(factory) as db:
+        row = _owned(db, rollout_id, owner)
+        timings = dict(row.stage_timings or {})
+        timing = dict(timings.get(stage.value) or {})
+        started = datetime.fromisoformat(timing.get("started_at") or at.isoformat())
+        timing.update(finished_at=at.isoformat(), duration_s=round((at - started).total_seconds(), 4))
+        timings[stage.value] = timing
+        row.stage_timings = timings
+        row.stage_results = {**(row.stage_results or {}), stage.value: dict(output.result)}
+        row.stage = stage.value
+        row.heartbeat_at = at
+        if output.status is not None:
+            row.status = output.status
+            row.reward = output.reward
+            row.error = output.error
+            row.finished_at = at
+            _update_task_status(db, row.task_id)
+
+
+def mark_failed(factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str, error: str) -> None:
+    """``stage`` failed after its retries: the rollout is ERROR until the retry flow resumes it at ``stage``."""
+    at = now()
+    with session_scope(factory) as db:
+        row = _owned(db, rollout_id, owner)
+        row.stage_results = {
+            **(row.stage_results or {}),
+            "failure": {"stage": stage.value, "error": error, "at": at.isoformat()},
+        }
+        row.status = RolloutStatus.ERROR
+        row.error = f"{stage.value} failed: {error}"
+        row.finished_at = at
+        row.heartbeat_at = at
+        _update_task_status(db, row.task_id)
+
+
+def reopen_stage(factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str) -> None:
+    """Make a done stage (and every later one) run again, e.g. init when the runtime is gone."""
+    with session_scope(factory) as db:
+        row = _owned(db, rollout_id, owner)
+        later = {s.value for s in STAGES[STAGES.index(stage) :]}
+        results = {k: v for k, v in (row.stage_results or {}).items() if k not in later}
+        results["progress"] = {k: v for k, v in (results.get("progress") or {}).items() if k not in later}
+        row.stage_timings = {k: v for k, v in (row.stage_timings or {}).items() if k not in later}
+        row.stage_results = results
+        row.stage = stage.previous.value if stage.previous else None
+
+
+def _update_task_status(db: Session, task_id: str | None) -> None:
+    if task_id is None:
+        return
+    db.flush()
+    # Lock the task first: two of its rollouts finishing at once would otherwise each miss the other's (not yet
+    # committed) final status, and both leave the task RUNNING. Under the lock, the statuses read are committed.
+    task = db.get(Task, task_id, with_for_update=True)
+    if task is None:
+        return
+    statuses = [RolloutStatus(s) for s in db.scalars(sa.select(Rollout.status).where(Rollout.task_id == task_id))]
+    if task.status is TaskStatus.CANCELLED:
+        return
+    if statuses and all(s.is_terminal for s in statuses):
+        task.status = TaskStatus.COMPLETED if RolloutStatus.COMPLETED in statuses else TaskStatus.FAILED
+        task.finished_at = task.finished_at or now()
+    else:
+        task.status = TaskStatus.RUNNING

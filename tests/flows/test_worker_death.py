@@ -1,0 +1,169 @@
+"""Kill -9 of a worker mid-batch (``polar run``, local runtime, Postgres): the rollouts whose harness had finished
+end COMPLETED with their real reward after the retry, the harnesses still running die with the worker, none of
+them makes a call after the takeover, and no process is left.
+
+To catch a worker exactly between "the harness exited" and "the end is recorded", the test holds the finished
+rollouts' rows (``FOR NO KEY UPDATE``: the worker's writes wait, the gateway's capture inserts do not) from just
+before those harnesses finish until the worker is dead, which is the window a slow or overloaded store opens."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from db.engine import make_engine
+from db.enums import RolloutStatus
+from db.models import Rollout, Task
+from flows.retry import retry_failed
+from polar.rollout.context import close_contexts, store_factory
+from polar.runtime.launcher import EXIT_FILE
+from polar.settings import get_settings
+from tests.flows.conftest import polar_environment
+from tests.pg import needs_postgres
+from tests.rollout.conftest import start_gateway
+from tests.rollout.helpers import answer_task, bash, captures, rollout_row
+
+pytestmark = needs_postgres
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def pg_gateway(tmp_path_factory, cache_dir, postgres_url, engine):
+    gateway = start_gateway(tmp_path_factory.mktemp("gw"), cache_dir, postgres_url, engine)
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture
+def worker_env(monkeypatch, tmp_path, cache_dir, postgres_url, pg_gateway, prefect_server) -> Iterator[dict]:
+    env = polar_environment(tmp_path, cache_dir, postgres_url, pg_gateway.url, POLAR_STALE_AFTER_S="3600")
+    env.update(PREFECT_API_URL=prefect_server, POLAR_RUN_CONCURRENCY="8", POLAR_BATCH_MAX_ACTIVE="8")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    yield env
+    close_contexts()
+    get_settings.cache_clear()
+
+
+def wait_for(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def launchers_under(root: Path) -> list[int]:
+    """Live processes whose command line mentions a runtime folder of this test."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(root) in (entry / "cmdline").read_bytes().decode(errors="replace") and alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+async def test_kill_9_of_a_worker_mid_batch_loses_no_finished_harness(worker_env, tmp_path, postgres_url):
+    gate = tmp_path / "hold-harness"
+    gate.touch()
+    solve = {"type": "scripted", "replies": [bash(f"while [ -f {gate} ]; do sleep 0.1; done; echo polar > answer.txt")]}
+    solve["replies"].append({"content": "Done."})
+    # Calls the gateway every ~0.2 s for far longer than the test: it must die with its worker.
+    busy = {"type": "scripted", "replies": [bash("sleep 0.2") for _ in range(400)] + [{"content": "Done."}]}
+    agent = {"name": "agent", "config": {"max_turns": 500}}
+    tasks = [
+        answer_task(name="finishes", samples=3, policies=[solve], harness=agent),
+        answer_task(name="still-running", samples=2, policies=[busy], harness=agent),
+    ]
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "polar.cli", "run", str(tmp_path / "tasks.json")],
+        env={**os.environ, **worker_env},
+        stdout=(tmp_path / "worker.log").open("w"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+    )
+    factory = store_factory()
+
+    def rollouts() -> dict[str, list[str]]:
+        with factory() as db:
+            rows = db.execute(sa.select(Task.name, Rollout.id).join(Rollout, Rollout.task_id == Task.id)).all()
+        out: dict[str, list[str]] = {}
+        for name, rid in rows:
+            out.setdefault(name, []).append(rid)
+        return out
+
+    try:
+        ids = wait_for(lambda: (r := rollouts()) and sum(map(len, r.values())) == 5 and r, 120, "the batch's rollouts")
+        everyone = ids["finishes"] + ids["still-running"]
+        wait_for(lambda: all(captures(factory, rid) for rid in everyone), 180, "every harness's first call")
+        # Hold the finished ones' rows, then let their harnesses finish: the worker cannot record their end.
+        lock_engine = make_engine(postgres_url)
+        with lock_engine.connect() as lock:
+            lock.execute(
+                sa.select(Rollout.id).where(Rollout.id.in_(ids["finishes"])).with_for_update(key_share=True)
+            ).all()
+            gate.unlink()
+            exits = [Path(worker_env["POLAR_RUNTIME_ROOT"]) / rid / ".polar" / EXIT_FILE for rid in ids["finishes"]]
+            wait_for(lambda: all(p.exists() for p in exits), 120, "the finished harnesses' exit files")
+            running = {
+                rid: rollout_row(factory, rid).stage_results["progress"]["run"]["process"]["pid"]
+                for rid in ids["still-running"]
+            }
+            assert all(alive(pid) for pid in running.values())
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+            lock.rollback()
+        lock_engine.dispose()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        gate.unlink(missing_ok=True)
+
+    # The dead worker's harnesses died with it (parent-death signal, then the launcher kills its group).
+    root = Path(worker_env["POLAR_RUNTIME_ROOT"])
+    wait_for(lambda: not any(alive(pid) for pid in running.values()), 30, "the running harnesses to die")
+    wait_for(lambda: not launchers_under(root), 30, "no process left in the runtimes")
+    for rid in ids["finishes"]:
+        assert "ended" not in rollout_row(factory, rid).stage_results["progress"]["run"]  # the end was lost...
+    calls_before = {rid: len(captures(factory, rid)) for rid in ids["still-running"]}
+
+    result = await retry_failed(stale_after_s=0)
+    assert set(everyone) <= set(result["retried"])
+    for rid in ids["finishes"]:
+        row = rollout_row(factory, rid)
+        # ...and recovered from the launcher's exit file: postrun and evaluate ran, the reward is the real one.
+        assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0, (row.status, row.error)
+        assert row.stage_results["run"]["recovered"] and row.stage_results["run"]["exit_code"] == 0
+        assert row.stage_timings["run"]["attempts"] == 2 and len(captures(factory, rid)) == 2
+    for rid in ids["still-running"]:
+        row = rollout_row(factory, rid)
+        assert row.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
+        assert not row.stage_results["run"]["leftover_killed"]  # nothing was left to kill
+        assert row.closed_at is not None  # revoked at takeover
+        assert len(captures(factory, rid)) == calls_before[rid]  # no call after the takeover
+    assert not launchers_under(root)

@@ -17,6 +17,8 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
+from polar.trajectory.roles import RoleHints
+
 
 @dataclass(frozen=True)
 class HarnessContext:
@@ -78,8 +80,12 @@ def fill_placeholders(text: str, values: Mapping[str, str]) -> str:
 
 
 class HarnessAdapter(Protocol):
+    """``role_hints`` declares, as data, how this harness's side calls look (sub-agent launcher tools,
+    compaction and title prompts), so the trajectory builders label its chains (``polar.trajectory.roles``)."""
+
     name: ClassVar[str]
     Config: ClassVar[type[BaseModel]]
+    role_hints: RoleHints
 
     def setup_files(self, config: Any, ctx: HarnessContext) -> Mapping[str, str]:
         """Static files written at init (no secrets: the session does not exist yet)."""

@@ -19,6 +19,7 @@ from harness_adapters.base import (
     SessionAccess,
     fill_placeholders,
 )
+from polar.trajectory.roles import RoleHints
 
 
 class CommandConfig(BaseModel):
@@ -31,6 +32,7 @@ class CommandConfig(BaseModel):
 class CommandHarness:
     name: ClassVar[str] = "command"
     Config: ClassVar[type[BaseModel]] = CommandConfig
+    role_hints = RoleHints()  # structure alone labels its chains
 
     def setup_files(self, config: CommandConfig, ctx: HarnessContext) -> Mapping[str, str]:
         return dict(config.files)

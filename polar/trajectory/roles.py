@@ -4,9 +4,10 @@ the call each came from (issue 16).
 Labels come from the structure of the calls, read off ``CallView``s (what each call sent and what it got back),
 plus per-harness ``RoleHints`` that adapters declare as data. The rules, in ``seq`` order:
 
-- **compaction call**: a call whose reply text reappears in a later root (the summary carried into the new
-  conversation: in a user message, or, for a call that offered no tools, in an assistant message, as OpenCode
-  does), or whose system prompt or last user message holds a hinted compaction marker. It
+- **compaction call**: a call that offered no tools and whose reply text reappears in a user or assistant
+  message of a later root (the summary carried into the new conversation; OpenCode puts it in an assistant
+  turn), or whose system prompt or last user message holds a hinted compaction marker. (Tool-free only: a
+  compaction request's own transcript holds the replies of the calls it summarises.) It
   is cut from the chain it extends (``BreakCause.COMPACTION``) and links to the chain it summarised: its parent
   in the capture tree, else the latest earlier call of a main or sub-agent chain.
 - **post-compaction root**: a root holding such a summary; it keeps the role of the chain that was summarised
@@ -136,22 +137,22 @@ def label_session(
 
     ok = tree.ok
     roots = [r for r in tree.records if r.parent_id is None]
-    # A reply carried into a later root's user messages is a summary: its call compacted the conversation.
+    hinted = {
+        r.id
+        for r in tree.records
+        if any(m in view(r).system or m in view(r).last_user for m in hints.compaction_markers)
+    }
+    # A reply carried into a later root is a summary: its call compacted the conversation.
     summary_of: dict[int, int] = {}  # post-compaction root -> compaction call
     for root in roots:
         users, assistants = view(root).user_texts, view(root).assistant_texts
         for earlier in reversed([r for r in ok if r.seq < root.seq]):
-            # An assistant message can be an echo of history re-sent whole; only a tool-free call's reply there
-            # is taken for a summary.
             reply = view(earlier).reply_text
-            if _holds(users, reply) or (not view(earlier).tools and _holds(assistants, reply)):
+            summariser = earlier.id in hinted or not view(earlier).tools
+            if summariser and (_holds(users, reply) or _holds(assistants, reply)):
                 summary_of[root.id] = earlier.id
                 break
-    compactions = set(summary_of.values())
-    for record in tree.records:
-        v = view(record)
-        if any(m in v.system or m in v.last_user for m in hints.compaction_markers):
-            compactions.add(record.id)
+    compactions = hinted | set(summary_of.values())
 
     starts: dict[int, ChainLabel] = {}
     start_of: dict[int, int] = {}

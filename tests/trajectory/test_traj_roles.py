@@ -22,7 +22,7 @@ from polar.trajectory.prefix_merge import prefix_merge
 from polar.trajectory.records import BuildResult
 from polar.trajectory.roles import Role, label_session
 
-PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def sampled(session: MultiAgentSession) -> Counter[float]:

@@ -116,17 +116,17 @@ def main() -> None:
     rows = [merge_row(name, record(name, runs, cache)) for name in names]
     print(f"sessions recorded under {runs}")
     print(
-        f"{'harness':<10} {'captures':>8} {'per_request':>11} {'merged':>6} {'ratio':>6} {'exact':>6} {'roots':>5} "
+        f"{'harness':<18} {'captures':>8} {'per_request':>11} {'merged':>6} {'ratio':>6} {'exact':>6} {'roots':>5} "
         " breaks"
     )
     for r in rows:
         print(
-            f"{r['harness']:<10} {r['captures']:>8} {r['per_request']:>11} {r['merged']:>6} {r['ratio']:>6.2f} "
+            f"{r['harness']:<18} {r['captures']:>8} {r['per_request']:>11} {r['merged']:>6} {r['ratio']:>6.2f} "
             f"{r['exact']:>6.0%} {r['roots']:>5}  {r['breaks'] or '-'}"
         )
     captures, merged = sum(r["captures"] for r in rows), sum(r["merged"] for r in rows)
     print(
-        f"{'total':<10} {captures:>8} {sum(r['per_request'] for r in rows):>11} {merged:>6} "
+        f"{'total':<18} {captures:>8} {sum(r['per_request'] for r in rows):>11} {merged:>6} "
         f"{captures / max(merged, 1):>6.2f}"
     )
     print()

@@ -58,7 +58,7 @@ CODEX_COMPACT = replace(
     tool_free_reply=SUMMARY,
 )
 # OpenCode compacts when a reply's prompt + output reach the model's context limit minus its output limit
-# (11,700 - 1,000). Its system prompt alone is ~10.2k tokens, so the first reply is made long (reasoning) to
+# (11,600 - 1,000). Its system prompt alone is ~10.2k tokens, so the first reply is made long (reasoning) to
 # pass that once; the post-compaction calls, with the history replaced by the summary, stay under it.
 OPENCODE_COMPACT = _with_config(
     OPENCODE,
@@ -69,7 +69,7 @@ OPENCODE_COMPACT = _with_config(
             "polar": {
                 **OPENCODE.files[".config/opencode/opencode.json"][1]["provider"]["polar"],
                 "models": {
-                    "{model}": {"name": "{model}", "tool_call": True, "limit": {"context": 11700, "output": 1000}}
+                    "{model}": {"name": "{model}", "tool_call": True, "limit": {"context": 11600, "output": 1000}}
                 },
             }
         }
@@ -78,7 +78,7 @@ OPENCODE_COMPACT = _with_config(
 OPENCODE_COMPACT = replace(
     OPENCODE_COMPACT,
     tool_free_reply=SUMMARY,
-    replies=[{**OPENCODE.replies[0], "reasoning": " ".join([THINK] * 30)}, *OPENCODE.replies[1:]],
+    replies=[{**OPENCODE.replies[0], "reasoning": " ".join([THINK] * 20)}, *OPENCODE.replies[1:]],
 )
 
 SCENARIOS: dict[str, Harness] = {h.name: h for h in (CLAUDE_SUBAGENT, CODEX_COMPACT, OPENCODE_COMPACT)}

@@ -22,7 +22,7 @@ from polar.trajectory.prefix_merge import prefix_merge
 from polar.trajectory.records import BuildResult
 from polar.trajectory.roles import Role, label_session
 
-PROPERTY_SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def sampled(session: MultiAgentSession) -> Counter[float]:
@@ -85,7 +85,7 @@ def test_generated_sessions_hold_every_case() -> None:
     """Guards the properties: the generator makes each role and split it claims to."""
     seen: Counter[str] = Counter()
 
-    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(data=st.data())
     def collect(data) -> None:
         session = multiagent_session(data, 10)

@@ -12,7 +12,8 @@ import sqlalchemy as sa
 from db.engine import session_scope
 from db.enums import RolloutStatus
 from db.models import Capture, Evaluation, MergeStat, Rollout, Task
-from polar.trajectory.choices import BuilderOptions
+from polar.trajectory.choices import BuilderOptions, RewardRouting
+from polar.trajectory.roles import Role
 from polar.trajectory.store import build_and_store, load_traces
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
@@ -155,8 +156,9 @@ def test_roles_are_stored_counted_and_trained_by_the_options(session_factory) ->
 
 
 def test_reward_routing_per_task(session_factory) -> None:
-    main_only, _ = add_session(session_factory, BuilderOptions(reward="main_only"))
-    per_role, _ = add_session(session_factory, BuilderOptions(reward="per_role", train_roles=("main", "title")))
+    main_only, _ = add_session(session_factory, BuilderOptions(reward=RewardRouting.MAIN_ONLY))
+    options = BuilderOptions(reward=RewardRouting.PER_ROLE, train_roles=(Role.MAIN, Role.TITLE))
+    per_role, _ = add_session(session_factory, options)
     with session_scope(session_factory) as db:
         db.add(Evaluation(rollout_id=per_role, evaluator="judge", reward=1.0, details={"role_rewards": {"main": 0.5}}))
         db.flush()

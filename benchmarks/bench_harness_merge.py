@@ -7,8 +7,11 @@ tests/e2e), recording captures in a SQLite store; then both builders run over ea
 
 Columns: captures (OK model calls), per_request traces, merged traces, merge ratio (captures per merged
 trace), conditioning-exact rate (merges where the sampled ids appear verbatim in the next prompt), breaks
-and their causes, and which calls started new roots (title calls, routers); then builder throughput on a
-200-turn synthetic session. Needs scripts/install_harnesses.sh.
+and their causes, and which calls started new roots (title calls, routers); then, per harness and chain role
+(main, sub_agent, compaction, title, other; labelled with the adapter's role hints), captures -> merged traces
+and how many of those train under the default builder options; the multi-agent scenarios of
+tests/e2e/multiagent.py (a Claude Code sub-agent, Codex and OpenCode compacting) run too unless
+``--no-multiagent``. Then builder throughput on a 200-turn synthetic session. Needs scripts/install_harnesses.sh.
 """
 
 from __future__ import annotations
@@ -18,16 +21,32 @@ import json
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from benchmarks.bench_trajectories import throughput
 from db import make_engine, make_session_factory, session_scope
+from harness_adapters import ADAPTERS
 from polar.settings import get_settings
 from polar.trajectory import get_builder, load_capture_records
+from polar.trajectory.call_views import load_call_views
+from polar.trajectory.choices import BuilderOptions, select_roles
+from polar.trajectory.roles import label_session
 from tests.e2e.harnesses import HARNESSES
+from tests.e2e.multiagent import SCENARIOS
 from tests.e2e.sandbox import isolation
 
 MAIN = ("codex", "claude", "gemini", "qwen", "opencode", "pi")
+MULTIAGENT = tuple(SCENARIOS)
+# The adapter whose role hints label each CLI's sessions.
+ADAPTER_OF = {
+    "codex": "codex",
+    "claude": "claude_code",
+    "gemini": "gemini_cli",
+    "qwen": "qwen_code",
+    "opencode": "opencode",
+}
+ALL = {**HARNESSES, **SCENARIOS}
 
 
 def record(name: str, runs: Path, cache: Path) -> dict:
@@ -49,9 +68,19 @@ def merge_row(name: str, result: dict) -> dict:
     factory = make_session_factory(make_engine(result["database_url"]))
     with session_scope(factory) as session:
         records = load_capture_records(session, result["session_id"])
-    per_request = get_builder("per_request")(records)
-    merged = get_builder("prefix_merge")(records)
+        views = load_call_views(session, result["session_id"])
+    cli = ALL[name].tool or name
+    roles = label_session(records, views, ADAPTERS[ADAPTER_OF.get(cli, cli)].role_hints)
+    per_request = get_builder("per_request")(records, roles=roles)
+    merged = get_builder("prefix_merge")(records, roles=roles)
     stats = merged.stats
+    options = BuilderOptions()
+    by_role: dict[str, list[int]] = {}
+    captures_by_role = Counter(roles.label_of(r.id).role.value for r in records if r.ok)
+    for trace in select_roles(merged.traces, options.train_roles):
+        row = by_role.setdefault(trace.role, [captures_by_role[trace.role], 0, 0])
+        row[1] += 1
+        row[2] += trace.n_loss_tokens > 0
     merges = stats.exact_merges + stats.inexact_merges
     return {
         "harness": name,
@@ -62,6 +91,7 @@ def merge_row(name: str, result: dict) -> dict:
         "exact": stats.exact_merges / merges if merges else float("nan"),
         "breaks": dict(stats.break_causes),
         "roots": stats.roots,
+        "roles": by_role,
         "wall_s": result["wall_s"],
     }
 
@@ -70,9 +100,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--harnesses", default=",".join(MAIN))
     parser.add_argument("--runs-dir", type=Path, default=None)
+    parser.add_argument("--no-multiagent", action="store_true", help="skip the sub-agent and compaction scenarios")
     args = parser.parse_args()
     names = [n for n in args.harnesses.split(",") if n]
-    missing = [n for n in names if not HARNESSES[n].installed]
+    if not args.no_multiagent:
+        names += [n for n in MULTIAGENT if n not in names]
+    missing = [n for n in names if not ALL[n].installed]
     if missing:
         raise SystemExit(f"not installed: {missing}; run scripts/install_harnesses.sh")
     from polar.models.tiny import ensure_model_dir
@@ -83,19 +116,25 @@ def main() -> None:
     rows = [merge_row(name, record(name, runs, cache)) for name in names]
     print(f"sessions recorded under {runs}")
     print(
-        f"{'harness':<10} {'captures':>8} {'per_request':>11} {'merged':>6} {'ratio':>6} {'exact':>6} {'roots':>5} "
+        f"{'harness':<18} {'captures':>8} {'per_request':>11} {'merged':>6} {'ratio':>6} {'exact':>6} {'roots':>5} "
         " breaks"
     )
     for r in rows:
         print(
-            f"{r['harness']:<10} {r['captures']:>8} {r['per_request']:>11} {r['merged']:>6} {r['ratio']:>6.2f} "
+            f"{r['harness']:<18} {r['captures']:>8} {r['per_request']:>11} {r['merged']:>6} {r['ratio']:>6.2f} "
             f"{r['exact']:>6.0%} {r['roots']:>5}  {r['breaks'] or '-'}"
         )
     captures, merged = sum(r["captures"] for r in rows), sum(r["merged"] for r in rows)
     print(
-        f"{'total':<10} {captures:>8} {sum(r['per_request'] for r in rows):>11} {merged:>6} "
+        f"{'total':<18} {captures:>8} {sum(r['per_request'] for r in rows):>11} {merged:>6} "
         f"{captures / max(merged, 1):>6.2f}"
     )
+    print()
+    print("per role (prefix_merge, default builder options: main and sub_agent train)")
+    print(f"{'harness':<18} {'role':<11} {'captures':>8} {'traces':>6} {'trained':>7}")
+    for r in rows:
+        for role, (captures, traces, trainable) in sorted(r["roles"].items()):
+            print(f"{r['harness']:<18} {role:<11} {captures:>8} {traces:>6} {trainable:>7}")
     print()
     throughput(200)
 

@@ -92,6 +92,8 @@ class Task(Base):
     runtime: Mapped[dict[str, Any]] = mapped_column(JSONType())
     evaluator: Mapped[dict[str, Any]] = mapped_column(JSONType())
     builder: Mapped[str] = mapped_column(sa.String(64), server_default="prefix_merge")
+    # polar.trajectory.choices.BuilderOptions as JSON (train_roles, reward routing); NULL: the defaults.
+    builder_options: Mapped[dict[str, Any] | None] = mapped_column(JSONType())
     num_samples: Mapped[int]
     timeout_s: Mapped[float | None]  # the shared deadline of init and run
     agent_timeout_s: Mapped[float | None]  # the agent budget, counted from the harness launch
@@ -261,7 +263,10 @@ class Trajectory(Base):
     ``finish_reason`` is the chain's last call's; ``n_inexact_merges`` counts merges whose next prompt did not
     hold the sampled ids verbatim; ``n_malformed_tool_calls`` sums the chain's unparseable tool calls;
     ``filter_reason`` says why the fail-closed training filter zeroed the mask or the reward (NULL: untouched).
-    ``polar.trajectory.store`` writes these rows.
+    ``role`` is the chain's role (main, sub_agent, compaction, title, other: ``polar.trajectory.roles``),
+    ``source_capture_id`` the capture it came from (a sub-agent's launching call, the call a compaction
+    summarised, a post-compaction chain's compaction call; no foreign key, captures are never deleted alone),
+    ``compacted`` whether the chain starts from a compaction summary. ``polar.trajectory.store`` writes these rows.
     """
 
     __tablename__ = "trajectories"
@@ -290,6 +295,9 @@ class Trajectory(Base):
     n_inexact_merges: Mapped[int] = mapped_column(default=0, server_default="0")
     n_malformed_tool_calls: Mapped[int] = mapped_column(default=0, server_default="0")
     filter_reason: Mapped[str | None] = mapped_column(sa.String(32))
+    role: Mapped[str] = mapped_column(sa.String(16), default="main", server_default="main")
+    source_capture_id: Mapped[int | None] = mapped_column(sa.BigInteger())
+    compacted: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
     consumed_by: Mapped[str | None] = mapped_column(sa.String(128))
     consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = _created_at()
@@ -302,8 +310,10 @@ class MergeStat(Base):
 
     Plain counts, so SQL aggregates them directly: merge ratio ``(captures_in - error_captures) / traces_out``,
     conditioning-exact rate ``exact_merges / (exact_merges + inexact_merges)``. ``breaks`` is the sum of
-    ``break_causes`` (cause -> count, e.g. ``{"prompt_rewritten": 2}``). ``loss_tokens`` is counted before the
-    training filter and equals ``sampled_tokens`` when every sampled token is trained exactly once.
+    ``break_causes`` (cause -> count, e.g. ``{"prompt_rewritten": 2, "branch": 1}``; every split is counted, so
+    ``traces_out == roots + breaks``). ``roots_by_role`` counts chain starts by role (``{"main": 1, "sub_agent":
+    1, "compaction": 1}``). ``loss_tokens`` is counted before the training filter and equals ``sampled_tokens``
+    when every sampled token is trained exactly once.
     """
 
     __tablename__ = "merge_stats"
@@ -320,6 +330,7 @@ class MergeStat(Base):
     inexact_merges: Mapped[int]
     breaks: Mapped[int]
     break_causes: Mapped[dict[str, int]] = mapped_column(JSONType(), default=dict)
+    roots_by_role: Mapped[dict[str, int] | None] = mapped_column(JSONType(), default=dict)
     sampled_tokens: Mapped[int]
     loss_tokens: Mapped[int]
     created_at: Mapped[datetime] = _created_at()

@@ -1,4 +1,4 @@
-"""The analysis views (revision 0005), one row shape on both databases. Query them with SQL or with
+"""The analysis views (revisions 0005 and 0009), one row shape on both databases. Query them with SQL or with
 ``polar.analysis`` (pandas).
 
 - ``rollout_facts``: one row per rollout: task name, harness, builder, status, reward, attempt, weight-version
@@ -9,7 +9,13 @@
   counts, mean reward, solved (reward >= 1).
 - ``token_counts``: per rollout: captures, prompt tokens (full and delta), output tokens.
 - ``merge_ratio``: per harness and builder: captures in, traces out, ``merge_ratio`` = non-error captures per
-  trace, ``exact_rate`` = merges whose next prompt held the sampled ids verbatim, breaks, tokens.
+  trace, ``exact_rate`` = merges whose next prompt held the sampled ids verbatim, breaks, tokens; since 0009 also
+  chain starts by role (``main_roots``, ``sub_agent_roots``, ``compaction_roots``, ``title_roots``,
+  ``other_roots``) and splits by cause (``branch_splits``, ``compaction_splits``, ``prompt_rewritten_splits``,
+  ``parent_failed_splits``, ``reply_not_found_splits``, ``no_end_of_turn_id_splits``).
+- ``trajectory_roles`` (0009): per harness, builder, role and ``compacted`` (starts from a compaction summary):
+  trajectories, rollouts, captures, response and loss tokens, trainable trajectories, how many are linked to the
+  call they came from, mean reward.
 - ``stage_latencies``: per harness: mean and max seconds of each stage.
 - ``failure_causes``: ERROR/TIMEOUT/CANCELLED rollouts grouped by harness, status, failed stage and error text.
 
@@ -25,6 +31,10 @@ Example queries::
     -- what fails, most often first
     SELECT harness, status, failed_stage, cause, rollouts FROM failure_causes ORDER BY rollouts DESC LIMIT 20;
 
+    -- what sub-agents and compaction add, per harness
+    SELECT harness, role, compacted, trajectories, trainable, loss_tokens FROM trajectory_roles
+    WHERE builder = 'prefix_merge' ORDER BY harness, role;
+
     -- tokens per task
     SELECT task_name, SUM(captures) AS calls, SUM(output_tokens) AS sampled FROM token_counts GROUP BY task_name;
 """
@@ -36,4 +46,5 @@ VIEW_NAMES = (
     "merge_ratio",
     "stage_latencies",
     "failure_causes",
+    "trajectory_roles",
 )

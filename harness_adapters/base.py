@@ -19,6 +19,20 @@ from pydantic import BaseModel
 
 
 @dataclass(frozen=True)
+class RoleHints:
+    """What a harness adapter declares about its side calls (data, never code).
+
+    ``sub_agent_tools``: tool name -> the argument holding the sub-agent's prompt (Claude Code: ``Agent.prompt``).
+    ``compaction_markers``: text found in a compaction call's system prompt or last user message.
+    ``title_markers``: text found in a title call's system prompt.
+    """
+
+    sub_agent_tools: Mapping[str, str] = field(default_factory=dict)
+    compaction_markers: tuple[str, ...] = ()
+    title_markers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class HarnessContext:
     """Where and on what the harness runs; paths are as the harness sees them."""
 
@@ -78,8 +92,12 @@ def fill_placeholders(text: str, values: Mapping[str, str]) -> str:
 
 
 class HarnessAdapter(Protocol):
+    """``role_hints`` declares, as data, how this harness's side calls look (sub-agent launcher tools,
+    compaction and title prompts), so the trajectory builders label its chains (``polar.trajectory.roles``)."""
+
     name: ClassVar[str]
     Config: ClassVar[type[BaseModel]]
+    role_hints: RoleHints
 
     def setup_files(self, config: Any, ctx: HarnessContext) -> Mapping[str, str]:
         """Static files written at init (no secrets: the session does not exist yet)."""

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness_adapters.base import HarnessContext, LaunchSpec, SessionAccess
+from harness_adapters.base import HarnessContext, LaunchSpec, RoleHints, SessionAccess
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a coding agent working in a shell. Use the bash tool to inspect and change files in the current "
@@ -32,6 +32,7 @@ class AgentConfig(BaseModel):
 class BuiltinAgent:
     name: ClassVar[str] = "agent"
     Config: ClassVar[type[BaseModel]] = AgentConfig
+    role_hints = RoleHints()  # structure alone labels its chains
 
     def setup_files(self, config: AgentConfig, ctx: HarnessContext) -> Mapping[str, str]:
         return {}

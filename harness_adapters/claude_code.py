@@ -7,6 +7,7 @@ telemetry, the auto-updater and error reporting are off. ``acceptEdits`` lets ``
 
 from __future__ import annotations
 
+from harness_adapters.base import RoleHints
 from harness_adapters.npm_cli import CliSpec, NpmCliHarness
 
 SPEC = CliSpec(
@@ -34,6 +35,12 @@ SPEC = CliSpec(
         "json",
         "{prompt}",
     ],
+    # The Agent tool (Task in older releases) starts a sub-agent whose first user message is its prompt; its
+    # compaction prompt asks for a summary of the conversation.
+    role_hints=RoleHints(
+        sub_agent_tools={"Agent": "prompt", "Task": "prompt"},
+        compaction_markers=("detailed summary of the conversation so far",),
+    ),
 )
 
 ADAPTER = NpmCliHarness("claude_code", SPEC)

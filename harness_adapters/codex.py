@@ -8,6 +8,7 @@ chatgpt.com) are disabled on the command line. ``danger-full-access``: the runti
 
 from __future__ import annotations
 
+from harness_adapters.base import RoleHints
 from harness_adapters.npm_cli import CliSpec, NpmCliHarness
 
 SPEC = CliSpec(
@@ -54,6 +55,9 @@ SPEC = CliSpec(
         "{model}",
         "{prompt}",
     ],
+    # Its compaction request ends with this prompt (and offers no tools); the summary comes back in a user
+    # message of the next request.
+    role_hints=RoleHints(compaction_markers=("CONTEXT CHECKPOINT COMPACTION",)),
 )
 
 ADAPTER = NpmCliHarness("codex", SPEC)

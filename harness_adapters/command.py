@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness_adapters.base import (
     HarnessContext,
     LaunchSpec,
+    RoleHints,
     SessionAccess,
     fill_placeholders,
 )
@@ -31,6 +32,7 @@ class CommandConfig(BaseModel):
 class CommandHarness:
     name: ClassVar[str] = "command"
     Config: ClassVar[type[BaseModel]] = CommandConfig
+    role_hints = RoleHints()  # structure alone labels its chains
 
     def setup_files(self, config: CommandConfig, ctx: HarnessContext) -> Mapping[str, str]:
         return dict(config.files)

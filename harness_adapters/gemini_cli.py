@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from harness_adapters.base import RoleHints
 from harness_adapters.npm_cli import CliSpec, NpmCliHarness
 
 SPEC = CliSpec(
@@ -29,6 +30,9 @@ SPEC = CliSpec(
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
     },
     argv=["-m", "{model}", "--approval-mode", "yolo", "-o", "json", "-p", "{prompt}"],
+    # History compression: a summariser call and its verification call, both under this system prompt (the
+    # snapshot itself later sits in a user message, so the marker is the system prompt's, not the snapshot's).
+    role_hints=RoleHints(compaction_markers=("distilling chat history into a structured XML <state_snapshot>",)),
 )
 
 ADAPTER = NpmCliHarness("gemini_cli", SPEC)

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness_adapters.base import HarnessContext, LaunchSpec, SessionAccess
+from harness_adapters.base import HarnessContext, LaunchSpec, RoleHints, SessionAccess
 from harness_adapters.install import TOOLS, ToolPin
 from polar.errors import SandboxError
 
@@ -72,6 +72,7 @@ class CliSpec:
     argv: Sequence[str]  # after the binary; "{prompt}" is the instruction
     env: Mapping[str, str] = field(default_factory=dict)
     files: Mapping[str, tuple[Literal["json", "toml"], Any]] = field(default_factory=dict)
+    role_hints: RoleHints = field(default_factory=RoleHints)
 
 
 class NpmCliHarness:
@@ -82,6 +83,10 @@ class NpmCliHarness:
     def __init__(self, name: str, spec: CliSpec):
         self.name = name
         self.spec = spec
+
+    @property
+    def role_hints(self) -> RoleHints:
+        return self.spec.role_hints
 
     @property
     def pin(self) -> ToolPin:

@@ -8,6 +8,7 @@ off in this version, and without a network it fails harmlessly.
 
 from __future__ import annotations
 
+from harness_adapters.base import RoleHints
 from harness_adapters.npm_cli import CliSpec, NpmCliHarness
 
 SPEC = CliSpec(
@@ -43,6 +44,10 @@ SPEC = CliSpec(
         "OPENCODE_DISABLE_CLAUDE_CODE": "1",
     },
     argv=["run", "--print-logs", "--auto", "-m", "polar/{model}", "{prompt}"],
+    # Title generation and the compaction agent are tool-free calls with their own system prompts.
+    role_hints=RoleHints(
+        compaction_markers=("You are a context summarization agent",), title_markers=("You are a title generator",)
+    ),
 )
 
 ADAPTER = NpmCliHarness("opencode", SPEC)

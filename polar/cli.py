@@ -150,6 +150,7 @@ def _export(args: argparse.Namespace) -> None:
         weight_version=args.version,
         since=_when(args.since),
         until=_when(args.until),
+        roles=args.role,
         acceptance=Acceptance(min_reward=args.min_reward or 1.0) if args.accepted else None,
     )
     report = export(
@@ -265,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--version", help="sampled under this weight version")
     exp.add_argument("--since", help="created at or after this ISO date/time (UTC if no zone)")
     exp.add_argument("--until", help="created before this ISO date/time")
+    exp.add_argument(
+        "--role", action="append", help="chain role (repeatable): main, sub_agent, compaction, title, other"
+    )
     exp.add_argument(
         "--accepted", action="store_true", help="SFT acceptance: reward >= --min-reward (1), no errors, not truncated"
     )

@@ -41,6 +41,7 @@ class ExportFilter(BaseModel):
     until: datetime | None = None
     metadata: dict[str, Any] | None = Field(default=None, description="task metadata keys that must equal these values")
     consumed: bool | None = Field(default=None, description="claimed and acknowledged by a trainer, or not yet")
+    roles: list[str] | None = Field(default=None, description="chain roles, e.g. main, sub_agent (issue 16)")
     acceptance: Acceptance | None = None
 
 
@@ -83,6 +84,8 @@ def apply(query: sa.Select, f: ExportFilter, dialect: str) -> sa.Select:
         query = query.where(Trajectory.created_at >= f.since)
     if f.until is not None:
         query = query.where(Trajectory.created_at < f.until)
+    if f.roles:
+        query = query.where(Trajectory.role.in_(f.roles))
     if f.consumed is not None:
         query = query.where(Trajectory.consumed_by.is_not(None) if f.consumed else Trajectory.consumed_by.is_(None))
     for key, value in (f.metadata or {}).items():

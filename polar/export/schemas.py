@@ -27,6 +27,9 @@ _COMMON = [
     ("weight_version_min", pa.string()),
     ("weight_version_max", pa.string()),
     ("turn_count", pa.int32()),
+    ("role", pa.string()),  # main | sub_agent | compaction | title | other
+    ("source_capture_id", pa.int64()),  # the call the chain came from (launcher, summarised call, compaction)
+    ("compacted", pa.bool_()),  # the chain starts from a compaction summary
     ("created_at", pa.string()),
     ("metadata", pa.string()),  # JSON
 ]

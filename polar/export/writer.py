@@ -57,6 +57,9 @@ def _common(trajectory: Trajectory, rollout: Rollout, task: Task, harness: str |
         "weight_version_min": trajectory.weight_version_min,
         "weight_version_max": trajectory.weight_version_max,
         "turn_count": trajectory.turn_count,
+        "role": trajectory.role,
+        "source_capture_id": trajectory.source_capture_id,
+        "compacted": trajectory.compacted,
         "created_at": trajectory.created_at.isoformat(),
         "metadata": task.meta or {},
     }

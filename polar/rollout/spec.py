@@ -27,6 +27,7 @@ from pydantic import (
 
 from polar.errors import InvalidRequest, invalid_from
 from polar.settings import Isolation
+from polar.trajectory.choices import BuilderOptions
 
 
 class PrepareAction(BaseModel):
@@ -100,6 +101,10 @@ class TaskRequest(BaseModel):
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
     evaluator: EvaluatorSpec
     builder: str = "prefix_merge"
+    builder_options: BuilderOptions = Field(
+        default_factory=BuilderOptions,
+        description="which chain roles train and how the reward reaches sub-agent and post-compaction chains",
+    )
     num_samples: int = Field(default=1, ge=1, le=4096)
     timeout_s: float | None = Field(default=None, gt=0)
     agent_timeout_s: float | None = Field(default=None, gt=0)

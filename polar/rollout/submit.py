@@ -130,6 +130,7 @@ def _store(
                 runtime=request.runtime.model_dump(mode="json", exclude_none=True),
                 evaluator=request.evaluator.model_dump(mode="json", exclude_none=True),
                 builder=request.builder,
+                builder_options=request.builder_options.model_dump(mode="json", exclude_defaults=True) or None,
                 num_samples=request.num_samples,
                 timeout_s=request.timeout_s,
                 agent_timeout_s=request.agent_timeout_s,

@@ -9,11 +9,14 @@ stored trajectories with another builder, and a per-harness summary (``report``)
 
 - ``records``: the frozen records; ``tree``: the capture tree over records;
 - ``per_request``, ``prefix_merge``: the builders; ``registry``: ``BUILDERS`` and ``get_builder``;
-- ``rewards``, ``training_filter``: what trains and with which reward;
+- ``roles``: chain roles (main, sub_agent, compaction, title, other) and their links, from ``call_views``;
+- ``rewards``, ``training_filter``, ``choices``: what trains and with which reward (``choices``: per-task
+  builder options: roles that train, reward routing to sub-agent and post-compaction chains);
 - ``store``, ``rebuild``, ``report``: the database side (generated sessions for tests and benchmarks are in
   ``tests/trajectory/synthetic.py``).
 """
 
+from polar.trajectory.choices import BuilderOptions, RewardRouting
 from polar.trajectory.prefix_merge import BreakCause, detect_end_of_turn
 from polar.trajectory.rebuild import RebuildReport, RolloutRebuild, rebuild
 from polar.trajectory.records import (
@@ -28,6 +31,7 @@ from polar.trajectory.records import (
 from polar.trajectory.registry import BUILDERS, get_builder
 from polar.trajectory.report import HarnessSummary, format_summary, summarize_by_harness
 from polar.trajectory.rewards import Normalization, RewardKey, assign_trace_rewards, broadcast_reward, normalize
+from polar.trajectory.roles import ChainLabel, Role, RoleHints, SessionRoles, label_session
 from polar.trajectory.store import (
     TrajectoriesConsumed,
     build_and_store,
@@ -49,6 +53,8 @@ __all__ = [
     "BreakCause",
     "BuildResult",
     "Builder",
+    "BuilderOptions",
+    "ChainLabel",
     "CaptureRecord",
     "FilterReason",
     "HarnessSummary",
@@ -56,7 +62,11 @@ __all__ = [
     "Normalization",
     "RebuildReport",
     "RewardKey",
+    "RewardRouting",
+    "Role",
+    "RoleHints",
     "RolloutRebuild",
+    "SessionRoles",
     "Trace",
     "TrajectoriesConsumed",
     "VersionRange",
@@ -68,6 +78,7 @@ __all__ = [
     "detect_end_of_turn",
     "format_summary",
     "get_builder",
+    "label_session",
     "load_capture_records",
     "load_traces",
     "normalize",

@@ -12,19 +12,23 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from polar.trajectory.records import BuildResult, CaptureRecord, MergeStats, Trace, merged_spans, version_bounds
+from polar.trajectory.roles import SessionRoles, label_session
 from polar.trajectory.tree import CaptureTree
 
 NAME = "per_request"
 
 
-def per_request(captures: Iterable[CaptureRecord], /) -> BuildResult:
-    """One trace per OK capture, in ``seq`` order; ERROR captures are counted in the stats and left out."""
+def per_request(captures: Iterable[CaptureRecord], /, *, roles: SessionRoles | None = None) -> BuildResult:
+    """One trace per OK capture, in ``seq`` order; ERROR captures are counted in the stats and left out. Each
+    trace carries the role and link of the chain start its capture belongs to."""
     tree = CaptureTree(captures)
+    roles = roles if roles is not None else label_session(tree)
     traces: list[Trace] = []
     roots = 0
     for record in tree.ok:
         roots += tree.link(record).parent is None
         spans = merged_spans(record.sampled_versions())
+        label = roles.label_of(record.id)
         low, high = version_bounds(spans)
         traces.append(
             Trace(
@@ -39,6 +43,9 @@ def per_request(captures: Iterable[CaptureRecord], /) -> BuildResult:
                 weight_version_max=high,
                 finish_reason=record.finish_reason,
                 n_malformed_tool_calls=record.n_malformed_tool_calls,
+                role=label.role.value,
+                source_capture_id=label.link_id,
+                compacted=label.compacted,
             )
         )
     sampled = sum(len(trace.response_ids) for trace in traces)
@@ -50,9 +57,10 @@ def per_request(captures: Iterable[CaptureRecord], /) -> BuildResult:
         roots=roots,
         exact_merges=0,
         inexact_merges=0,
-        # Every non-root capture is cut from its parent here; that is the builder's choice, not a break.
-        break_causes={},
+        # Every non-root capture is cut from its parent here: the builder's choice, counted so no split is silent.
+        break_causes={"per_request": len(traces) - roots} if len(traces) > roots else {},
         sampled_tokens=sampled,
         loss_tokens=sampled,
+        roots_by_role=roles.counts(),
     )
     return BuildResult(NAME, tuple(traces), stats)

@@ -22,7 +22,13 @@ Inexact merges need the end-of-turn id: pass ``end_of_turn_id`` or it is read of
 where it is unknown or absent from the delta the chain breaks instead of guessing. Failed captures carry no
 reply: they are left out and counted, and their children link through them (``CaptureTree.link``).
 
-Branches (parallel calls, retries of one prompt) give one chain each. Every sampled token is trained in
+Compaction calls (``polar.trajectory.roles``) never merge into the chain they summarise: they start a chain of
+their own (``compaction``), so the summary is trained, if at all, on the prompt it was sampled from, and the
+post-compaction root starts a new chain from the summary it was given. Each trace carries the role and link of
+its chain start.
+
+Branches (parallel calls, retries of one prompt) give one chain each; every child after a call's first is
+counted as a ``branch`` split, so ``traces_out == roots + breaks``. Every sampled token is trained in
 exactly one trace: the chain that reaches it first in depth-first order with children by ``seq`` (so a
 capture's tokens train with its first child's branch); sibling chains carry them as masked context with their
 real logprobs. Chains are numbered in that same order.
@@ -46,6 +52,7 @@ from polar.trajectory.records import (
     merged_spans,
     version_bounds,
 )
+from polar.trajectory.roles import SessionRoles, label_session
 from polar.trajectory.tree import CaptureTree, Link
 
 NAME = "prefix_merge"
@@ -60,6 +67,9 @@ class BreakCause(StrEnum):
     REPLY_NOT_FOUND = "reply_not_found"  # re-rendered reply, but no end-of-turn id after it in the new tokens
     NO_END_OF_TURN_ID = "no_end_of_turn_id"  # re-rendered reply, and the end-of-turn id is unknown
     PARENT_FAILED = "parent_failed"  # every ancestor is a failed call: nothing to merge into
+    COMPACTION = "compaction"  # a compaction call: cut from the chain it summarises (polar.trajectory.roles)
+    BRANCH = "branch"  # a second or later child of one call: it merges, but the chain splits there
+    PER_REQUEST = "per_request"  # per_request cuts every non-root call from its parent by design
 
 
 @dataclass(frozen=True)
@@ -72,9 +82,13 @@ class _Edge:
     exact: bool
 
 
-def prefix_merge(captures: Iterable[CaptureRecord], /, *, end_of_turn_id: int | None = None) -> BuildResult:
+def prefix_merge(
+    captures: Iterable[CaptureRecord], /, *, roles: SessionRoles | None = None, end_of_turn_id: int | None = None
+) -> BuildResult:
     """Merged traces of one rollout's captures (see the module docstring for the rules)."""
     tree = CaptureTree(captures)
+    roles = roles if roles is not None else label_session(tree)
+    compactions = roles.compaction_calls
     # Detection scans the rollout; append-mode sessions never need it, so it runs on first use only.
     end_of_turn = functools.cache(lambda: end_of_turn_id if end_of_turn_id is not None else detect_end_of_turn(tree))
     children: dict[int | None, list[_Edge]] = {}
@@ -83,9 +97,13 @@ def prefix_merge(captures: Iterable[CaptureRecord], /, *, end_of_turn_id: int | 
     roots = exact = inexact = 0
     for record in tree.ok:  # seq order, so children lists come out sorted by seq
         link = tree.link(record)
-        decision = _decide(tree, record, link, end_of_turn)
+        cut = record.id in compactions and link.parent is not None
+        decision = BreakCause.COMPACTION if cut else _decide(tree, record, link, end_of_turn)
         if isinstance(decision, _Edge):
-            children.setdefault(decision.parent_id, []).append(decision)
+            siblings = children.setdefault(decision.parent_id, [])
+            if siblings:
+                causes[BreakCause.BRANCH.value] += 1
+            siblings.append(decision)
             exact += decision.exact
             inexact += not decision.exact
             continue
@@ -94,7 +112,7 @@ def prefix_merge(captures: Iterable[CaptureRecord], /, *, end_of_turn_id: int | 
             roots += 1
         else:
             causes[decision.value] += 1
-    traces = _walk(tree, chain_roots, children)
+    traces = _walk(tree, chain_roots, children, roles)
     ok = tree.ok
     stats = MergeStats(
         builder=NAME,
@@ -107,6 +125,7 @@ def prefix_merge(captures: Iterable[CaptureRecord], /, *, end_of_turn_id: int | 
         break_causes=dict(sorted(causes.items())),
         sampled_tokens=sum(len(record.output_ids) for record in ok),
         loss_tokens=sum(trace.n_loss_tokens for trace in traces),
+        roots_by_role=roles.counts(),
     )
     return BuildResult(NAME, tuple(traces), stats)
 
@@ -183,7 +202,9 @@ class _Mark:
     malformed: int
 
 
-def _walk(tree: CaptureTree, chain_roots: list[CaptureRecord], children: dict[int | None, list[_Edge]]) -> list[Trace]:
+def _walk(
+    tree: CaptureTree, chain_roots: list[CaptureRecord], children: dict[int | None, list[_Edge]], roles: SessionRoles
+) -> list[Trace]:
     """Depth-first over each chain root, children by seq; one trace per leaf.
 
     One set of buffers is shared by all chains of a root: descending appends a node's tokens, backtracking
@@ -192,6 +213,7 @@ def _walk(tree: CaptureTree, chain_roots: list[CaptureRecord], children: dict[in
     traces: list[Trace] = []
     for root in chain_roots:
         prompt = tree.full_prompt(root)
+        label = roles.label_of(root.id)
         ids: list[int] = []
         mask: list[int] = []
         logprobs: list[float] = []
@@ -246,6 +268,9 @@ def _walk(tree: CaptureTree, chain_roots: list[CaptureRecord], children: dict[in
                     finish_reason=node.finish_reason,
                     n_inexact_merges=marks[-1].inexact,
                     n_malformed_tool_calls=marks[-1].malformed,
+                    role=label.role.value,
+                    source_capture_id=label.link_id,
+                    compacted=label.compacted,
                 )
             )
             # Everything now in the buffers is owned by this trace; later chains share it as context only.

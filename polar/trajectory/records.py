@@ -18,6 +18,7 @@ from db.enums import CaptureStatus
 
 if TYPE_CHECKING:
     from db.models import Capture
+    from polar.trajectory.roles import SessionRoles
 
 PLACEHOLDER_LOGPROB = 0.0
 """Logprob written on inserted tokens (tool results, user turns, template glue) only to keep the response's
@@ -127,7 +128,10 @@ class Trace:
     (sampling order, which is version order while weights only move forward; version strings need not sort).
     ``n_inexact_merges`` counts merges in the chain whose next prompt did not hold the sampled ids verbatim;
     ``n_malformed_tool_calls`` sums the chain's unparseable tool calls. ``reward`` is unset until assigned;
-    ``filter_reason`` says why the training filter changed the trace, if it did.
+    ``filter_reason`` says why the training filter changed the trace, if it did. ``role`` is the role of the
+    chain's start (``polar.trajectory.roles``: main, sub_agent, compaction, title, other), ``source_capture_id``
+    the call it came from (the launching call of a sub-agent, the summarised call of a compaction, the
+    compaction call of a post-compaction chain), and ``compacted`` says the chain starts from a summary.
     """
 
     chain_index: int
@@ -144,6 +148,9 @@ class Trace:
     n_malformed_tool_calls: int = 0
     reward: float | None = None
     filter_reason: str | None = None
+    role: str = "main"
+    source_capture_id: int | None = None
+    compacted: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
@@ -176,9 +183,12 @@ class MergeStats:
     """What a build did with a rollout's captures.
 
     ``roots`` are captures without a (successful) parent: the session's first call, compactions, sub-agents.
-    Under ``prefix_merge`` every OK capture starts a chain or merges into its parent's, so ``ok_captures ==
-    roots + breaks + merges``; ``per_request`` merges nothing and reports no breaks.
-    ``break_causes`` counts children that could have merged but started a chain of their own, by cause.
+    ``roots_by_role`` counts every labelled chain start (roots, and compaction calls cut from the chain they
+    extend) by role. ``break_causes`` counts every split by cause, so none is silent: a child that started a
+    chain of its own (``prompt_rewritten``, ``compaction``, ...), a second or later child of one call
+    (``branch``: it still merges, but the chain splits there), and under ``per_request`` every non-root call
+    (``per_request``). For both builders ``traces_out == roots + breaks``; under ``prefix_merge`` also
+    ``ok_captures == roots + breaks - branches + merges``.
     ``loss_tokens`` (before any training filter) equals ``sampled_tokens`` for both built-in builders: every
     sampled token is trained exactly once.
     """
@@ -193,6 +203,7 @@ class MergeStats:
     break_causes: Mapping[str, int] = field(default_factory=dict)
     sampled_tokens: int = 0
     loss_tokens: int = 0
+    roots_by_role: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def ok_captures(self) -> int:
@@ -225,9 +236,10 @@ class BuildResult:
 
 
 class Builder(Protocol):
-    """A pure function from one rollout's captures (any order) to its traces and merge statistics."""
+    """A pure function from one rollout's captures (any order) to its traces and merge statistics; ``roles``
+    (``polar.trajectory.roles.SessionRoles``) labels the chains, else they are labelled by tree shape alone."""
 
-    def __call__(self, captures: Iterable[CaptureRecord], /) -> BuildResult: ...
+    def __call__(self, captures: Iterable[CaptureRecord], /, *, roles: SessionRoles | None = None) -> BuildResult: ...
 
 
 def merged_spans(spans: Sequence[VersionRange]) -> tuple[VersionRange, ...]:

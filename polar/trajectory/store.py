@@ -1,5 +1,7 @@
-"""Trajectories in the store: load a rollout's captures as records, build them with a named builder, assign
-rewards, apply the training filter, and replace the rollout's rows for that builder in one transaction.
+"""Trajectories in the store: load a rollout's captures as records, label its chains (roles, from the calls and
+the harness's role hints), build them with a named builder, assign rewards as the task's builder options route
+them, apply the training filter and the role choice, and replace the rollout's rows for that builder in one
+transaction.
 
 Captures are only ever read. Functions here work inside the caller's session and transaction (wrap them in
 ``db.engine.session_scope``); ``build_and_store`` locks the rollout row first, so two builds of the same rollout
@@ -16,11 +18,14 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from db.enums import RolloutStatus
-from db.models import Capture, MergeStat, Rollout, Trajectory
+from db.models import Capture, Evaluation, MergeStat, Rollout, Task, Trajectory
 from polar.errors import NotFound, PolarError
+from polar.trajectory.call_views import load_call_views, role_hints_for
+from polar.trajectory.choices import BuilderOptions, RewardRouting, route_rewards, select_roles
 from polar.trajectory.records import BuildResult, CaptureRecord, Trace, VersionRange
 from polar.trajectory.registry import get_builder
-from polar.trajectory.rewards import RewardKey, assign_trace_rewards, broadcast_reward
+from polar.trajectory.rewards import RewardKey, assign_trace_rewards
+from polar.trajectory.roles import SessionRoles, label_session
 from polar.trajectory.training_filter import aligned_timeout_from_stage_results, apply_training_filter
 
 # Only the token-path columns: request/response JSON can dwarf the token arrays and no builder reads it.
@@ -64,11 +69,15 @@ def build_and_store(
     reward_key: RewardKey = RewardKey.CAPTURE,
     status: RolloutStatus | str | None = None,
     aligned_agent_timeout: bool | None = None,
+    options: BuilderOptions | None = None,
 ) -> BuildResult:
     """Build ``rollout_id``'s traces with ``builder`` and replace its stored trajectories and merge stats for it.
 
-    Rewards: ``trace_rewards`` (see ``assign_trace_rewards``) if given, else ``outcome_reward``, else the
-    rollout's own ``reward``, broadcast to every trace; with none of these, rewards stay NULL until a later call.
+    Chains are labelled first (``load_session_roles``). Rewards: ``trace_rewards`` (see ``assign_trace_rewards``)
+    if given, else ``outcome_reward``, else the rollout's own ``reward``, routed by ``options.reward``
+    (``polar.trajectory.choices``; per-role rewards come from the latest evaluation's ``details["role_rewards"]``);
+    with none of these, rewards stay NULL until a later call. ``options`` defaults to the task's
+    ``builder_options``; roles outside ``options.train_roles`` keep their rows with a zeroed mask.
     The training filter judges the rollout by ``status`` (default: the rollout's status; the run stage knows the
     outcome before the row reaches a terminal status) and ``aligned_agent_timeout`` (default: read from
     ``stage_results``). Returns what was written. Raises ``NotFound`` for an unknown rollout and
@@ -78,19 +87,54 @@ def build_and_store(
     rollout = session.get(Rollout, rollout_id, with_for_update=True)
     if rollout is None:
         raise NotFound(f"no rollout {rollout_id!r}", field="rollout_id")
-    result = build(load_capture_records(session, rollout_id))
+    if options is None:
+        options = task_builder_options(session, rollout.task_id)
+    records = load_capture_records(session, rollout_id)
+    result = build(records, roles=load_session_roles(session, rollout_id, records))
     traces: Sequence[Trace] = result.traces
+    reward = outcome_reward if outcome_reward is not None else rollout.reward
     if trace_rewards is not None:
         traces = assign_trace_rewards(traces, trace_rewards, key=reward_key)
-    elif outcome_reward is not None or rollout.reward is not None:
-        traces = broadcast_reward(traces, outcome_reward if outcome_reward is not None else rollout.reward)  # type: ignore[arg-type]
+    elif reward is not None or options.reward is not RewardRouting.BROADCAST:
+        role_rewards = _role_rewards(session, rollout_id) if options.reward is RewardRouting.PER_ROLE else None
+        traces = route_rewards(traces, reward, options.reward, role_rewards)
     outcome = RolloutStatus(status if status is not None else rollout.status)
     if aligned_agent_timeout is None:
         aligned_agent_timeout = aligned_timeout_from_stage_results(rollout.stage_results)
     traces = apply_training_filter(traces, status=outcome, aligned_agent_timeout=aligned_agent_timeout)
+    traces = select_roles(traces, options.train_roles)
     result = BuildResult(result.builder, tuple(traces), result.stats)
     write_build(session, rollout_id=rollout_id, result=result, status=outcome)
     return result
+
+
+def load_session_roles(
+    session: Session, rollout_id: str, records: Sequence[CaptureRecord] | None = None
+) -> SessionRoles:
+    """The chain labels of ``rollout_id``: its calls' views and its harness's role hints."""
+    if records is None:
+        records = load_capture_records(session, rollout_id)
+    return label_session(records, load_call_views(session, rollout_id), role_hints_for(session, rollout_id))
+
+
+def task_builder_options(session: Session, task_id: str | None) -> BuilderOptions:
+    """The task's ``builder_options`` (defaults for a task-less session)."""
+    stored = session.scalar(sa.select(Task.builder_options).where(Task.id == task_id)) if task_id else None
+    return BuilderOptions.model_validate(stored or {})
+
+
+def _role_rewards(session: Session, rollout_id: str) -> Mapping[str, float] | None:
+    """``details["role_rewards"]`` of the rollout's latest evaluation, if it gave one."""
+    details = session.scalar(
+        sa.select(Evaluation.details)
+        .where(Evaluation.rollout_id == rollout_id)
+        .order_by(Evaluation.created_at.desc(), Evaluation.id.desc())
+        .limit(1)
+    )
+    rewards = (details or {}).get("role_rewards")
+    if not isinstance(rewards, Mapping):
+        return None
+    return {str(k): float(v) for k, v in rewards.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
 def write_build(session: Session, *, rollout_id: str, result: BuildResult, status: RolloutStatus | str) -> None:
@@ -122,6 +166,7 @@ def write_build(session: Session, *, rollout_id: str, result: BuildResult, statu
             inexact_merges=stats.inexact_merges,
             breaks=stats.breaks,
             break_causes=dict(stats.break_causes),
+            roots_by_role=dict(stats.roots_by_role),
             sampled_tokens=stats.sampled_tokens,
             loss_tokens=stats.loss_tokens,
         )
@@ -152,6 +197,9 @@ def load_traces(session: Session, rollout_id: str, builder: str) -> list[Trace]:
             n_malformed_tool_calls=row.n_malformed_tool_calls,
             reward=row.reward,
             filter_reason=row.filter_reason,
+            role=row.role,
+            source_capture_id=row.source_capture_id,
+            compacted=row.compacted,
         )
         for row in rows
     ]
@@ -180,4 +228,7 @@ def _trajectory_row(rollout_id: str, builder: str, trace: Trace, status: str) ->
         "n_inexact_merges": trace.n_inexact_merges,
         "n_malformed_tool_calls": trace.n_malformed_tool_calls,
         "filter_reason": trace.filter_reason,
+        "role": trace.role,
+        "source_capture_id": trace.source_capture_id,
+        "compacted": trace.compacted,
     }

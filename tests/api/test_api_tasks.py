@@ -59,6 +59,7 @@ def test_submit_wait_query_claim_ack_and_callback(client, receiver):
 
     rows = client.trajectories(task_id=task_id)
     assert len(rows) == 2 and all("response_ids" not in r for r in rows)
+    assert {(r["role"], r["source_capture_id"], r["compacted"]) for r in rows} == {("main", None, False)}
     solved = client.trajectories(task_id=task_id, min_reward=1.0, tokens=True)
     assert len(solved) == 1 and len(solved[0]["response_ids"]) == len(solved[0]["loss_mask"]) > 0
 

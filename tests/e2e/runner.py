@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tests.e2e.dnslog import DnsLogger
 from tests.e2e.harnesses import COMMON_ENV, HARNESSES, Harness, fill, placeholders
+from tests.e2e.multiagent import SCENARIOS
 from tests.e2e.tomlwrite import dumps as toml_dumps
 
 MODEL = "tiny-long"
@@ -112,7 +113,7 @@ def probe_dns(dns: DnsLogger) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--harness", required=True, choices=sorted(HARNESSES))
+    parser.add_argument("--harness", required=True, choices=sorted(HARNESSES | SCENARIOS))
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--cache", required=True, type=Path, help="POLAR_CACHE: built tokenizers and models")
     parser.add_argument("--timeout", type=float, default=180.0)
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     t0 = time.monotonic()
-    harness = HARNESSES[args.harness]
+    harness = {**HARNESSES, **SCENARIOS}[args.harness]
     run_dir = args.run_dir.resolve()
     home, work, tmp, gwdir = (run_dir / n for n in ("home", "work", "tmp", "gateway"))
     for d in (home, work, tmp, gwdir):

@@ -51,6 +51,10 @@ def test_rl_rows_round_trip_token_arrays(store_context, batch, tmp_path, suffix)
         assert row["loss_mask"] == list(t.loss_mask) and row["reward"] == t.reward
         assert max(abs(a - b) for a, b in zip(row["response_logprobs"], t.response_logprobs, strict=True)) < 1e-6
         assert row["harness"] == "agent" and row["metadata"]["split"] in ("train", "test")
+        # The built-in agent's sessions are one main chain each (issue 16: the role columns are exported).
+        assert (
+            (row["role"], row["source_capture_id"], row["compacted"]) == (t.role, None, False) == ("main", None, False)
+        )
 
 
 @pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
@@ -94,6 +98,7 @@ def test_filters_select_by_name_harness_reward_metadata_and_date(store_context, 
     assert count(harness="agent") == 4 and count(harness="codex") == 0
     assert count(min_reward=1.0) == 2 and count(max_reward=0.0) == 2
     assert count(status=["TIMEOUT"]) == 0 and count(builder="per_request") == 0
+    assert count(roles=["main"]) == 4 and count(roles=["sub_agent", "title"]) == 0
     from datetime import UTC, datetime, timedelta
 
     assert (

@@ -35,6 +35,8 @@ from tests.rollout.helpers import FAIL, SOLVE, answer_task
             "less than or equal to 10",
         ),
         ({"builder": "zip"}, "builder", "unknown builder 'zip'"),
+        ({"builder_options": {"train_roles": ["boss"]}}, "builder_options.train_roles.0", "'main'"),
+        ({"builder_options": {"reward": "all"}}, "builder_options.reward", "'broadcast'"),
         ({"timeout_s": -1}, "timeout_s", "greater than 0"),
         ({"policies": [{"type": "scripted", "replies": "x"}]}, "policies.0.replies", "valid list"),
         ({"colour": "red"}, "colour", "Extra inputs"),
@@ -61,6 +63,15 @@ def test_submit_stores_a_task_and_one_rollout_per_sample(context):
     assert all(r.status is RolloutStatus.PENDING and r.session_token_hash is None for r in rows)
     # Policies cycle over the samples.
     assert [r.policy["policy"] for r in rows] == [SOLVE, FAIL, SOLVE]
+    assert task.builder_options is None  # the defaults are not stored
+
+
+def test_builder_options_are_stored_with_the_task(context):
+    request = answer_task(builder_options={"train_roles": ["main", "title"], "reward": "per_role"})
+    (submitted,) = submit_tasks(context.factory, [request])
+    with context.factory() as db:
+        task = db.get(Task, submitted.task_id)
+        assert task.builder_options == {"train_roles": ["main", "title"], "reward": "per_role"}
 
 
 def test_a_bad_task_in_a_batch_stores_nothing(context):

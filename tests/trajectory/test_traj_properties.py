@@ -60,8 +60,9 @@ def test_prefix_merge_on_append_mode_sessions(small_tokenizer, data) -> None:
     result = prefix_merge(session.captures)
 
     check_prefix_merge(session, result, small_tokenizer)
-    # Append mode conditions every call on exactly what was sampled: every merge is exact, none breaks.
-    assert result.stats.inexact_merges == 0 and result.stats.breaks == 0
+    # Append mode conditions every call on exactly what was sampled: every merge is exact, and the only splits
+    # are branches (a second child of one call), counted as such.
+    assert result.stats.inexact_merges == 0 and set(result.stats.break_causes) <= {"branch"}
     assert all(trace.n_inexact_merges == 0 for trace in result.traces)
 
 

@@ -146,8 +146,10 @@ def check_prefix_merge(session: SyntheticSession, result: BuildResult, tokenizer
     check_common(session, result)
     by_id = {record.id: record for record in session.captures}
     stats = result.stats
-    assert stats.ok_captures == stats.roots + stats.breaks + stats.merges
-    assert stats.traces_out == len(result.traces)
+    branches = stats.break_causes.get("branch", 0)
+    assert stats.ok_captures == stats.roots + stats.breaks - branches + stats.merges
+    # Every split is counted with its cause: no trace appears without a root or a break behind it.
+    assert stats.traces_out == len(result.traces) == stats.roots + stats.breaks
     for trace in result.traces:
         for parent_id, child_id in itertools.pairwise(trace.capture_ids):
             ancestor = by_id[child_id].parent_id
@@ -175,7 +177,7 @@ def check_per_request(session: SyntheticSession, result: BuildResult) -> None:
     """per_request: the traces are the OK captures, one each, as sampled."""
     check_common(session, result)
     ok = [record for record in session.captures if record.ok]
-    assert len(result.traces) == len(ok)
+    assert len(result.traces) == len(ok) == result.stats.roots + result.stats.breaks
     for trace, record in zip(result.traces, ok, strict=True):
         assert trace.capture_ids == (record.id,)
         assert trace.prompt_ids == session.full_prompts[record.id]

@@ -1,0 +1,211 @@
+"""Roles of a session's chains: which root is the main agent, a sub-agent, a compaction, a title, or other, and
+the call each came from (issue 16).
+
+Labels come from the structure of the calls, read off ``CallView``s (what each call sent and what it got back),
+plus per-harness ``RoleHints`` that adapters declare as data. The rules, in ``seq`` order:
+
+- **compaction call**: a call that offered no tools and whose reply text reappears in a user or assistant
+  message of a later root (the summary carried into the new conversation; OpenCode puts it in an assistant
+  turn), or whose system prompt or last user message holds a hinted compaction marker. (Tool-free only: a
+  compaction request's own transcript holds the replies of the calls it summarises.) It
+  is cut from the chain it extends (``BreakCause.COMPACTION``) and links to the chain it summarised: its parent
+  in the capture tree, else the latest earlier call of a main or sub-agent chain.
+- **post-compaction root**: a root holding such a summary; it keeps the role of the chain that was summarised
+  (``main`` or ``sub_agent``), links to the compaction call and is marked ``compacted``.
+- **sub-agent root**: a root whose first user messages hold a string argument of a tool call an earlier call
+  sampled (a hinted launcher tool's prompt argument, or any string argument of 16+ characters); it links to
+  that call (the latest such).
+- **title**: a root whose system prompt holds a hinted title marker.
+- **main**: the first other root that offers tools (or the first root at all, when none does), any root that
+  continues it under rewritten history (same system prompt and tools), and any root nothing is known about (no
+  view: structure alone cannot tell it apart); every other root is ``other``.
+
+Every non-start capture has the role of the chain start above it in the tree (failed calls included), so a
+chain's role is the role of its first capture's start. The labeller is pure: it never reads the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from harness_adapters.base import RoleHints
+from polar.trajectory.records import CaptureRecord
+from polar.trajectory.tree import CaptureTree
+
+MIN_MATCH = 16  # shorter texts ("Done.", "ok") are too common to prove a link
+
+
+class Role(StrEnum):
+    MAIN = "main"
+    SUB_AGENT = "sub_agent"
+    COMPACTION = "compaction"
+    TITLE = "title"
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class CallView:
+    """What labelling reads of one call: its system text, user and assistant message texts in order, the tools
+    it offered, and the reply it got (text and tool calls with parsed arguments)."""
+
+    capture_id: int
+    system: str = ""
+    user_texts: tuple[str, ...] = ()
+    assistant_texts: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    reply_text: str = ""
+    reply_tool_calls: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def last_user(self) -> str:
+        return self.user_texts[-1] if self.user_texts else ""
+
+
+@dataclass(frozen=True)
+class ChainLabel:
+    """The label of a chain start: its role, the call it came from, and whether it starts from a summary."""
+
+    capture_id: int
+    role: Role
+    link_id: int | None = None
+    compacted: bool = False
+
+
+@dataclass(frozen=True)
+class SessionRoles:
+    """Labels of a session: one per chain start (roots and compaction calls), and each capture's start."""
+
+    starts: Mapping[int, ChainLabel]
+    start_of: Mapping[int, int]  # capture id -> the id of the chain start above it (itself for a start)
+
+    @property
+    def compaction_calls(self) -> frozenset[int]:
+        return frozenset(i for i, label in self.starts.items() if label.role is Role.COMPACTION)
+
+    def label_of(self, capture_id: int) -> ChainLabel:
+        return self.starts[self.start_of[capture_id]]
+
+    def counts(self) -> dict[str, int]:
+        """Chain starts by role, for the merge statistics."""
+        out: dict[str, int] = {}
+        for label in self.starts.values():
+            out[label.role.value] = out.get(label.role.value, 0) + 1
+        return dict(sorted(out.items()))
+
+
+def _holds(texts: Iterable[str], needle: str) -> bool:
+    needle = needle.strip()
+    return len(needle) >= MIN_MATCH and any(needle in text for text in texts)
+
+
+def _string_args(arguments: Any) -> list[str]:
+    if isinstance(arguments, Mapping):
+        return [value for value in arguments.values() if isinstance(value, str)]
+    return []
+
+
+def label_session(
+    records: Iterable[CaptureRecord] | CaptureTree,
+    views: Mapping[int, CallView] | None = None,
+    hints: RoleHints | None = None,
+) -> SessionRoles:
+    """Label every chain start of one session (see the module docstring). Captures without a view are judged
+    by tree shape alone: the first root is ``main``, later ones ``other``."""
+    tree = records if isinstance(records, CaptureTree) else CaptureTree(records)
+    views = views or {}
+    hints = hints or RoleHints()
+    empty = CallView(0)
+
+    def view(record: CaptureRecord) -> CallView:
+        return views.get(record.id, empty)
+
+    ok = tree.ok
+    roots = [r for r in tree.records if r.parent_id is None]
+    hinted = {
+        r.id
+        for r in tree.records
+        if any(m in view(r).system or m in view(r).last_user for m in hints.compaction_markers)
+    }
+    # A reply carried into a later root is a summary: its call compacted the conversation.
+    summary_of: dict[int, int] = {}  # post-compaction root -> compaction call
+    for root in roots:
+        users, assistants = view(root).user_texts, view(root).assistant_texts
+        for earlier in reversed([r for r in ok if r.seq < root.seq]):
+            reply = view(earlier).reply_text
+            summariser = earlier.id in hinted or not view(earlier).tools
+            if summariser and (_holds(users, reply) or _holds(assistants, reply)):
+                summary_of[root.id] = earlier.id
+                break
+    compactions = hinted | set(summary_of.values())
+
+    starts: dict[int, ChainLabel] = {}
+    start_of: dict[int, int] = {}
+    main_key: tuple[str, tuple[str, ...]] | None = None
+    for record in tree.records:
+        v = view(record)
+        parent_id = record.parent_id
+        if record.id in compactions:
+            link = parent_id if parent_id is not None else _latest_agent_call(tree, record, starts, start_of)
+            starts[record.id] = ChainLabel(record.id, Role.COMPACTION, link)
+        elif parent_id is not None:
+            start_of[record.id] = start_of[parent_id]
+            continue
+        elif record.id in summary_of:
+            source = summary_of[record.id]
+            summarised = starts[start_of[source]].link_id if source in start_of else None
+            role = Role.MAIN
+            if summarised is not None and summarised in start_of:
+                role = starts[start_of[summarised]].role
+                role = role if role in (Role.MAIN, Role.SUB_AGENT) else Role.MAIN
+            starts[record.id] = ChainLabel(record.id, role, source, compacted=True)
+        elif (launcher := _launcher(tree, record, v, views, hints)) is not None:
+            starts[record.id] = ChainLabel(record.id, Role.SUB_AGENT, launcher)
+        elif any(m in v.system for m in hints.title_markers):
+            starts[record.id] = ChainLabel(record.id, Role.TITLE)
+        elif _blank(v) or (main_key is None and v.tools) or (v.system, v.tools) == main_key:
+            main_key = main_key or (None if _blank(v) else (v.system, v.tools))
+            starts[record.id] = ChainLabel(record.id, Role.MAIN)
+        else:
+            starts[record.id] = ChainLabel(record.id, Role.OTHER)
+        start_of[record.id] = record.id
+    if not any(label.role is Role.MAIN for label in starts.values()):
+        first = next((label for label in starts.values() if label.role is Role.OTHER), None)
+        if first is not None:
+            starts[first.capture_id] = ChainLabel(first.capture_id, Role.MAIN)
+    return SessionRoles(starts, start_of)
+
+
+def _blank(view: CallView) -> bool:
+    return not (view.system or view.user_texts or view.assistant_texts or view.tools)
+
+
+def _latest_agent_call(
+    tree: CaptureTree, record: CaptureRecord, starts: Mapping[int, ChainLabel], start_of: Mapping[int, int]
+) -> int | None:
+    """The latest earlier OK call of a main or sub-agent chain: what a root compaction call summarised."""
+    for earlier in reversed([r for r in tree.ok if r.seq < record.seq and r.id in start_of]):
+        if starts[start_of[earlier.id]].role in (Role.MAIN, Role.SUB_AGENT):
+            return earlier.id
+    return None
+
+
+def _launcher(
+    tree: CaptureTree, root: CaptureRecord, view: CallView, views: Mapping[int, CallView], hints: RoleHints
+) -> int | None:
+    """The latest earlier call whose sampled tool call handed this root its first user message."""
+    opening = view.user_texts[:2]
+    if not opening:
+        return None
+    for earlier in reversed([r for r in tree.ok if r.seq < root.seq]):
+        for name, arguments in views.get(earlier.id, CallView(0)).reply_tool_calls:
+            hinted = hints.sub_agent_tools.get(name)
+            if hinted is not None and isinstance(arguments, Mapping):
+                prompt = arguments.get(hinted)
+                if isinstance(prompt, str) and prompt.strip() and any(prompt.strip() in t for t in opening):
+                    return earlier.id
+            elif any(_holds(opening, value) for value in _string_args(arguments)):
+                return earlier.id
+    return None

@@ -22,7 +22,7 @@ MODEL_ROUTES = {
     "/v1/messages/count_tokens",
     "/v1beta/models/{target}",
 }
-PUBLIC = {"/", "/health", "/v1/models"}
+PUBLIC = {"/", "/health", "/health/live", "/health/ready", "/v1/models"}  # probes and the model list stay open
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 GEMINI = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
 

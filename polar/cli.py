@@ -29,8 +29,10 @@ def _db(args: argparse.Namespace) -> None:
 
 
 def _gateway(args: argparse.Namespace) -> None:
+    from polar.models.command import use_model_path
     from polar.proxy.server import serve_gateway
 
+    use_model_path(args.model_path)
     settings = get_settings()
     asyncio.run(serve_gateway(settings, args.host or settings.gateway_host, args.port or settings.gateway_port))
 
@@ -122,7 +124,9 @@ def _status(args: argparse.Namespace) -> None:
 
 def _serve(args: argparse.Namespace) -> None:
     from polar.api import serve
+    from polar.models.command import use_model_path
 
+    use_model_path(args.model_path)
     serve(host=args.host, port=args.port)
 
 
@@ -201,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway = sub.add_parser("gateway", help="the model API gateway (OpenAI, Anthropic, Gemini protocols)")
     gateway.add_argument("--host", help="default: POLAR_GATEWAY_HOST (127.0.0.1)")
     gateway.add_argument("--port", type=int, help="default: POLAR_GATEWAY_PORT (8700)")
+    gateway.add_argument("--model-path", type=Path, help="the model's Hugging Face folder (POLAR_MODEL_PATH)")
     gateway.set_defaults(func=_gateway)
 
     gen = sub.add_parser("generate", help="one chat turn through the configured backend, printed as JSON")
@@ -241,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     api = sub.add_parser("serve", help="the control API: tasks, rollouts, trajectories, trainer claims, weights")
     api.add_argument("--host", help="default: POLAR_API_HOST (127.0.0.1)")
     api.add_argument("--port", type=int, help="default: POLAR_API_PORT (8800)")
+    api.add_argument("--model-path", type=Path, help="the policy model's Hugging Face folder (POLAR_MODEL_PATH)")
     api.set_defaults(func=_serve)
 
     exp = sub.add_parser("export", help="trajectories as SFT conversations or RL token rows, JSONL or parquet")
@@ -270,8 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_report)
 
     from polar import cli_tools
+    from polar.models import command as model_command
 
     cli_tools.add_parsers(sub)
+    model_command.add_parsers(sub)
     return parser
 
 

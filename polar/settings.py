@@ -61,7 +61,9 @@ class Settings(BaseSettings):
     backend_url: str = Field(default="", description="base URL of an sglang or vllm server")
     backend_timeout_s: float = 600.0
     vllm_endpoint: str = Field(default="generate", description="vLLM token-in endpoint: generate or completions")
-    model: str = Field(default="tiny", description="local model spec (see polar.models.tiny.MODEL_SPECS)")
+    model: str = Field(default="tiny", description="toy model of the embedded set-up (polar.models.tiny)")
+    model_path: Path | None = Field(default=None, description="the model's Hugging Face folder (tokenizer, config)")
+    chat_format: str = Field(default="", description="chat-format family; empty: detected from the model folder")
     torch_threads: int = 1
 
     render_mode: RenderMode = RenderMode.APPEND

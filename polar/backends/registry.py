@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from polar.backends.base import Backend
@@ -11,8 +12,10 @@ from polar.settings import BackendKind, Settings
 
 async def _local(settings: Settings) -> Backend:
     from polar.backends.local import LocalBackend
+    from polar.models.resolve import ModelChoice, resolve_model_folder
 
-    return LocalBackend.from_spec(settings.model, settings.cache_dir, threads=settings.torch_threads)
+    folder = await asyncio.to_thread(resolve_model_folder, ModelChoice.policy(settings))
+    return LocalBackend.from_folder(folder.path, threads=settings.torch_threads)
 
 
 def _require_url(settings: Settings) -> str:

@@ -22,12 +22,13 @@ class BackendChat:
         async with self._lock:
             if self._parts is None:
                 from polar.backends.registry import make_backend
-                from polar.models.tiny import get_spec
+                from polar.models.folder import folder_tokenizer
+                from polar.models.resolve import ModelChoice, resolve_model_folder
                 from polar.tokens.parsers import get_format
                 from polar.tokens.render import PromptBuilder
-                from polar.tokens.tokenizer import load_tokenizer
 
-                tokenizer = load_tokenizer(get_spec(self.settings.model).tokenizer, self.settings.cache_dir)
+                folder = await asyncio.to_thread(resolve_model_folder, ModelChoice.policy(self.settings))
+                tokenizer = folder_tokenizer(folder)
                 backend = await make_backend(self.settings)
                 self._parts = (tokenizer, PromptBuilder(tokenizer), get_format(self.settings.tool_format), backend)
             return self._parts

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -35,7 +36,9 @@ class Gateway:
         scorer: LocalEngine | None = None,
         *,
         owns_backend: bool = True,
+        model_dir: Path | None = None,
     ):
+        """``model_dir``: the model folder ``tokenizer`` came from (scripted policies score with its weights)."""
         self.settings = settings
         self.factory = factory
         self.backend = backend
@@ -60,21 +63,23 @@ class Gateway:
         self._scorer = scorer or (backend.engine if isinstance(backend, LocalBackend) else None)
         self._policies: dict[str, Policy] = {}
         self._owns_backend = owns_backend
+        self.model_dir = model_dir
 
     @classmethod
     async def create(cls, settings: Settings, backend: Backend | None = None) -> Gateway:
         """Migrate the store, connect the configured backend, load the tokenizer."""
         from polar.backends.registry import make_backend
-        from polar.models.tiny import get_spec
-        from polar.tokens.tokenizer import load_tokenizer
+        from polar.models.folder import folder_tokenizer
+        from polar.models.resolve import ModelChoice, resolve_model_folder
 
         url = settings.resolved_database_url
         await asyncio.to_thread(migrate.upgrade, url)
         factory = make_session_factory(make_engine(url))
+        folder = await asyncio.to_thread(resolve_model_folder, ModelChoice.policy(settings))
+        tokenizer = folder_tokenizer(folder)  # a folder without a usable tokenizer fails before the backend starts
         owns_backend = backend is None
         backend = backend or await make_backend(settings)
-        tokenizer = load_tokenizer(get_spec(settings.model).tokenizer, settings.cache_dir)
-        return cls(settings, factory, backend, tokenizer, owns_backend=owns_backend)
+        return cls(settings, factory, backend, tokenizer, owns_backend=owns_backend, model_dir=folder.path)
 
     def _decode_request(self, protocol: str, body: dict, model: str):
         """A stored request, decoded again (captures written by another process or before a restart)."""
@@ -90,7 +95,10 @@ class Gateway:
             return self._backend_policy
         if session.id not in self._policies:
             if self._scorer is None:
-                self._scorer = LocalBackend.from_spec(self.settings.model, self.settings.cache_dir).engine
+                if self.model_dir is not None:
+                    self._scorer = LocalBackend.from_folder(self.model_dir).engine
+                else:
+                    self._scorer = LocalBackend.from_spec(self.settings.model, self.settings.cache_dir).engine
             spec = ScriptedPolicySpec.parse(session.policy)
             self._policies[session.id] = ScriptedPolicy(spec, self._scorer, self.template)
         return self._policies[session.id]

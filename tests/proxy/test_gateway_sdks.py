@@ -32,7 +32,7 @@ def check_chain(gateway, session, n):
     for c in captures:
         assert c["n_output"] == len(c["output_ids"]) == len(c["output_logprobs"]) > 0
         assert c["n_prompt"] == len(c["prompt_ids"])
-    for parent, child in zip(captures, captures[1:], strict=True):
+    for parent, child in zip(captures[:-1], captures[1:], strict=True):
         assert child["parent_id"] == parent["id"] and child["render_mode"] == "append"
         sequence = parent["prompt_ids"] + parent["output_ids"]
         assert child["prompt_ids"][: len(sequence)] == sequence  # sampled ids of turn k inside turn k+1

@@ -30,8 +30,10 @@ class ChatFormat(Protocol):
         """The canonical prompt ids of a conversation."""
         ...
 
-    def parse(self, output_ids: Sequence[int], tools: Sequence[ToolSpec] = ()) -> ParsedOutput:
-        """One sampled turn (stop ids included or not); never raises."""
+    def parse(
+        self, output_ids: Sequence[int], tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None
+    ) -> ParsedOutput:
+        """One sampled turn (stop ids included or not) after ``prompt_ids`` (a prefilled channel); never raises."""
         ...
 
     def extend(
@@ -51,9 +53,10 @@ class ReparseStreamParser:
     and emits what is new and final (content and reasoning deltas that only grew, tool calls once complete).
     ``finish`` parses the whole turn; the events of a stream fold to exactly ``fmt.parse(all ids)``."""
 
-    def __init__(self, fmt: ChatFormat, tools: Sequence[ToolSpec] = ()):
+    def __init__(self, fmt: ChatFormat, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None):
         self._fmt = fmt
         self._tools = tuple(tools)
+        self._prompt = prompt_ids
         self._ids: list[int] = []
         self._content = ""
         self._reasoning = ""
@@ -65,8 +68,10 @@ class ReparseStreamParser:
         if reasoning.startswith(self._reasoning) and len(reasoning) > len(self._reasoning):
             events.append(ReasoningDelta(reasoning[len(self._reasoning) :]))
             self._reasoning = reasoning
-        # Content is held back while a call may be open: a partial call's text is not content yet.
-        if (final or not parsed.malformed) and parsed.content.startswith(self._content):
+        # Content is held back while a call may be open (a partial call's text is not content yet), and to the
+        # end for formats whose calls are bare JSON in the content (Llama 3): any content may still become a call.
+        early = getattr(self._fmt, "calls_delimited", True)
+        if (final or (early and not parsed.malformed)) and parsed.content.startswith(self._content):
             if len(parsed.content) > len(self._content):
                 events.append(TextDelta(parsed.content[len(self._content) :]))
                 self._content = parsed.content
@@ -79,7 +84,7 @@ class ReparseStreamParser:
 
     def feed(self, ids: Sequence[int]) -> list[Event]:
         self._ids.extend(ids)
-        return self._diff(self._fmt.parse(self._ids, self._tools), final=False)
+        return self._diff(self._fmt.parse(self._ids, self._tools, self._prompt), final=False)
 
     def finish(self) -> list[Event]:
-        return self._diff(self._fmt.parse(self._ids, self._tools), final=True)
+        return self._diff(self._fmt.parse(self._ids, self._tools, self._prompt), final=True)

@@ -122,3 +122,38 @@ def build_quicktok_tokenizer(
     tmp.replace(out)
     ranks.unlink(missing_ok=True)
     return out
+
+
+O200K_BASE_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+
+
+def ensure_harmony_vocab(cache_dir: Path) -> Path:
+    """Make ``openai_harmony`` (gpt-oss's renderer) load o200k offline: it reads ``o200k_base.tiktoken`` from
+    ``TIKTOKEN_ENCODINGS_BASE`` and checks its sha256; the file written from quicktok's ranks is byte-identical
+    to OpenAI's (the hash is checked here too)."""
+    import hashlib
+    import os
+
+    import quicktok
+
+    folder = cache_dir / "tokenizers" / "tiktoken"
+    path = folder / "o200k_base.tiktoken"
+    if not path.exists():
+        enc = quicktok.get_encoding("o200k_base")
+        lines = []
+        for i in range(enc.n_vocab):
+            try:
+                raw = enc.decode_single_token_bytes(i)
+            except KeyError:  # ids 199998-199999 are unassigned in o200k_base
+                continue
+            if not enc.is_special_token(i):
+                lines.append(f"{base64.b64encode(raw).decode()} {i}\n")
+        data = "".join(lines).encode()
+        if hashlib.sha256(data).hexdigest() != O200K_BASE_SHA256:
+            raise RuntimeError("quicktok's o200k_base ranks do not hash to OpenAI's o200k_base.tiktoken")
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    os.environ.setdefault("TIKTOKEN_ENCODINGS_BASE", str(folder))
+    return path

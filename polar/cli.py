@@ -124,9 +124,15 @@ def _status(args: argparse.Namespace) -> None:
 
 def _serve(args: argparse.Namespace) -> None:
     from polar.api import serve
+    from polar.models.check import checked_model
     from polar.models.command import use_model_path
+    from polar.models.resolve import ModelChoice
 
     use_model_path(args.model_path)
+    settings = get_settings()
+    checked_model(ModelChoice.policy(settings))  # the policy model and its server agree, or nothing starts
+    if settings.judge_url or settings.judge_model_path:
+        checked_model(ModelChoice.judge(settings))
     serve(host=args.host, port=args.port)
 
 

@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     chat_format: str = Field(default="", description="chat-format family; empty: detected from the model folder")
     torch_threads: int = 1
 
+    # ---- the LLM judge: its own model; unset, it is the policy, but only when that is the embedded local model
+    judge_backend: BackendKind | None = Field(default=None, description="the judge's backend kind")
+    judge_url: str = Field(default="", description="base URL of the judge's SGLang or vLLM server")
+    judge_model_path: Path | None = Field(default=None, description="the judge model's Hugging Face folder")
+
     render_mode: RenderMode = RenderMode.APPEND
     tool_format: str = Field(default="hermes", description="tool-call syntax of the chat template")
 

@@ -85,3 +85,20 @@ def detect_family(folder: ModelFolder, override: str = "") -> Family:
         f"{folder.name!r}) and it has no chat_template; set POLAR_CHAT_FORMAT to one of: {known()}",
         field="chat_format",
     )
+
+
+# The chat formats the gateway's call path (prompt building, streamed parsing, scripted policies) serves today;
+# the other families render, parse and extend in polar.chat and are refused here with a clear message.
+GATEWAY_FAMILIES = ("qwen3", "qwen3_coder")
+
+
+def require_served_family(folder: ModelFolder, override: str) -> str:
+    """The folder's chat format; ConfigError unless it is one the gateway serves."""
+    family = detect_family(folder, override)
+    if family.name not in GATEWAY_FAMILIES:
+        raise ConfigError(
+            f"{folder.path} uses the {family.name} chat format; the gateway serves {', '.join(GATEWAY_FAMILIES)} "
+            f"so far ({family.name} renders and parses in polar.chat, see docs/models.md)",
+            field="chat_format",
+        )
+    return family.name

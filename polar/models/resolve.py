@@ -9,7 +9,7 @@ A remote server whose folder is not here is a ConfigError that says what to set.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,31 @@ class ModelChoice:
     setting: str = "POLAR_MODEL_PATH"  # named in errors
 
     @classmethod
+    def judge(cls, settings: Settings) -> ModelChoice:
+        return replace(cls.policy(judge_settings(settings)), setting="POLAR_JUDGE_MODEL_PATH")
+
+    @classmethod
     def policy(cls, settings: Settings) -> ModelChoice:
         # The in-process backend has no server to ask, whatever POLAR_BACKEND_URL says.
         url = "" if settings.backend is BackendKind.LOCAL else settings.backend_url
         return cls(settings.model_path, url, settings.model, settings.cache_dir)
+
+
+def judge_settings(settings: Settings) -> Settings:
+    """The settings the LLM judge connects with: POLAR_JUDGE_* when any is set; else the policy's, but only for
+    the embedded local model (a remote policy is not silently reused as its own judge)."""
+    if settings.judge_url or settings.judge_model_path or settings.judge_backend:
+        backend = settings.judge_backend or (BackendKind.LOCAL if not settings.judge_url else settings.backend)
+        return settings.model_copy(
+            update={"backend": backend, "backend_url": settings.judge_url, "model_path": settings.judge_model_path}
+        )
+    if settings.backend is BackendKind.LOCAL:
+        return settings
+    raise ConfigError(
+        "the llm_judge needs its own model when the policy is served remotely: set POLAR_JUDGE_URL and "
+        "POLAR_JUDGE_BACKEND (sglang or vllm), and POLAR_JUDGE_MODEL_PATH unless the server reports its folder",
+        field="judge_url",
+    )
 
 
 def _json(client: httpx.Client, url: str) -> dict[str, Any] | None:

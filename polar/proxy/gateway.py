@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db import make_engine, make_session_factory, migrate
 from polar.backends.base import Backend
 from polar.backends.local import LocalBackend
+from polar.chat.families import require_served_family
 from polar.models.engine import LocalEngine
 from polar.proxy.history import HistoryCache
 from polar.proxy.policy import BackendPolicy, Policy, ScriptedPolicy, ScriptedPolicySpec
@@ -67,18 +68,31 @@ class Gateway:
 
     @classmethod
     async def create(cls, settings: Settings, backend: Backend | None = None) -> Gateway:
-        """Migrate the store, connect the configured backend, load the tokenizer."""
+        """Load the model folder's tokenizer and chat format, connect the configured backend and check that the
+        two agree, then migrate the store. Bad configuration raises ConfigError before anything serves."""
         from polar.backends.registry import make_backend
+        from polar.models.check import check_tokenizer_against_server
         from polar.models.folder import folder_tokenizer
         from polar.models.resolve import ModelChoice, resolve_model_folder
 
-        url = settings.resolved_database_url
-        await asyncio.to_thread(migrate.upgrade, url)
-        factory = make_session_factory(make_engine(url))
-        folder = await asyncio.to_thread(resolve_model_folder, ModelChoice.policy(settings))
+        choice = ModelChoice.policy(settings)
+        folder = await asyncio.to_thread(resolve_model_folder, choice)
         tokenizer = folder_tokenizer(folder)  # a folder without a usable tokenizer fails before the backend starts
+        family = await asyncio.to_thread(require_served_family, folder, settings.chat_format)
+        if family == "qwen3_coder":  # the family decides its tool-call syntax
+            settings = settings.model_copy(update={"tool_format": "qwen3_coder"})
         owns_backend = backend is None
         backend = backend or await make_backend(settings)
+        try:
+            if choice.backend_url:
+                await asyncio.to_thread(check_tokenizer_against_server, tokenizer, choice.backend_url)
+            url = settings.resolved_database_url
+            await asyncio.to_thread(migrate.upgrade, url)
+        except BaseException:
+            if owns_backend:
+                await backend.aclose()
+            raise
+        factory = make_session_factory(make_engine(url))
         return cls(settings, factory, backend, tokenizer, owns_backend=owns_backend, model_dir=folder.path)
 
     def _decode_request(self, protocol: str, body: dict, model: str):

@@ -108,6 +108,9 @@ class Settings(BaseSettings):
     rollout_deployment: str = Field(default="polar-rollout/rollout", description="deployment a batch dispatches to")
 
     # ---- control API and trainer feed ---------------------------------------------------------------
+    allow_scripted_policies: bool = Field(
+        default=False, description="accept tasks with scripted gateway policies (tests, demos) on the control API"
+    )
     api_host: str = "127.0.0.1"
     api_port: int = 8800
     task_dispatch: TaskDispatch = TaskDispatch.AUTO

@@ -117,6 +117,14 @@ def create_api(settings: Settings, factory: sessionmaker[Session], *, gateway_ur
 
     @app.post("/v1/tasks", status_code=201, dependencies=v1)
     async def submit(batch: TaskBatch) -> dict[str, Any]:
+        if not settings.allow_scripted_policies:
+            for index, request in enumerate(batch.tasks):
+                if request.policies:
+                    raise InvalidRequest(
+                        f"tasks.{index}.policies: scripted policies are for tests and demos and are refused here; "
+                        "set POLAR_ALLOW_SCRIPTED_POLICIES=1 on the control API to accept them",
+                        field=f"tasks.{index}.policies",
+                    )
         submitted = await asyncio.to_thread(submit_tasks, factory, batch.tasks)
         wake.set()
         return {

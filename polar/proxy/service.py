@@ -207,6 +207,7 @@ class CallService:
             response_json=response,
         )
         row.n_malformed_tool_calls = completion.malformed_tool_calls
+        row.scripted = plan.policy.scripted
         capture_id = await self.writer.write(row)
         self.histories.remember_body(plan.session.id, capture_id, plan.body)
         reply = Message(Role.ASSISTANT, completion.content, completion.reasoning, completion.tool_calls)
@@ -241,6 +242,7 @@ class CallService:
                 result=None,
                 error=f"{error.error_type}: {error.message}",
             )
+            row.scripted = plan.policy.scripted
             await self.writer.write(row)
         except PolarError:
             log.warning("could not record the failed call of session %s", plan.session.id)

@@ -9,6 +9,7 @@ serialise instead of colliding on the (rollout, builder, chain) unique index. Ro
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ _RECORD_COLUMNS = (
     Capture.status,
     Capture.render_mode,
     Capture.n_malformed_tool_calls,
+    Capture.scripted,
 )
 
 
@@ -78,8 +80,9 @@ def build_and_store(
     rollout = session.get(Rollout, rollout_id, with_for_update=True)
     if rollout is None:
         raise NotFound(f"no rollout {rollout_id!r}", field="rollout_id")
-    result = build(load_capture_records(session, rollout_id))
-    traces: Sequence[Trace] = result.traces
+    records = load_capture_records(session, rollout_id)
+    result = build(records)
+    traces: Sequence[Trace] = mark_scripted(result.traces, records)
     if trace_rewards is not None:
         traces = assign_trace_rewards(traces, trace_rewards, key=reward_key)
     elif outcome_reward is not None or rollout.reward is not None:
@@ -91,6 +94,15 @@ def build_and_store(
     result = BuildResult(result.builder, tuple(traces), result.stats)
     write_build(session, rollout_id=rollout_id, result=result, status=outcome)
     return result
+
+
+def mark_scripted(traces: Sequence[Trace], records: Sequence[CaptureRecord]) -> list[Trace]:
+    """Traces holding any capture of a scripted policy, marked ``scripted`` (the training filter zeroes them)."""
+    scripted = {record.id for record in records if record.scripted}
+    return [
+        dataclasses.replace(trace, scripted=True) if scripted.intersection(trace.capture_ids) else trace
+        for trace in traces
+    ]
 
 
 def write_build(session: Session, *, rollout_id: str, result: BuildResult, status: RolloutStatus | str) -> None:
@@ -150,6 +162,7 @@ def load_traces(session: Session, rollout_id: str, builder: str) -> list[Trace]:
             finish_reason=row.finish_reason,
             n_inexact_merges=row.n_inexact_merges,
             n_malformed_tool_calls=row.n_malformed_tool_calls,
+            scripted=row.scripted,
             reward=row.reward,
             filter_reason=row.filter_reason,
         )
@@ -179,5 +192,6 @@ def _trajectory_row(rollout_id: str, builder: str, trace: Trace, status: str) ->
         "finish_reason": trace.finish_reason,
         "n_inexact_merges": trace.n_inexact_merges,
         "n_malformed_tool_calls": trace.n_malformed_tool_calls,
+        "scripted": trace.scripted,
         "filter_reason": trace.filter_reason,
     }

@@ -102,7 +102,7 @@ def apply(query: sa.Select, f: ExportFilter, dialect: str) -> sa.Select:
         query = query.where(Trajectory.reward >= rule.min_reward)
         if rule.no_errors:
             # The filter's "scripted" mark is no error where scripted conversations were asked for.
-            untouched = Trajectory.filter_reason.is_(None)
+            untouched: sa.ColumnElement[bool] = Trajectory.filter_reason.is_(None)
             if scripted:
                 untouched = sa.or_(untouched, Trajectory.filter_reason == "scripted")
             query = query.where(Rollout.status == "COMPLETED", untouched)

@@ -59,6 +59,10 @@ def _trajectories(args: argparse.Namespace) -> None:
         since = since.replace(tzinfo=UTC)
     report = rebuild(factory, builder=args.builder, rollout_id=args.rollout, task_id=args.task, since=since)
     print(report.summary())
+    for rollout_id, reason in report.skipped:
+        print(f"  skipped {rollout_id}: {reason}")
+    for rollout_id, reason in report.failed:
+        print(f"  failed {rollout_id}: {reason}")
 
 
 def _demo(args: argparse.Namespace) -> None:

@@ -249,6 +249,8 @@ class Capture(Base):
     n_prompt_delta: Mapped[int]
     n_output: Mapped[int]
     n_malformed_tool_calls: Mapped[int] = mapped_column(default=0, server_default="0")
+    # Made by a scripted policy (tests, demos), not sampled: never trained on, left out of exports by default.
+    scripted: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
     created_at: Mapped[datetime] = _created_at()
 
     rollout: Mapped[Rollout] = relationship(back_populates="captures", lazy="raise")
@@ -294,6 +296,7 @@ class Trajectory(Base):
     finish_reason: Mapped[str | None] = mapped_column(sa.String(32))
     n_inexact_merges: Mapped[int] = mapped_column(default=0, server_default="0")
     n_malformed_tool_calls: Mapped[int] = mapped_column(default=0, server_default="0")
+    scripted: Mapped[bool] = mapped_column(default=False, server_default=sa.false())  # holds a scripted capture
     filter_reason: Mapped[str | None] = mapped_column(sa.String(32))
     role: Mapped[str] = mapped_column(sa.String(16), default="main", server_default="main")
     source_capture_id: Mapped[int | None] = mapped_column(sa.BigInteger())

@@ -32,8 +32,10 @@ def _db(args: argparse.Namespace) -> None:
 
 
 def _gateway(args: argparse.Namespace) -> None:
+    from polar.models.command import use_model_path
     from polar.proxy.server import serve_gateway
 
+    use_model_path(args.model_path)
     settings = get_settings()
     asyncio.run(serve_gateway(settings, args.host or settings.gateway_host, args.port or settings.gateway_port))
 
@@ -60,6 +62,10 @@ def _trajectories(args: argparse.Namespace) -> None:
         since = since.replace(tzinfo=UTC)
     report = rebuild(factory, builder=args.builder, rollout_id=args.rollout, task_id=args.task, since=since)
     print(report.summary())
+    for rollout_id, reason in report.skipped:
+        print(f"  skipped {rollout_id}: {reason}")
+    for rollout_id, reason in report.failed:
+        print(f"  failed {rollout_id}: {reason}")
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -130,7 +136,15 @@ def _status(args: argparse.Namespace) -> None:
 def _serve(args: argparse.Namespace) -> None:
     from flows.dispatch import run_inline
     from polar.api import serve
+    from polar.models.check import checked_model
+    from polar.models.command import use_model_path
+    from polar.models.resolve import ModelChoice
 
+    use_model_path(args.model_path)
+    settings = get_settings()
+    checked_model(ModelChoice.policy(settings))  # the policy model and its server agree, or nothing starts
+    if settings.judge_url or settings.judge_model_path:
+        checked_model(ModelChoice.judge(settings))
     serve(host=args.host, port=args.port, run_inline=run_inline)
 
 
@@ -210,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway = sub.add_parser("gateway", help="the model API gateway (OpenAI, Anthropic, Gemini protocols)")
     gateway.add_argument("--host", help="default: POLAR_GATEWAY_HOST (127.0.0.1)")
     gateway.add_argument("--port", type=int, help="default: POLAR_GATEWAY_PORT (8700)")
+    gateway.add_argument("--model-path", type=Path, help="the model's Hugging Face folder (POLAR_MODEL_PATH)")
     gateway.set_defaults(func=_gateway)
 
     gen = sub.add_parser("generate", help="one chat turn through the configured backend, printed as JSON")
@@ -250,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     api = sub.add_parser("serve", help="the control API: tasks, rollouts, trajectories, trainer claims, weights")
     api.add_argument("--host", help="default: POLAR_API_HOST (127.0.0.1)")
     api.add_argument("--port", type=int, help="default: POLAR_API_PORT (8800)")
+    api.add_argument("--model-path", type=Path, help="the policy model's Hugging Face folder (POLAR_MODEL_PATH)")
     api.set_defaults(func=_serve)
 
     exp = sub.add_parser("export", help="trajectories as SFT conversations or RL token rows, JSONL or parquet")
@@ -282,8 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_report)
 
     from polar import cli_tools
+    from polar.models import command as model_command
 
     cli_tools.add_parsers(sub)
+    model_command.add_parsers(sub)
     return parser
 
 

@@ -8,7 +8,7 @@ carry what that mapping needs. Messages name the offending field or value.
     ├── AuthenticationError (401), PermissionDenied (403), NotFound (404)
     ├── Conflict (409) ── RolloutClaimed, StageOrderError
     ├── BackendError (502) ── BackendUnavailable (503) ── BackendTimeout (504); BackendProtocolError, GenerationAborted
-    ├── StoreError (503), GatewayError (502)
+    ├── StoreError (503), GatewayError (502), NotConfigured (503), ConfigError (at start)
     └── SandboxError ── PrepareFailed;  HarnessError;  EvaluationError   (rollout pipeline failures)
 
 In the rollout pipeline a raised error means "this stage failed; retry it". What a harness did (crashed, ran
@@ -142,6 +142,14 @@ class NotConfigured(PolarError):
 
     status_code = 503
     error_type = "not_configured"
+
+
+class ConfigError(PolarError):
+    """A configuration that cannot work, found at start: a model folder without a tokenizer, an unknown chat
+    format, a tokenizer that disagrees with the backend. Nothing is started when it is raised."""
+
+    status_code = 500
+    error_type = "configuration_error"
 
 
 class Conflict(PolarError):

@@ -6,16 +6,16 @@ from typing import Any
 
 from polar.backends.base import GenerateRequest, SamplingParams
 from polar.backends.registry import make_backend
-from polar.models.tiny import get_spec
+from polar.models.folder import folder_tokenizer
+from polar.models.resolve import ModelChoice, resolve_model_folder
 from polar.settings import Settings
 from polar.tokens.messages import user
 from polar.tokens.parsers import get_format
 from polar.tokens.render import PromptBuilder
-from polar.tokens.tokenizer import load_tokenizer
 
 
 async def generate_reply(settings: Settings, text: str, max_new_tokens: int, temperature: float) -> dict[str, Any]:
-    tokenizer = load_tokenizer(get_spec(settings.model).tokenizer, settings.cache_dir)
+    tokenizer = folder_tokenizer(resolve_model_folder(ModelChoice.policy(settings)))
     prompt = PromptBuilder(tokenizer).build([user(text)])
     backend = await make_backend(settings)
     try:

@@ -63,8 +63,15 @@ class Settings(BaseSettings):
     vllm_endpoint: Literal["generate", "completions"] = Field(
         default="generate", description="vLLM token-in endpoint: generate or completions"
     )
-    model: str = Field(default="tiny", description="local model spec (see polar.models.tiny.MODEL_SPECS)")
+    model: str = Field(default="tiny", description="toy model of the embedded set-up (polar.models.tiny)")
+    model_path: Path | None = Field(default=None, description="the model's Hugging Face folder (tokenizer, config)")
+    chat_format: str = Field(default="", description="chat-format family; empty: detected from the model folder")
     torch_threads: int = 1
+
+    # ---- the LLM judge: its own model; unset, it is the policy, but only when that is the embedded local model
+    judge_backend: BackendKind | None = Field(default=None, description="the judge's backend kind")
+    judge_url: str = Field(default="", description="base URL of the judge's SGLang or vLLM server")
+    judge_model_path: Path | None = Field(default=None, description="the judge model's Hugging Face folder")
 
     render_mode: RenderMode = RenderMode.APPEND
     tool_format: str = Field(default="hermes", description="tool-call syntax of the chat template")
@@ -118,6 +125,9 @@ class Settings(BaseSettings):
     rollout_deployment: str = Field(default="polar-rollout/rollout", description="deployment a batch dispatches to")
 
     # ---- control API and trainer feed ---------------------------------------------------------------
+    allow_scripted_policies: bool = Field(
+        default=False, description="accept tasks with scripted gateway policies (tests, demos) on the control API"
+    )
     api_host: str = "127.0.0.1"
     api_port: int = 8800
     task_dispatch: TaskDispatch = TaskDispatch.AUTO

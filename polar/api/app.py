@@ -152,6 +152,14 @@ def create_api(
             None, max_length=255, description="a retry with the same key returns the same tasks, never duplicates"
         ),
     ) -> dict[str, Any]:
+        if not settings.allow_scripted_policies:
+            for index, request in enumerate(batch.tasks):
+                if request.policies:
+                    raise InvalidRequest(
+                        f"tasks.{index}.policies: scripted policies are for tests and demos and are refused here; "
+                        "set POLAR_ALLOW_SCRIPTED_POLICIES=1 on the control API to accept them",
+                        field=f"tasks.{index}.policies",
+                    )
         submitted = await asyncio.to_thread(submit_tasks, factory, batch.tasks, idempotency_key=idempotency_key)
         wake.set()
         return {

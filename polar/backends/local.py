@@ -9,8 +9,8 @@ import torch
 
 from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, LogprobSemantics, WeightUpdate, collect
 from polar.models.engine import LocalEngine
-from polar.models.tiny import ensure_model_dir, get_spec
-from polar.tokens.tokenizer import load_tokenizer
+from polar.models.folder import folder_tokenizer, open_model_folder
+from polar.models.tiny import ensure_model_dir
 
 
 class LocalBackend:
@@ -28,9 +28,15 @@ class LocalBackend:
         threads: int = 1,
         semantics: LogprobSemantics = LogprobSemantics.TEMPERATURE_SCALED,
     ) -> LocalBackend:
-        model_dir = ensure_model_dir(model, cache_dir)
-        tokenizer = load_tokenizer(get_spec(model).tokenizer, cache_dir)
-        return cls(LocalEngine(model_dir, tokenizer, threads=threads, semantics=semantics))
+        return cls.from_folder(ensure_model_dir(model, cache_dir), threads=threads, semantics=semantics)
+
+    @classmethod
+    def from_folder(
+        cls, path: Path, *, threads: int = 1, semantics: LogprobSemantics = LogprobSemantics.TEMPERATURE_SCALED
+    ) -> LocalBackend:
+        """The model folder ``path`` (weights, config and tokenizer) in this process."""
+        folder = open_model_folder(path)
+        return cls(LocalEngine(folder.path, folder_tokenizer(folder), threads=threads, semantics=semantics))
 
     @property
     def context_length(self) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from polar.backends.base import Backend
@@ -15,8 +17,10 @@ if TYPE_CHECKING:
 
 async def _local(settings: Settings) -> Backend:
     from polar.backends.local import LocalBackend
+    from polar.models.resolve import ModelChoice, resolve_model_folder
 
-    return LocalBackend.from_spec(settings.model, settings.cache_dir, threads=settings.torch_threads)
+    folder = await asyncio.to_thread(resolve_model_folder, ModelChoice.policy(settings))
+    return LocalBackend.from_folder(folder.path, threads=settings.torch_threads)
 
 
 def _require_url(settings: Settings) -> str:
@@ -50,11 +54,13 @@ async def make_backend(settings: Settings) -> Backend:
     return await BACKENDS[settings.backend](settings)
 
 
-def scripted_scorer(settings: Settings, backend: Backend) -> LocalEngine:
+def scripted_scorer(settings: Settings, backend: Backend, model_dir: Path | None = None) -> LocalEngine:
     """The local model that scores a scripted policy's replies: the backend's own engine when the backend is the
-    local one (one model in memory), else the configured local model."""
+    local one (one model in memory), else the model folder ``model_dir``, else the configured toy model."""
     from polar.backends.local import LocalBackend
 
     if isinstance(backend, LocalBackend):
         return backend.engine
+    if model_dir is not None:
+        return LocalBackend.from_folder(model_dir, threads=settings.torch_threads).engine
     return LocalBackend.from_spec(settings.model, settings.cache_dir, threads=settings.torch_threads).engine

@@ -73,6 +73,7 @@ PauseMode = Literal["abort", "wait", "keep"]
 
 _PATHS: dict[Endpoint, str] = {"generate": "/inference/v1/generate", "completions": "/v1/completions"}
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+UNKNOWN_VERSION = "unknown"
 
 
 class VLLMBackend:
@@ -96,6 +97,8 @@ class VLLMBackend:
         self.endpoint: Endpoint = endpoint
         self._context_length = context_length
         self._has_weight_info = True
+        self._known_version: str | None = None  # the last version read or set
+        self._live: dict[int, Accumulator] = {}  # requests in flight, for update_weights to mark
         self._client = httpx.AsyncClient(
             base_url=self.base_url, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
         )
@@ -143,10 +146,13 @@ class VLLMBackend:
         if max_tokens == 0:
             return await self._empty_result(request, started)
         body = self._body(request, max_tokens, stream=False)
-        data = await self._post(_PATHS[self.endpoint], body, prompt_tokens=len(request.input_ids))
-        acc = Accumulator()
-        self._absorb(acc, only_choice(data))
-        return await self._result(acc, request, ttft=None, started=started)
+        acc = await self._begin()
+        try:
+            data = await self._post(_PATHS[self.endpoint], body, prompt_tokens=len(request.input_ids))
+            self._absorb(acc, only_choice(data))
+            return await self._result(acc, request, ttft=None, started=started)
+        finally:
+            self._live.pop(id(acc), None)
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         """Yield the server's token deltas as they arrive, then a chunk carrying the final result."""
@@ -156,7 +162,7 @@ class VLLMBackend:
             yield GenerateChunk((), (), final=await self._empty_result(request, started))
             return
         body = self._body(request, max_tokens, stream=True)
-        acc = Accumulator()
+        acc = await self._begin()
         ttft = None
         prompt_tokens = len(request.input_ids)
         try:
@@ -176,9 +182,33 @@ class VLLMBackend:
                         yield GenerateChunk(tuple(acc.ids[produced:]), tuple(acc.logprobs[produced:]))
         except httpx.TransportError as exc:
             raise self._unavailable(exc) from exc
+        finally:
+            self._live.pop(id(acc), None)
         if acc.finish is None:
             raise BackendProtocolError(f"vLLM stream from {self.base_url} ended without a finish_reason")
         yield GenerateChunk((), (), final=await self._result(acc, request, ttft=ttft, started=started))
+
+    async def _begin(self) -> Accumulator:
+        """A request's accumulator, registered as in flight, with the weight version it starts under."""
+        version = self._known_version if self._known_version is not None else await self.weight_version()
+        acc = Accumulator(version_before=version)
+        self._live[id(acc)] = acc
+        return acc
+
+    async def _spans_without_server_spans(self, acc: Accumulator) -> tuple[VersionSpan, ...]:
+        """A reply without ``weight_versions``: the version it began under, up to where an update began (or the
+        version changed under it, by someone else); ``unknown`` after that, never the version read after it."""
+        after = await self.weight_version()
+        n = len(acc.ids)
+        if acc.held_at is None and after == acc.version_before:
+            return (VersionSpan(after, 0, n),)
+        known = min(acc.held_at if acc.held_at is not None else 0, n)
+        spans = []
+        if known and acc.version_before is not None:
+            spans.append(VersionSpan(acc.version_before, 0, known))
+        if n > known or not spans:
+            spans.append(VersionSpan(UNKNOWN_VERSION, known, n))
+        return tuple(spans)
 
     def _max_tokens(self, request: GenerateRequest) -> int:
         """The ``max_tokens`` to send: ``max_new_tokens`` capped to the room left in the context window."""
@@ -250,7 +280,7 @@ class VLLMBackend:
                 matched = acc.ids[-1]
         spans = acc.spans
         if spans is None:
-            spans = (VersionSpan(await self.weight_version(), 0, len(acc.ids)),)
+            spans = await self._spans_without_server_spans(acc)
         return GenerateResult(
             output_ids=tuple(acc.ids),
             output_logprobs=tuple(acc.logprobs),
@@ -277,7 +307,8 @@ class VLLMBackend:
         if data is None:
             self._has_weight_info = False
             return "default"
-        return field_of(data, "weight_version", str)
+        self._known_version = field_of(data, "weight_version", str)
+        return self._known_version
 
     async def reload_weights(self, path: str | Path) -> None:
         """Reload the weights from a folder the server can read (``/collective_rpc`` ``reload_weights``)."""
@@ -289,6 +320,7 @@ class VLLMBackend:
         data = await self._post("/update_weight_version", {"new_version": version}, prompt_tokens=0)
         if data.get("success") is not True:
             raise BackendError(f"vLLM at {self.base_url} refused weight version {version!r}: {data}")
+        self._known_version = None  # read again: the server's label is the truth
 
     async def update_weights(self, update: WeightUpdate) -> None:
         """Hold running requests (``keep``), reload from disk, label the version, resume."""
@@ -296,6 +328,9 @@ class VLLMBackend:
             raise InvalidRequest(
                 "the vllm backend loads weights from a checkpoint path, not tensors", field="checkpoint_path"
             )
+        for acc in self._live.values():  # tokens from here on may be sampled under either version
+            if acc.held_at is None:
+                acc.held_at = len(acc.ids)
         await self.pause("keep")
         try:
             if update.path:

@@ -61,6 +61,10 @@ class Accumulator:
     finish: str | None = None
     stop_reason: int | str | None = None
     spans: tuple[VersionSpan, ...] | None = None
+    # Weight-version accounting for replies without per-token spans: the version when the request began, and
+    # how many ids had arrived when a weight update began during it (None: no update began).
+    version_before: str | None = None
+    held_at: int | None = None
 
 
 def http_error(

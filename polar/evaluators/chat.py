@@ -22,13 +22,15 @@ class BackendChat:
         async with self._lock:
             if self._parts is None:
                 from polar.backends.registry import make_backend
-                from polar.models.tiny import get_spec
+                from polar.chat.families import require_served_family
+                from polar.models.check import checked_model
+                from polar.models.resolve import ModelChoice, judge_settings
                 from polar.tokens.parsers import get_format
                 from polar.tokens.render import PromptBuilder
-                from polar.tokens.tokenizer import load_tokenizer
 
-                tokenizer = load_tokenizer(get_spec(self.settings.model).tokenizer, self.settings.cache_dir)
-                backend = await make_backend(self.settings)
+                folder, tokenizer = await asyncio.to_thread(checked_model, ModelChoice.judge(self.settings))
+                require_served_family(folder, self.settings.chat_format)
+                backend = await make_backend(judge_settings(self.settings))
                 self._parts = (tokenizer, PromptBuilder(tokenizer), get_format(self.settings.tool_format), backend)
             return self._parts
 

@@ -2,8 +2,9 @@
 
 The judge sees the instruction, the rubric, the agent's changes (postrun's diff) and any files named in
 ``include_files``, and must answer with a line ``SCORE: <number>`` on a 0..``scale`` scale; the reward is the
-score divided by ``scale``. It asks through the pipeline's ``ChatModel``, which is the configured backend (the
-same model server the gateway uses, called directly, so judge calls never become policy captures). A reply
+score divided by ``scale``. It asks through the pipeline's ``ChatModel``: the judge's own model (``POLAR_JUDGE_*``;
+the policy's backend only for the embedded local model), called directly, so judge calls never become policy
+captures. A reply
 without a score is an evaluation error, retried like any other; the rollout never gets a guessed reward.
 """
 

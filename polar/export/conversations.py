@@ -53,11 +53,11 @@ class ReplyParser:
     settings: Settings
 
     def __post_init__(self) -> None:
-        from polar.models.tiny import get_spec
+        from polar.models.folder import folder_tokenizer
+        from polar.models.resolve import ModelChoice, resolve_model_folder
         from polar.tokens.parsers import get_format
-        from polar.tokens.tokenizer import load_tokenizer
 
-        self.tokenizer = load_tokenizer(get_spec(self.settings.model).tokenizer, self.settings.cache_dir)
+        self.tokenizer = folder_tokenizer(resolve_model_folder(ModelChoice.policy(self.settings)))
         self.format = get_format(self.settings.tool_format)
 
     def __call__(self, output_ids: Sequence[int]) -> Message:

@@ -23,6 +23,9 @@ class Acceptance(BaseModel):
     min_reward: float = Field(default=1.0, description="reward at least this")
     no_errors: bool = Field(default=True, description="only COMPLETED rollouts the training filter left alone")
     not_truncated: bool = Field(default=True, description="drop conversations whose last reply hit max tokens")
+    include_scripted: bool = Field(
+        default=False, description="also conversations a scripted policy wrote (tests, demos); never by default"
+    )
 
 
 class ExportFilter(BaseModel):
@@ -43,6 +46,9 @@ class ExportFilter(BaseModel):
     consumed: bool | None = Field(default=None, description="claimed and acknowledged by a trainer, or not yet")
     roles: list[str] | None = Field(default=None, description="chain roles, e.g. main, sub_agent (issue 16)")
     acceptance: Acceptance | None = None
+    include_scripted: bool = Field(
+        default=False, description="also trajectories holding scripted-policy captures (never trainable)"
+    )
 
 
 def harness_name(dialect: str) -> sa.ColumnElement[str]:
@@ -91,11 +97,18 @@ def apply(query: sa.Select, f: ExportFilter, dialect: str) -> sa.Select:
     for key, value in (f.metadata or {}).items():
         # JSON text on both databases: compare as text (numbers and strings alike).
         query = query.where(sa.cast(meta_value(dialect, key), sa.String) == str(value))
+    scripted = f.include_scripted or (f.acceptance is not None and f.acceptance.include_scripted)
+    if not scripted:
+        query = query.where(Trajectory.scripted.is_(False))
     if f.acceptance is not None:
         rule = f.acceptance
         query = query.where(Trajectory.reward >= rule.min_reward)
         if rule.no_errors:
-            query = query.where(Rollout.status == "COMPLETED", Trajectory.filter_reason.is_(None))
+            # The filter's "scripted" mark is no error where scripted conversations were asked for.
+            untouched: sa.ColumnElement[bool] = Trajectory.filter_reason.is_(None)
+            if scripted:
+                untouched = sa.or_(untouched, Trajectory.filter_reason == "scripted")
+            query = query.where(Rollout.status == "COMPLETED", untouched)
         if rule.not_truncated:
             query = query.where(sa.or_(Trajectory.finish_reason.is_(None), Trajectory.finish_reason != "length"))
     return query

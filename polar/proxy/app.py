@@ -34,6 +34,7 @@ from polar.errors import (
     PolarError,
     invalid_from,
 )
+from polar.proxy import ws_denial
 from polar.proxy.admin import add_admin_routes
 from polar.proxy.body import OFFLOAD_BYTES, read_body, read_json
 from polar.proxy.canonical import ChatRequest
@@ -130,6 +131,8 @@ def _control_error(exc: PolarError) -> JSONResponse:
 
 
 def create_app(gw: Gateway) -> FastAPI:
+    ws_denial.install()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
@@ -170,10 +173,7 @@ def create_app(gw: Gateway) -> FastAPI:
         _, body = OPENAI_RESPONSES.error_response(
             InvalidRequest("this gateway serves /v1/responses over HTTP POST only")
         )
-        try:
-            await websocket.send_denial_response(JSONResponse(body, status_code=426))
-        except RuntimeError:  # a server without the WebSocket denial-response extension
-            await websocket.close(code=1008)
+        await ws_denial.deny(websocket, JSONResponse(body, status_code=426))
 
     @app.post("/v1/messages")
     async def messages(request: Request) -> Response:

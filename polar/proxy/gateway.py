@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import make_engine, make_session_factory, migrate
 from polar.backends.base import Backend
+from polar.chat.families import require_served_family
 from polar.errors import StoreError
 from polar.models.engine import LocalEngine
 from polar.proxy.history import HistoryCache
@@ -39,7 +41,9 @@ class Gateway:
         scorer: LocalEngine | None = None,
         *,
         owns_backend: bool = True,
+        model_dir: Path | None = None,
     ):
+        """``model_dir``: the model folder ``tokenizer`` came from (scripted policies score with its weights)."""
         self.settings = settings
         self.factory = factory
         self.backend = backend
@@ -69,26 +73,41 @@ class Gateway:
         self._scorer = scorer
         self._policies: dict[str, Policy] = {}
         self._owns_backend = owns_backend
+        self.model_dir = model_dir
 
     @classmethod
     async def create(cls, settings: Settings, backend: Backend | None = None) -> Gateway:
-        """Migrate the store, connect the configured backend, load the tokenizer."""
+        """Load the model folder's tokenizer and chat format, connect the configured backend and check that the
+        two agree, then migrate the store. Bad configuration raises ConfigError before anything serves."""
         from polar.backends.registry import make_backend
-        from polar.models.tiny import get_spec
-        from polar.tokens.tokenizer import load_tokenizer
+        from polar.models.check import check_tokenizer_against_server
+        from polar.models.folder import folder_tokenizer
+        from polar.models.resolve import ModelChoice, resolve_model_folder
 
-        url = settings.resolved_database_url
-        await asyncio.to_thread(migrate.upgrade, url)
+        choice = ModelChoice.policy(settings)
+        folder = await asyncio.to_thread(resolve_model_folder, choice)
+        tokenizer = folder_tokenizer(folder)  # a folder without a usable tokenizer fails before the backend starts
+        family = await asyncio.to_thread(require_served_family, folder, settings.chat_format)
+        if family == "qwen3_coder":  # the family decides its tool-call syntax
+            settings = settings.model_copy(update={"tool_format": "qwen3_coder"})
+        owns_backend = backend is None
+        backend = backend or await make_backend(settings)
+        try:
+            if choice.backend_url:
+                await asyncio.to_thread(check_tokenizer_against_server, tokenizer, choice.backend_url)
+            url = settings.resolved_database_url
+            await asyncio.to_thread(migrate.upgrade, url)
+        except BaseException:
+            if owns_backend:
+                await backend.aclose()
+            raise
         engine = make_engine(
             url,
             connect_timeout_s=settings.store_connect_timeout_s,
             statement_timeout_s=settings.store_statement_timeout_s,
         )
         factory = make_session_factory(engine)
-        owns_backend = backend is None
-        backend = backend or await make_backend(settings)
-        tokenizer = load_tokenizer(get_spec(settings.model).tokenizer, settings.cache_dir)
-        return cls(settings, factory, backend, tokenizer, owns_backend=owns_backend)
+        return cls(settings, factory, backend, tokenizer, owns_backend=owns_backend, model_dir=folder.path)
 
     def _decode_request(self, protocol: str, body: dict, model: str):
         """A stored request, decoded again (captures written by another process or before a restart)."""
@@ -115,7 +134,7 @@ class Gateway:
             if self._scorer is None:
                 from polar.backends.registry import scripted_scorer
 
-                self._scorer = scripted_scorer(self.settings, self.backend)
+                self._scorer = scripted_scorer(self.settings, self.backend, self.model_dir)
             spec = ScriptedPolicySpec.parse(session.policy)
             self._policies[session.id] = ScriptedPolicy(spec, self._scorer, self.template)
         return self._policies[session.id]

@@ -38,6 +38,7 @@ class PolicyContext:
 
 class Policy(Protocol):
     name: str
+    scripted: bool  # its replies are written, not sampled: their captures never train
 
     async def generate(self, request: GenerateRequest, context: PolicyContext) -> GenerateResult: ...
 
@@ -46,6 +47,8 @@ class Policy(Protocol):
 
 class BackendPolicy:
     """The configured inference backend: the real policy."""
+
+    scripted = False
 
     def __init__(self, backend: Backend):
         self.backend = backend
@@ -101,6 +104,7 @@ class ScriptedPolicySpec(BaseModel):
 
 class ScriptedPolicy:
     name = "scripted"
+    scripted = True
 
     def __init__(self, spec: ScriptedPolicySpec, scorer: LocalEngine, template: ChatTemplate):
         self.spec = spec

@@ -318,6 +318,7 @@ class CallService:
             response_json=response,
         )
         row.n_malformed_tool_calls = completion.malformed_tool_calls
+        row.scripted = plan.policy.scripted
         capture_id = await self.writer.write(row, timeout_s=self.store_timeout_s)
         self.histories.remember_body(plan.session.id, capture_id, plan.body)
         reply = Message(Role.ASSISTANT, completion.content, completion.reasoning, completion.tool_calls)
@@ -352,6 +353,7 @@ class CallService:
                 result=None,
                 error=f"{error.error_type}: {error.message}".replace("\x00", "\\x00"),  # a text column
             )
+            row.scripted = plan.policy.scripted
             await self.writer.write(row, timeout_s=self.store_timeout_s)
         except PolarError:
             log.warning("could not record the failed call of session %s", plan.session.id)

@@ -108,4 +108,9 @@ class SessionStore:
             if row is None or row.session_token_hash is None:
                 raise NotFound(f"session {session_id!r} does not exist", field="session_id")
             row.closed_at = row.closed_at or datetime.now(UTC)
+            if row.task_id is None and not RolloutStatus(row.status).is_terminal:
+                # A gateway-only session (the caller's own orchestrator): closing it is its end, so its
+                # trajectories can be built. A pipeline rollout's status stays the pipeline's to set.
+                row.status = RolloutStatus.COMPLETED
+                row.finished_at = row.finished_at or row.closed_at
             return _info(row)

@@ -17,9 +17,13 @@ from polar.settings import get_settings
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings = get_settings()
-    parser.add_argument("--model", default=settings.model, help="local model spec name (polar.models.tiny)")
-    parser.add_argument("--model-path", type=Path, default=None, help="serve this checkpoint folder instead")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer name for --model-path (default: the spec's)")
+    parser.add_argument("--model", default=settings.model, help="toy model name (polar.models.tiny)")
+    parser.add_argument(
+        "--model-path",
+        type=Path,
+        default=settings.model_path,
+        help="the model's Hugging Face folder (POLAR_MODEL_PATH)",
+    )
     parser.add_argument("--served-model-name", default=None, help="name in /v1/models (default: --model)")
     parser.add_argument("--weight-version", default="default")
     parser.add_argument("--host", default="127.0.0.1")
@@ -32,19 +36,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from polar.models.engine import LocalEngine
-    from polar.models.tiny import ensure_model_dir, get_spec
+    from polar.models.folder import folder_tokenizer
+    from polar.models.resolve import ModelChoice, resolve_model_folder
     from polar.serving.sglang_app import serve
-    from polar.tokens.tokenizer import load_tokenizer
 
-    model_dir = args.model_path or ensure_model_dir(args.model, args.cache_dir)
-    tokenizer = load_tokenizer(args.tokenizer or get_spec(args.model).tokenizer, args.cache_dir)
-    engine = LocalEngine(model_dir, tokenizer, threads=args.threads, weight_version=args.weight_version)
+    folder = resolve_model_folder(ModelChoice(args.model_path, "", args.model, args.cache_dir, "--model-path"))
+    engine = LocalEngine(
+        folder.path, folder_tokenizer(folder), threads=args.threads, weight_version=args.weight_version
+    )
     try:
         serve(
             args.host,
             args.port,
             engine,
-            served_model_name=args.served_model_name or args.model,
+            served_model_name=args.served_model_name or (folder.path.name if args.model_path else args.model),
             incremental_streaming=args.incremental_streaming_output,
             log_level=args.log_level,
         )

@@ -3,14 +3,16 @@
 Harnesses re-send the whole history on every call, echoing the model's earlier reply in their own way:
 tool-call ids are rewritten (Gemini CLI: ``write_file_<ts>_0``), JSON arguments are re-serialised,
 reasoning is dropped or kept, text and tool calls of one reply may come back as several assistant
-messages, whitespace around text is trimmed. The comparison here is semantic so that none of these
-break append mode; anything that changes meaning (different text, different arguments, a different
+messages, whitespace around text is trimmed, an echoed call gains arguments the model left out at their
+declared schema defaults (Claude Code's Edit adds ``"replace_all": false``). The comparison here is semantic
+so that none of these break append mode; anything that changes meaning (different text, different arguments, a different
 tool list) does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 
@@ -19,6 +21,32 @@ def _same_calls(a: Sequence[ToolCall], b: Sequence[ToolCall]) -> bool:
     return len(a) == len(b) and all(
         x.name == y.name and x.parsed_arguments() == y.parsed_arguments() for x, y in zip(a, b, strict=True)
     )
+
+
+def _defaults(tools: Sequence[ToolSpec]) -> dict[str, dict[str, Any]]:
+    """Each tool's declared argument defaults (``parameters.properties.X.default``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        props = tool.parameters.get("properties") if isinstance(tool.parameters, dict) else None
+        if isinstance(props, dict):
+            out[tool.name] = {k: v["default"] for k, v in props.items() if isinstance(v, dict) and "default" in v}
+    return out
+
+
+def _same_echoed_call(echo: ToolCall, sampled: ToolCall, defaults: dict[str, dict[str, Any]]) -> bool:
+    """``echo`` is ``sampled`` as a harness sent it back: equal arguments, except that the echo may add arguments
+    the model did not write whose values equal the tool schema's declared defaults."""
+    if echo.name != sampled.name:
+        return False
+    a, b = echo.parsed_arguments(), sampled.parsed_arguments()
+    if a == b:
+        return True
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return False
+    declared = defaults.get(echo.name, {})
+    added = {k: v for k, v in a.items() if k not in b}
+    kept = {k: v for k, v in a.items() if k in b}
+    return kept == b and all(k in declared and declared[k] == v for k, v in added.items())
 
 
 def same_message(a: Message, b: Message) -> bool:
@@ -41,7 +69,7 @@ def same_tools(a: Sequence[ToolSpec], b: Sequence[ToolSpec]) -> bool:
     )
 
 
-def echo_length(messages: Sequence[Message], start: int, reply: Message) -> int | None:
+def echo_length(messages: Sequence[Message], start: int, reply: Message, tools: Sequence[ToolSpec] = ()) -> int | None:
     """How many messages from ``start`` echo ``reply``; None when they do not.
 
     The echo is one or more consecutive assistant messages whose texts, joined, equal the reply's text and
@@ -53,6 +81,7 @@ def echo_length(messages: Sequence[Message], start: int, reply: Message) -> int 
         end += 1
     if end == start:
         return None
+    defaults = _defaults(tools)
     # Prefer the shortest run that matches: a following assistant message may be a new turn of its own.
     for stop in range(start + 1, end + 1):
         run = messages[start:stop]
@@ -61,7 +90,8 @@ def echo_length(messages: Sequence[Message], start: int, reply: Message) -> int 
         calls = [c for m in run for c in m.tool_calls]
         if (
             text == reply.content.strip()
-            and _same_calls(calls, reply.tool_calls)
+            and len(calls) == len(reply.tool_calls)
+            and all(_same_echoed_call(x, y, defaults) for x, y in zip(calls, reply.tool_calls, strict=True))
             and (not reasoning or reasoning == (reply.reasoning or "").strip())
         ):
             return stop - start
@@ -85,7 +115,7 @@ def extension_start(
         return None
     if not all(same_message(a, b) for a, b in zip(messages[:n], prior_messages, strict=True)):
         return None
-    echoed = echo_length(messages, n, prior_reply)
+    echoed = echo_length(messages, n, prior_reply, tools)
     if echoed is None or n + echoed >= len(messages):
         return None
     return n + echoed

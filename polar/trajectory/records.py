@@ -71,6 +71,7 @@ class CaptureRecord:
     status: CaptureStatus = CaptureStatus.OK
     render_mode: str = "append"
     n_malformed_tool_calls: int = 0
+    scripted: bool = False  # made by a scripted policy, not sampled
 
     def __post_init__(self) -> None:
         if self.prefix_len < 0:
@@ -114,6 +115,7 @@ class CaptureRecord:
             status=CaptureStatus(row.status),
             render_mode=row.render_mode,
             n_malformed_tool_calls=row.n_malformed_tool_calls or 0,
+            scripted=bool(getattr(row, "scripted", False)),
         )
 
 
@@ -146,6 +148,7 @@ class Trace:
     finish_reason: str | None = None
     n_inexact_merges: int = 0
     n_malformed_tool_calls: int = 0
+    scripted: bool = False  # holds a capture of a scripted policy: never trainable
     reward: float | None = None
     filter_reason: str | None = None
     role: str = "main"

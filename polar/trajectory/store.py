@@ -11,6 +11,7 @@ serialise instead of colliding on the (rollout, builder, chain) unique index. Ro
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ _RECORD_COLUMNS = (
     Capture.status,
     Capture.render_mode,
     Capture.n_malformed_tool_calls,
+    Capture.scripted,
 )
 
 
@@ -91,7 +93,7 @@ def build_and_store(
         options = task_builder_options(session, rollout.task_id)
     records = load_capture_records(session, rollout_id)
     result = build(records, roles=load_session_roles(session, rollout_id, records))
-    traces: Sequence[Trace] = result.traces
+    traces: Sequence[Trace] = mark_scripted(result.traces, records)
     reward = outcome_reward if outcome_reward is not None else rollout.reward
     if trace_rewards is not None:
         traces = assign_trace_rewards(traces, trace_rewards, key=reward_key)
@@ -135,6 +137,15 @@ def _role_rewards(session: Session, rollout_id: str) -> Mapping[str, float] | No
     if not isinstance(rewards, Mapping):
         return None
     return {str(k): float(v) for k, v in rewards.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def mark_scripted(traces: Sequence[Trace], records: Sequence[CaptureRecord]) -> list[Trace]:
+    """Traces holding any capture of a scripted policy, marked ``scripted`` (the training filter zeroes them)."""
+    scripted = {record.id for record in records if record.scripted}
+    return [
+        dataclasses.replace(trace, scripted=True) if scripted.intersection(trace.capture_ids) else trace
+        for trace in traces
+    ]
 
 
 def write_build(session: Session, *, rollout_id: str, result: BuildResult, status: RolloutStatus | str) -> None:
@@ -195,6 +206,7 @@ def load_traces(session: Session, rollout_id: str, builder: str) -> list[Trace]:
             finish_reason=row.finish_reason,
             n_inexact_merges=row.n_inexact_merges,
             n_malformed_tool_calls=row.n_malformed_tool_calls,
+            scripted=row.scripted,
             reward=row.reward,
             filter_reason=row.filter_reason,
             role=row.role,
@@ -227,6 +239,7 @@ def _trajectory_row(rollout_id: str, builder: str, trace: Trace, status: str) ->
         "finish_reason": trace.finish_reason,
         "n_inexact_merges": trace.n_inexact_merges,
         "n_malformed_tool_calls": trace.n_malformed_tool_calls,
+        "scripted": trace.scripted,
         "filter_reason": trace.filter_reason,
         "role": trace.role,
         "source_capture_id": trace.source_capture_id,

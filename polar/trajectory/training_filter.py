@@ -6,7 +6,9 @@ for diagnosis but cannot move the policy. One exception, as in the anchor: a TIM
 budget ran out during the run, cleanly (``aligned_agent_timeout``), keeps its traces trainable as reward-0
 negatives; their tokens and logprobs are aligned by construction, and the model did spend the budget. A
 verifier or infrastructure timeout is never trainable. Independently, a trace holding a tool call the gateway
-could not parse gets reward 0 even in a COMPLETED rollout, so malformed calls are never rewarded.
+could not parse gets reward 0 even in a COMPLETED rollout, so malformed calls are never rewarded. A trace that
+holds a capture made by a scripted policy (tests, demos: replies no model sampled) never trains: its loss mask is
+zeroed whatever the outcome (its reward is kept, for SFT exports that ask for scripted conversations).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class FilterReason(StrEnum):
     ROLLOUT_UNFINISHED = "rollout_unfinished"  # mask and reward zeroed: the outcome is not known yet
     AGENT_TIMEOUT = "agent_timeout"  # kept trainable as a reward-0 negative
     MALFORMED_TOOL_CALL = "malformed_tool_call"  # reward 0, mask kept
+    SCRIPTED = "scripted"  # mask zeroed: a scripted policy wrote the reply, no model sampled it
 
 
 _ZEROED = {
@@ -56,6 +59,23 @@ def apply_training_filter(
     A trace that keeps its mask and has no reward yet keeps ``reward=None`` (to be assigned after evaluation),
     unless it is a negative or holds a malformed tool call, which get 0.
     """
+    return [
+        _scripted(trace) if trace.scripted else trace
+        for trace in _by_outcome(traces, status=status, aligned_agent_timeout=aligned_agent_timeout)
+    ]
+
+
+def _scripted(trace: Trace) -> Trace:
+    """Loss mask zeroed, reward kept (an SFT export that asks for scripted conversations filters on it); the
+    outcome's reason stays when the outcome had zeroed the trace already."""
+    zeroed = trace.filter_reason is not None and not any(trace.loss_mask)
+    reason = FilterReason(trace.filter_reason) if zeroed and trace.filter_reason else FilterReason.SCRIPTED
+    return _with(trace, reward=trace.reward, reason=reason, zero_mask=True)
+
+
+def _by_outcome(
+    traces: Sequence[Trace], *, status: RolloutStatus | str, aligned_agent_timeout: bool = False
+) -> list[Trace]:
     status = RolloutStatus(status)
     if status is RolloutStatus.TIMEOUT and aligned_agent_timeout:
         return [_with(trace, reward=0.0, reason=FilterReason.AGENT_TIMEOUT) for trace in traces]
@@ -68,6 +88,6 @@ def apply_training_filter(
     ]
 
 
-def _with(trace: Trace, *, reward: float, reason: FilterReason, zero_mask: bool = False) -> Trace:
+def _with(trace: Trace, *, reward: float | None, reason: FilterReason, zero_mask: bool = False) -> Trace:
     mask = (0,) * len(trace.loss_mask) if zero_mask else trace.loss_mask
     return dataclasses.replace(trace, reward=reward, loss_mask=mask, filter_reason=reason.value)

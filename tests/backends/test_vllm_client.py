@@ -552,3 +552,45 @@ def test_unknown_endpoint_and_unknown_context_length():
     with pytest.raises(BackendError, match="context length is unknown"):
         _ = backend.context_length
     asyncio.run(backend.aclose())
+
+
+# §5 Weight versions of replies without per-token spans (issue 11) ------------------------------------
+
+NO_SPANS = COMPLETIONS  # vLLM's /v1/completions carries no weight_versions
+
+
+async def test_a_reply_during_a_weight_update_is_unknown_not_the_version_read_after(serve):
+    server = await serve(
+        {
+            f"POST {CMPL_PATH}": Reply(NO_SPANS, delay_s=0.5),
+            "GET /weight_info": Reply('{"weight_version":"v9"}'),
+            "POST /update_weight_version": Reply('{"success":true,"new_version":"v10"}'),
+            "POST /pause": Reply('{"status":"paused"}'),
+            "POST /resume": Reply('{"status":"resumed"}'),
+        }
+    )
+    backend = await VLLMBackend.connect(server.url, endpoint="completions")
+    reply = asyncio.create_task(backend.generate(request((1707, 198), max_new_tokens=4)))
+    await asyncio.sleep(0.1)
+    from polar.backends.base import WeightUpdate
+
+    await backend.update_weights(WeightUpdate(version="v10"))
+    server.routes["GET /weight_info"] = Reply('{"weight_version":"v10"}')
+    result = await reply
+    assert result.version_spans == (VersionSpan("unknown", 0, 1),)  # never "v10", the version read after it
+    # The next reply, with no update during it, is labelled with the version it was sampled under.
+    again = await backend.generate(request((1707, 198), max_new_tokens=4))
+    await backend.aclose()
+    assert again.version_spans == (VersionSpan("v10", 0, 1),)
+
+
+async def test_a_version_changed_by_someone_else_during_a_reply_is_unknown(serve):
+    server = await serve({f"POST {CMPL_PATH}": Reply(NO_SPANS, delay_s=0.5)})
+    backend = await VLLMBackend.connect(server.url, endpoint="completions")
+    await backend.weight_version()  # "default"
+    reply = asyncio.create_task(backend.generate(request((1707, 198), max_new_tokens=4)))
+    await asyncio.sleep(0.1)
+    server.routes["GET /weight_info"] = Reply('{"weight_version":"v2"}')  # a trainer relabelled the server
+    result = await reply
+    await backend.aclose()
+    assert result.version_spans == (VersionSpan("unknown", 0, 1),)

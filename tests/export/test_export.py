@@ -41,7 +41,10 @@ def stored(factory, task_ids):
 @pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
 def test_rl_rows_round_trip_token_arrays(store_context, batch, tmp_path, suffix):
     report = export(
-        store_context.factory, store_context.settings, tmp_path / f"rl.{suffix}", filters=ExportFilter(task_ids=batch)
+        store_context.factory,
+        store_context.settings,
+        tmp_path / f"rl.{suffix}",
+        filters=ExportFilter(task_ids=batch, include_scripted=True),
     )
     rows, expected = read(report.path), stored(store_context.factory, batch)
     assert report.rows == len(rows) == len(expected) == 4
@@ -59,7 +62,7 @@ def test_rl_rows_round_trip_token_arrays(store_context, batch, tmp_path, suffix)
 
 @pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
 def test_sft_rows_hold_the_conversation_with_tool_calls(store_context, batch, tmp_path, suffix):
-    accepted = ExportFilter(task_ids=batch, acceptance=Acceptance(min_reward=1.0))
+    accepted = ExportFilter(task_ids=batch, acceptance=Acceptance(min_reward=1.0, include_scripted=True))
     report = export(
         store_context.factory, store_context.settings, tmp_path / f"sft.{suffix}", kind="sft", filters=accepted
     )
@@ -90,7 +93,7 @@ def test_filters_select_by_name_harness_reward_metadata_and_date(store_context, 
             store_context.factory,
             store_context.settings,
             tmp_path / "f.jsonl",
-            filters=ExportFilter(task_ids=batch, **kw),
+            filters=ExportFilter(task_ids=batch, include_scripted=True, **kw),
         ).rows
 
     assert count() == 4
@@ -105,6 +108,21 @@ def test_filters_select_by_name_harness_reward_metadata_and_date(store_context, 
         count(since=datetime.now(UTC) + timedelta(hours=1)) == 0
         and count(until=datetime.now(UTC) + timedelta(hours=1)) == 4
     )
+
+
+@pytest.mark.parametrize("kind", ["rl", "sft"])
+def test_scripted_captures_never_reach_an_export_by_default(store_context, batch, tmp_path, kind):
+    with store_context.factory() as db:  # the batch's captures were all made by scripted policies
+        flags = set(db.scalars(sa.select(Capture.scripted).join(Rollout).where(Rollout.task_id.in_(batch))))
+        assert flags == {True}
+        assert set(db.scalars(sa.select(Trajectory.n_loss_tokens).join(Rollout).where(Rollout.task_id.in_(batch)))) == {
+            0
+        }
+    for filters in (ExportFilter(task_ids=batch), ExportFilter(task_ids=batch, acceptance=Acceptance(min_reward=0.0))):
+        report = export(
+            store_context.factory, store_context.settings, tmp_path / f"{kind}.jsonl", kind=kind, filters=filters
+        )
+        assert report.rows == 0 and read(report.path) == []
 
 
 def test_an_unknown_format_is_refused(store_context, tmp_path):

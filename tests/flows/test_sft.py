@@ -45,6 +45,7 @@ async def test_a_run_exports_accepted_conversations_and_a_rerun_skips_them(flow_
         "evaluator": EVALUATOR,
         "teacher_model": "teacher-x",
         "output": str(tmp_path / "out"),
+        "acceptance": {"include_scripted": True},  # the toy teacher is scripted; scripted rows are out by default
     }
     first = await sft_generation(**params)
     assert (first["rows"], first["skipped"], first["tasks"], first["attempts"], first["accepted"]) == (2, 0, 2, 4, 1)

@@ -72,7 +72,11 @@ async def test_a_batch_produces_rollouts_captures_trajectories_and_rewards(store
         assert all(t["attempts"] == 1 and t["duration_s"] >= 0 for t in row.stage_timings.values())
         assert row.weight_version_min == row.weight_version_max == "default"
         built = trajectories(ctx.factory, row.id)
-        assert len(built) == 1 and built[0].n_loss_tokens > 0 and built[0].reward == row.reward
+        assert len(built) == 1
+        if row.id == ids[2]:  # sampled by the local model: trains with its reward
+            assert built[0].n_loss_tokens > 0 and built[0].reward == row.reward and not built[0].scripted
+        else:  # scripted replies never train, whatever their reward
+            assert built[0].scripted and built[0].n_loss_tokens == 0 and built[0].filter_reason == "scripted"
         assert [e.reward for e in evaluations(ctx.factory, row.id)] == [row.reward]
     # The built-in agent: two scripted calls merged into one trajectory; the diff is kept.
     assert len(captures(ctx.factory, ids[0])) == 2
@@ -133,8 +137,9 @@ async def test_a_harness_past_its_agent_budget_times_out_with_trainable_partial_
     assert run["budget_s"] == 4 and run["duration_s"] < 10
     assert len(captures(context.factory, ids[0])) == 2
     built = trajectories(context.factory, ids[0])
-    # An agent-budget timeout is a clean negative: mask kept, reward 0.
-    assert built and all(t.n_loss_tokens > 0 and t.reward == 0.0 and t.filter_reason == "agent_timeout" for t in built)
+    # An agent-budget timeout is a clean negative (mask kept, reward 0; tests/trajectory checks that rule), but these
+    # replies were scripted, and scripted replies never train.
+    assert built and all(t.n_loss_tokens == 0 and t.reward == 0.0 and t.filter_reason == "scripted" for t in built)
 
 
 async def test_a_harness_past_the_deadline_times_out_masked(context):

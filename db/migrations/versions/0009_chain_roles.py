@@ -2,7 +2,7 @@
 merge statistics by role and by split cause, per-task builder options.
 
 Revision ID: 0009
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-05
 
 Additive columns: ``tasks.builder_options`` (JSON, NULL: defaults), ``trajectories.role`` (default ``main``),

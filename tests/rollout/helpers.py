@@ -55,6 +55,7 @@ def test_settings(tmp: Path, cache: Path, database_url: str, **overrides: Any) -
         "runtime_root": tmp / "runtimes",
         "heartbeat_s": 1.0,
         "stage_retry_delay_s": 0.0,
+        "allow_scripted_policies": True,  # the tests script their replies (tests/api/test_api_scripted.py: refused)
     }
     values.update(overrides)
     return Settings(**values)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.errors import PermissionDenied
 from polar.proxy.sessions import SessionStore
@@ -42,7 +43,7 @@ def test_a_takeover_revokes_the_old_owners_session(store):
 
 def test_cancel_revokes_the_sessions_of_the_cancelled_rollouts(store):
     settings, factory = store
-    app = create_api(settings, factory)
+    app = create_api(settings, factory, run_inline=run_inline)
     with TestClient(app) as client:
         app.state.runner.tick = _no_dispatch
         reply = client.post("/v1/tasks", json={"tasks": [answer_task(samples=2)]}, headers=CONTROL)

@@ -208,6 +208,7 @@ def create_api(
         weight_version: str | None = None,
         since: datetime | None = None,
         consumed: bool | None = None,
+        include_scripted: bool = Query(False, description="also trajectories of scripted policies (never trainable)"),
         tokens: bool = Query(False, description="include token arrays"),
         limit: int = Query(100, ge=1, le=10_000),
         offset: int = Query(0, ge=0, le=1_000_000_000),
@@ -223,6 +224,7 @@ def create_api(
             weight_version=weight_version,
             since=since,
             consumed=consumed,
+            include_scripted=include_scripted,
         )
         rows = await read(queries.list_trajectories, filters, limit=limit, offset=offset, tokens=tokens)
         return {"trajectories": rows}

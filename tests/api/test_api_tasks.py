@@ -57,11 +57,13 @@ def test_submit_wait_query_claim_ack_and_callback(client, receiver):
     assert view["status"] == "COMPLETED" and view["counts"] == {"COMPLETED": 2}
     assert sorted(r["reward"] for r in view["rollouts"]) == [0.0, 1.0] and view["mean_reward"] == 0.5
 
-    rows = client.trajectories(task_id=task_id)
+    # The task's replies are scripted: listed only when asked for, and never trainable.
+    rows = client.trajectories(task_id=task_id, include_scripted=True)
     assert len(rows) == 2 and all("response_ids" not in r for r in rows)
     assert {(r["role"], r["source_capture_id"], r["compacted"]) for r in rows} == {("main", None, False)}
-    solved = client.trajectories(task_id=task_id, min_reward=1.0, tokens=True)
+    solved = client.trajectories(task_id=task_id, min_reward=1.0, tokens=True, include_scripted=True)
     assert len(solved) == 1 and len(solved[0]["response_ids"]) == len(solved[0]["loss_mask"]) > 0
+    assert not any(solved[0]["loss_mask"]) and client.trajectories(task_id=task_id) == []
 
     batch = client.claim("trainer-a", max_groups=5)
     [group] = batch["groups"]
@@ -69,7 +71,7 @@ def test_submit_wait_query_claim_ack_and_callback(client, receiver):
     assert sorted(t["reward"] for t in group["trajectories"]) == [0.0, 1.0]
     assert client.claim("trainer-b")["claim_id"] is None
     assert client.ack(batch["claim_id"], "trainer-a")["trajectories"] == 2
-    assert {r["consumed_by"] for r in client.trajectories(task_id=task_id)} == {"trainer-a"}
+    assert {r["consumed_by"] for r in client.trajectories(task_id=task_id, include_scripted=True)} == {"trainer-a"}
     assert client.trajectories(task_id=task_id, consumed=False) == []
 
     # The webhook: refused once with a 500, retried with the same idempotency key, then delivered (once).

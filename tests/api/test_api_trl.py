@@ -89,9 +89,11 @@ def half_failing(prompt: Any) -> dict[str, Any]:
     return {**task, "instruction": str(prompt)}
 
 
-def test_a_failed_sample_is_masked_and_the_rest_of_its_group_trains(api, tiny_model_dir, tmp_path):
-    with PolarClient(api.url) as client:
-        (result,) = train(
+def test_scripted_samples_never_reach_the_trainer_and_a_failed_one_is_masked(api, tiny_model_dir, tmp_path):
+    """Scripted replies never train: a group whose samples are scripted (one of them failing) is refused whole,
+    each sample with its reason, instead of TRL getting tokens no model sampled."""
+    with PolarClient(api.url) as client, pytest.raises(GroupFailed) as caught:
+        train(
             client,
             tiny_model_dir,
             steps=1,
@@ -102,11 +104,12 @@ def test_a_failed_sample_is_masked_and_the_rest_of_its_group_trains(api, tiny_mo
             task=half_failing,
             log=lambda _: None,
         )
-    ok, failed = result.record.samples
-    assert (ok.status, ok.reward, ok.masked_reason) == ("COMPLETED", 1.0, None) and all(ok.loss_mask)
-    assert failed.status == "ERROR" and failed.reward is None and "rollout_error" in (failed.masked_reason or "")
-    assert failed.completion_ids and not any(failed.loss_mask)  # real ids, nothing trains on them
-    assert result.trained_tokens == sum(ok.loss_mask) and result.max_logprob_gap < 1e-5
+    message = str(caught.value)
+    # The scripted sample is left out of the trainer's view altogether; the failed one keeps its cause.
+    assert (
+        "sample 0 COMPLETED: no trajectory" in message
+        and "sample 1 ERROR: no trajectory (the harness exited" in message
+    )
 
 
 def test_a_mismatched_tokenizer_refuses_to_start(api, tiny_model_dir):

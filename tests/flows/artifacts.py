@@ -46,5 +46,7 @@ async def check_artifacts(factory, summary: dict[str, Any], names: dict[str, str
     assert table.type == "table" and table.key == "polar-batch"
     rows = _rows(table)
     assert {r["rollout"]: r["reward"] for r in rows} == rewards
-    assert all(r["captures"] == 2 and r["traces"] == 1 and r["trainable_tokens"] > 0 for r in rows)
+    assert all(
+        r["captures"] == 2 and r["traces"] == 1 and r["trainable_tokens"] == 0 for r in rows
+    )  # scripted: never trains
     assert all(r["ui"] == f"{PUBLIC_URL}ui/rollouts/{r['rollout']}" for r in rows)

@@ -145,12 +145,13 @@ def test_sigterm_stops_what_polar_run_started(polar_env, tmp_path, tiny_model_di
     (tmp_path / "tasks.json").write_text(json.dumps([task]))
     env = {**os.environ, **polar_env}
     env.pop("PREFECT_API_URL", None)  # Prefect's ephemeral mode: `polar run` starts a temporary server
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "polar.cli", "run", str(tmp_path / "tasks.json")],
-        env=env,
-        stdout=(tmp_path / "run.log").open("w"),
-        stderr=subprocess.STDOUT,
-    )
+    with (tmp_path / "run.log").open("w") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "polar.cli", "run", str(tmp_path / "tasks.json")],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         started = _wait(
             lambda: (d := _descendants(proc.pid)) and any("polar-launcher" in c for c in d.values()) and d,

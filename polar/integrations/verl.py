@@ -43,7 +43,7 @@ class PolarAgentLoop(AgentLoopBase):
         self,
         *args: Any,
         polar_url: str,
-        polar_token: str = "",
+        polar_token: str | None = None,  # None: POLAR_CONTROL_TOKEN or the token file in POLAR_HOME
         task: Mapping[str, Any] | None = None,
         timeout_s: float = 3600.0,
         poll_s: float = 0.5,

@@ -108,14 +108,15 @@ async def test_prefect_task_retries_rerun_only_the_failed_stage_within_one_flow_
 
 def start_flow_process(rollout_id: str, api_url: str, log: Path) -> subprocess.Popen:
     code = "import asyncio, sys\nfrom flows.rollout import rollout\nasyncio.run(rollout(sys.argv[1]))\n"
-    return subprocess.Popen(
-        [sys.executable, "-c", code, rollout_id],
-        env={**os.environ, "PREFECT_API_URL": api_url},
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    with log.open("w") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-c", code, rollout_id],
+            env={**os.environ, "PREFECT_API_URL": api_url},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=Path(__file__).resolve().parents[2],
+        )
 
 
 def _alive(pid: int) -> bool:

@@ -99,13 +99,14 @@ async def test_kill_9_of_a_worker_mid_batch_loses_no_finished_harness(worker_env
         answer_task(name="still-running", samples=2, policies=[busy], harness=agent),
     ]
     (tmp_path / "tasks.json").write_text(json.dumps(tasks))
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "polar.cli", "run", str(tmp_path / "tasks.json")],
-        env={**os.environ, **worker_env},
-        stdout=(tmp_path / "worker.log").open("w"),
-        stderr=subprocess.STDOUT,
-        cwd=REPO,
-    )
+    with (tmp_path / "worker.log").open("w") as log:  # the child keeps its own copy of the descriptor
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "polar.cli", "run", str(tmp_path / "tasks.json")],
+            env={**os.environ, **worker_env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
     factory = store_factory()
 
     def rollouts() -> dict[str, list[str]]:

@@ -342,4 +342,4 @@ def parse_body(raw: object, model: type[ModelT]) -> ModelT:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        raise invalid_from(exc, "generate request") from None
+        raise invalid_from(exc, "request") from None

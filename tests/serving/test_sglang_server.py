@@ -366,7 +366,7 @@ def test_info_health_models_tokenize(served, engine, small_tokenizer):
         assert text == {"text": "hello "}
         raw = client.post("/detokenize", json={"tokens": tokens["tokens"], "skip_special_tokens": False}).json()
         assert raw == {"text": "hello <|im_end|>"}
-        assert "'prompt'" in error_of(client.post("/tokenize", json={"text": "x"}))
+        assert "at prompt:" in error_of(client.post("/tokenize", json={"text": "x"}))
 
 
 def test_responses_satisfy_sglang_contract(served, served_incremental, chat_prompt):

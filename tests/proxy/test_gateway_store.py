@@ -123,4 +123,4 @@ def test_two_gateway_processes_share_a_session(tmp_path, cache_dir, tiny_model_d
             for proc in procs:
                 proc.terminate()
             for proc in procs:
-                proc.wait(timeout=20)
+                proc.communicate(timeout=20)  # waits and closes its pipe

@@ -128,6 +128,7 @@ def test_the_cli_solves_with_the_solving_script_and_fails_with_the_other(batch, 
         assert len(calls) >= n_calls and all(c.status.value == "OK" for c in calls)
         traces = trajectories(factory, row.id)
         assert traces and {t.builder for t in traces} == {"prefix_merge"}
-        assert any(t.reward == reward and t.n_loss_tokens > 0 for t in traces)
+        # Scripted replies never train: the trajectory carries the reward with its loss mask zeroed.
+        assert any(t.reward == reward and t.scripted and t.n_loss_tokens == 0 for t in traces)
     runs = asyncio.run(task_runs_of(solved.flow_run_id, expect=4))
     assert [r.name for r in runs] == [f"{stage}-{solved.id}" for stage in ("init", "run", "postrun", "evaluate")]

@@ -146,9 +146,12 @@ def test_a_long_rollout_page_shows_the_builders_decisions_and_the_stored_mask(st
     shown = dict(re.findall(r'data-capture="(\d+)" data-parent="\d*" data-kind="([^"]+)"', page))
     assert len(shown) == n_captures and shown == {str(k): v for k, v in kinds.items()}
     breaks = [v for v in shown.values() if v not in ("root", "exact", "inexact", "failed")]
-    assert len(breaks) == stat.breaks and stat.breaks > 0  # the synthetic session branches and compacts
+    # Branch splits are counted as breaks too (a second child of one call); the tree marks the other causes.
+    assert 0 < len(breaks) <= stat.breaks
     for cause, count in stat.break_causes.items():
-        assert breaks.count(cause) == count and f"{cause} {count}" in page
+        if cause != "branch":  # a branch is a split, not a capture that failed to extend its parent
+            assert breaks.count(cause) == count
+        assert f"{cause} {count}" in page
     assert "failed call" in page and "truncated" in page and "malformed tool call" in page
     # Only the first trajectories are inline; every page of every trajectory holds exactly its stored mask.
     assert page.count('class="trajectory"') == len(trajs) > 3

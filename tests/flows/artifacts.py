@@ -23,7 +23,8 @@ async def artifacts_of(flow_run_id) -> list[Any]:
 
 
 def _rows(artifact) -> list[dict[str, Any]]:
-    return artifact.data if isinstance(artifact.data, list) else json.loads(artifact.data)
+    data = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
+    return data if isinstance(data, list) else []  # other artifacts of the run (not a table) hold no rows
 
 
 async def check_artifacts(factory, summary: dict[str, Any], names: dict[str, str]) -> None:

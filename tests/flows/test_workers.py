@@ -338,6 +338,8 @@ def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, pos
         "evaluator": {"type": "file", "config": {"path": "answer.txt", "equals": "polar"}},
         "samples_per_task": 1,
         "output": str(tmp_path / "exports"),
+        # The dataset's replies are scripted (a random tiny teacher solves nothing): exported only when asked.
+        "acceptance": {"min_reward": 1.0, "include_scripted": True},
     }
 
     async def with_client(action):

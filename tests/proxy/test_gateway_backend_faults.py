@@ -23,7 +23,10 @@ from tests.proxy.gateway_server import settings_for
 from tests.proxy.shapes import PROTOCOLS, error_problem, stream_outcome
 
 INFO = {"weight_version": "w0", "max_context_length": 4096}
-STALL_S = 30.0  # far past the gateway's deadline below
+STALL_S = 30.0  # far past the gateway's stall deadline below
+STALL_DEADLINE_S = 1.0
+# Output faults answer at once; their deadline only has to outlast validating 5,001 ids on a loaded machine.
+OUTPUT_DEADLINE_S = 20.0
 
 # fault -> (output ids given the allowed count, logprob of the last id, expected words in the error)
 FAULTS: dict[str, tuple[Any, float, str]] = {
@@ -105,17 +108,21 @@ def fake() -> Iterator[tuple[str, FastAPI]]:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_backend_faults_are_errors_with_error_captures(tmp_path, cache_dir, fake, stream):
+@pytest.mark.parametrize("stalls", [False, True], ids=["output", "stalls"])
+def test_backend_faults_are_errors_with_error_captures(tmp_path, cache_dir, fake, stream, stalls):
     url, app = fake
-    settings = settings_for(tmp_path, cache_dir, backend_deadline_s=1.0)
-    asyncio.run(_all_faults(settings, url, app, stream))
+    deadline = STALL_DEADLINE_S if stalls else OUTPUT_DEADLINE_S
+    settings = settings_for(tmp_path, cache_dir, backend_deadline_s=deadline)
+    faults = [fault for fault in FAULTS if fault.startswith("stall") == stalls]
+    asyncio.run(_faults(settings, url, app, stream, faults))
 
 
-async def _all_faults(settings, url: str, app: FastAPI, stream: bool) -> None:
+async def _faults(settings, url: str, app: FastAPI, stream: bool, faults: list[str]) -> None:
     backend = SGLangBackend(url, model_info=INFO, timeout_s=60.0)
     try:
         async with asgi_gateway(settings, backend) as (_gw, client):
-            for fault, (_, _, words) in FAULTS.items():
+            for fault in faults:
+                words = FAULTS[fault][2]
                 app.state.fault = fault
                 for protocol in PROTOCOLS.values():
                     session = await open_session(client)

@@ -59,6 +59,21 @@ def test_trl_closed_loop_versions_masks_and_logprobs(api, api_engine, tiny_model
             assert result.max_logprob_gap < 1e-5
 
 
+def one_step(client: PolarClient, model_dir: Any, output_dir: Any, task: Any) -> None:
+    """One GRPO step of one prompt with two generations, each made by ``task``."""
+    train(
+        client,
+        model_dir,
+        steps=1,
+        prompts=1,
+        generations=2,
+        lr=5e-2,
+        output_dir=output_dir,
+        task=task,
+        log=lambda _: None,
+    )
+
+
 def failing(prompt: Any) -> dict[str, Any]:
     task = toy_task(step=0, group=0, samples=1)
     task["harness"]["config"]["command"] = "{python} -c 'import sys; sys.exit(3)'"
@@ -67,17 +82,7 @@ def failing(prompt: Any) -> dict[str, Any]:
 
 def test_a_group_whose_rollouts_all_fail_raises_instead_of_training(api, tiny_model_dir, tmp_path):
     with PolarClient(api.url) as client, pytest.raises(GroupFailed, match="none of its 2 samples can train"):
-        train(
-            client,
-            tiny_model_dir,
-            steps=1,
-            prompts=1,
-            generations=2,
-            lr=5e-2,
-            output_dir=tmp_path,
-            task=failing,
-            log=lambda _: None,
-        )
+        one_step(client, tiny_model_dir, tmp_path, failing)
 
 
 def half_failing(prompt: Any) -> dict[str, Any]:
@@ -93,17 +98,7 @@ def test_scripted_samples_never_reach_the_trainer_and_a_failed_one_is_masked(api
     """Scripted replies never train: a group whose samples are scripted (one of them failing) is refused whole,
     each sample with its reason, instead of TRL getting tokens no model sampled."""
     with PolarClient(api.url) as client, pytest.raises(GroupFailed) as caught:
-        train(
-            client,
-            tiny_model_dir,
-            steps=1,
-            prompts=1,
-            generations=2,
-            lr=5e-2,
-            output_dir=tmp_path,
-            task=half_failing,
-            log=lambda _: None,
-        )
+        one_step(client, tiny_model_dir, tmp_path, half_failing)
     message = str(caught.value)
     # The scripted sample is left out of the trainer's view altogether; the failed one keeps its cause.
     assert (

@@ -1,6 +1,6 @@
 """The docker runtime on a real engine: exec (exit code, output, environment, working folder), limits, timeouts
-and cancellation that kill the whole process group, file and folder transfer, a missing image, the lifeline and the reaper, and
-a network holding only ``lo`` whose one way out is the tunnel to the service passed to ``reach``."""
+and cancellation that kill the whole process group, file and folder transfer, a missing image, the lifeline and
+the reaper, and a network holding only ``lo`` whose one way out is the tunnel to the service passed to ``reach``."""
 
 from __future__ import annotations
 

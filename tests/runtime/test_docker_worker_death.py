@@ -105,7 +105,11 @@ def worker_env(monkeypatch, tmp_path, cache_dir, postgres_url, pg_gateway, prefe
 
 
 async def test_kill_9_of_a_docker_worker_mid_batch_loses_no_finished_harness(
-    docker_engine, no_leaks, worker_env, tmp_path, postgres_url  # noqa: F811
+    docker_engine,
+    no_leaks,
+    worker_env,
+    tmp_path,
+    postgres_url,  # noqa: F811
 ):
     tasks = [docker_task("finishes", 3, "finish"), docker_task("still-running", 3, "busy")]
     (tmp_path / "tasks.json").write_text(json.dumps(tasks))

@@ -6,7 +6,10 @@ and the container holds no state of its own: removing it loses only processes. `
 stage, a resumed flow) therefore reattaches to the running container or creates a new one on the folder.
 
 - Image: ``options.image`` or ``POLAR_DOCKER_IMAGE``; never pulled (a missing image is a ``SandboxError``).
-  It needs ``sh``, ``setsid``, ``sleep`` and ``kill``; ``git`` for artifact collection.
+  It needs ``sh``, ``setsid``, ``cat`` and ``kill``; ``git`` for artifact collection.
+- A container lives at most as long as the process that made it (``polar.runtime.lifeline``): when a worker
+  dies, even by kill -9, its containers stop, and every harness in them with it. A later stage or a takeover in
+  another process makes a new container on the same folder.
 - Agent CLIs and Node come read-only from the tools folder (``POLAR_TOOLS``), mounted at its host path, with
   ``<tools>/node/bin`` first on ``PATH``: images stay generic.
 - Limits: ``cpus``, ``memory_mb`` (no swap beyond it), ``pids_limit``.
@@ -17,7 +20,7 @@ stage, a resumed flow) therefore reattaches to the running container or creates 
   on timeout, cancellation or exit its whole process group is killed. A container that dies while a command
   runs ends that command with exit code 137 (or the container's) and a note in its stderr.
 - ``stop`` removes the container (``remove`` also the folder). Every container carries ``polar.*`` labels;
-  ``polar.runtime.reaper`` removes orphans whose folder is gone or that are too old.
+  ``polar.runtime.reaper`` removes orphans: stopped, their folder gone, or too old.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from polar.errors import SandboxError
+from polar.runtime import lifeline
 from polar.runtime.base import ExecResult, ProcessHandle, SpawnHook
 from polar.runtime.local import LocalRuntime, _tail
 from polar.runtime.tunnel import SANDBOX_SOCKET_DIR, gateway_tunnel
@@ -162,17 +166,18 @@ class DockerRuntime(LocalRuntime):
         try:
             container = self.client.containers.create(
                 self.image,
-                ["sleep", "infinity"],
+                lifeline.LIFELINE_COMMAND,
                 name=self.name,
                 labels=labels,
                 init=True,
-                detach=True,
                 network_mode=self.network,
                 volumes=self._mounts(),
                 working_dir=str(self.layout.work),
                 hostname="polar-sandbox",
+                **lifeline.lifeline_options(),
                 **limits,
             )
+            lifeline.hold(container)  # before it starts: there is no moment it could outlive this process
             container.start()
         except docker.errors.ImageNotFound:
             raise SandboxError(
@@ -182,6 +187,7 @@ class DockerRuntime(LocalRuntime):
         except docker.errors.APIError as exc:
             with contextlib.suppress(Exception):
                 self.client.containers.get(self.name).remove(force=True)
+            lifeline.release(self.name)
             raise SandboxError(f"cannot start container {self.name} from {self.image!r}: {_api_error(exc)}") from None
         return container
 
@@ -198,16 +204,24 @@ class DockerRuntime(LocalRuntime):
         if container is not None:
             with contextlib.suppress(Exception):
                 container.remove(force=True)
+        lifeline.release(self.name)
         self._container = None
 
     def _ensure(self) -> Any:
         """The running container, created on the folder if it is missing or has stopped."""
+        import docker
+
         container = self._container or self._find()
         if container is not None:
-            container.reload()
-            if container.status != "running":
-                container.remove(force=True)
+            try:
+                container.reload()
+            except docker.errors.NotFound:  # removed under us (the reaper, another process): make a new one
                 container = None
+        if container is not None and container.status != "running":
+            # Stopped: its maker died (its lifeline closed) or the engine killed it. Only processes are lost.
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+            container = None
         self._container = container or self._create()
         return self._container
 

@@ -3,13 +3,19 @@ points them at a gateway session with telemetry, update checks and login flows o
 and the scripted replies that make each take specific actions with its own tool names and argument shapes.
 After the six come variants: the same CLIs through their other providers, protocols and model names.
 
-Everything here is data. Strings may hold placeholders that the runner fills in:
+What the adapters in harness_adapters/ already declare comes from them, so the e2e runs exactly what a rollout
+launches: the pin (package, version, binary: ``install.TOOLS``) and each CLI's config files, environment and
+headless argv (its ``SPEC``), except where a harness here says otherwise and why. What only these tests need is
+declared here: the protocol, the model name, the scripted replies, the calls outside the main loop.
+
+Everything here is data. Strings may hold placeholders that the runner fills in (the adapters' ``fill``):
 
     {home}     the per-run HOME           {workdir}  the directory the CLI runs in (absolute)
     {gateway}  http://127.0.0.1:PORT      {key}      the session's API key
     {model}    the model name the CLI asks for        {prompt}   the task
+    {openai_url} {anthropic_url} {gemini_url}         the session's base URLs, as in the adapters' specs
 
-Config files are written with real serialisers (``json`` or ``tests.e2e.tomlwrite``), never by hand.
+Config files are written with the adapters' serialisers (``npm_cli.render``: ``json``, ``tomli_w``).
 Every switch is explained in docs/harnesses.md and the adapters in harness_adapters/. Versions are those
 scripts/install_harnesses.sh pins (the newest that run on Node 20).
 
@@ -21,9 +27,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from harness_adapters import claude_code, codex, gemini_cli, opencode, pi, qwen_code
+from harness_adapters.install import TOOLS, ToolPin
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,14 +57,11 @@ def tools_dir() -> Path:
 @dataclass(frozen=True)
 class Harness:
     name: str  # the test id; variants of one CLI share ``tool``
-    package: str
-    version: str
-    binary: str
     protocol: str  # captures.protocol the CLI's calls arrive as
     model: str  # the name the CLI asks for (the session accepts any)
-    files: dict[str, tuple[str, Any]]  # path under HOME -> ("json" | "toml", data)
-    env: dict[str, str]
-    argv: list[str]  # after the binary
+    files: Mapping[str, tuple[str, Any]]  # path under HOME -> ("json" | "toml", data)
+    env: Mapping[str, str]
+    argv: Sequence[str]  # after the binary
     replies: list[dict[str, Any]]  # the scripted policy's replies to calls that offer tools
     tool_free_reply: str = "Polar session"
     # Calls outside the main loop that this CLI makes, each a separate root of the capture tree: the kinds
@@ -63,20 +70,28 @@ class Harness:
     expected_content: str = "hi"  # of {workdir}/hello.txt after the run
     dns_allowed: tuple[str, ...] = ()  # names the CLI may try to resolve with every switch off (see notes)
     websocket_first: bool = False  # tries a WebSocket upgrade before POSTing (Codex's built-in provider)
-    tool: str = ""  # install folder under the tools dir; default: name
+    tool: str = ""  # its pin in harness_adapters.install.TOOLS (the install folder); default: name
     notes: str = ""
 
     @property
-    def prefix(self) -> Path:
-        return tools_dir() / (self.tool or self.name) / self.version
+    def pin(self) -> ToolPin:
+        return TOOLS[self.tool or self.name]
+
+    @property
+    def package(self) -> str:
+        return self.pin.package
+
+    @property
+    def version(self) -> str:
+        return self.pin.version
 
     @property
     def executable(self) -> Path:
-        return self.prefix / "node_modules" / ".bin" / self.binary
+        return self.pin.executable(tools_dir())
 
     @property
     def installed(self) -> bool:
-        return (self.prefix / ".installed").is_file() and self.executable.exists()
+        return self.pin.installed(tools_dir())
 
     def policy(self) -> dict[str, Any]:
         return {"type": "scripted", "replies": self.replies, "tool_free_reply": self.tool_free_reply, "then": FINAL}
@@ -100,54 +115,14 @@ COMMON_ENV = {
 
 CODEX = Harness(
     name="codex",
-    package="@openai/codex",
-    version="0.171.0",
-    binary="codex",
     protocol="openai_responses",
     # An uncatalogued name: Codex then declares plain function tools (exec_command, ...) at the top level.
     model="polar-tiny",
-    files={
-        ".codex/config.toml": (
-            "toml",
-            {
-                "model": "{model}",
-                "model_provider": "polar",
-                "check_for_update_on_startup": False,
-                "model_providers": {
-                    "polar": {
-                        "name": "Polar gateway",
-                        "base_url": "{gateway}/v1",
-                        "env_key": "POLAR_SESSION_KEY",
-                        "wire_api": "responses",
-                        "request_max_retries": 0,
-                        "stream_max_retries": 0,
-                    }
-                },
-                "analytics": {"enabled": False},
-                "feedback": {"enabled": False},
-                "history": {"persistence": "none"},
-            },
-        )
-    },
-    env={"CODEX_HOME": "{home}/.codex", "POLAR_SESSION_KEY": "{key}"},
-    argv=[
-        "exec",
-        "--skip-git-repo-check",
-        "--ephemeral",
-        "-s",
-        "workspace-write",
-        "--disable",
-        "plugins",
-        "--disable",
-        "remote_plugin",
-        "--disable",
-        "apps",
-        "-C",
-        "{workdir}",
-        "-m",
-        "{model}",
-        "{prompt}",
-    ],
+    files=codex.SPEC.files,
+    env=codex.SPEC.env,
+    # The adapter's argv but for the sandbox: in a rollout the runtime is Codex's sandbox (danger-full-access);
+    # here it runs on the host and keeps its own.
+    argv=["workspace-write" if part == "danger-full-access" else part for part in codex.SPEC.argv],
     replies=[
         reply(
             "I will create the file.",
@@ -161,34 +136,12 @@ CODEX = Harness(
 
 CLAUDE = Harness(
     name="claude",
-    package="@anthropic-ai/claude-code",
-    version="2.1.197",
-    binary="claude",
     protocol="anthropic_messages",
     model="polar-tiny",
-    files={},
-    env={
-        "ANTHROPIC_BASE_URL": "{gateway}",
-        "ANTHROPIC_API_KEY": "{key}",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "DISABLE_BUG_COMMAND": "1",
-        "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
-    },
-    argv=[
-        "-p",
-        "--model",
-        "{model}",
-        "--permission-mode",
-        "acceptEdits",
-        "--allowedTools",
-        "Bash",
-        "--output-format",
-        "json",
-        "{prompt}",
-    ],
+    files=claude_code.SPEC.files,
+    # The adapter's environment but for CLAUDE_CONFIG_DIR: here Claude Code keeps its default (~/.claude).
+    env={name: value for name, value in claude_code.SPEC.env.items() if name != "CLAUDE_CONFIG_DIR"},
+    argv=claude_code.SPEC.argv,
     replies=[
         reply(
             "I will create the file.", "Write", {"file_path": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK
@@ -199,30 +152,11 @@ CLAUDE = Harness(
 
 GEMINI = Harness(
     name="gemini",
-    package="@google/gemini-cli",
-    version="0.61.0",
-    binary="gemini",
     protocol="gemini",
     model="polar-tiny",  # -m: no router calls
-    files={
-        ".gemini/settings.json": (
-            "json",
-            {
-                "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
-                "privacy": {"usageStatisticsEnabled": False},
-                "telemetry": {"enabled": False},
-                "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
-            },
-        )
-    },
-    env={
-        "GEMINI_API_KEY": "{key}",
-        "GOOGLE_GEMINI_BASE_URL": "{gateway}",
-        "GEMINI_CLI_NO_RELAUNCH": "1",
-        "GEMINI_TELEMETRY_ENABLED": "false",
-        "GEMINI_CLI_TRUST_WORKSPACE": "true",
-    },
-    argv=["-m", "{model}", "--approval-mode", "yolo", "-o", "json", "-p", "{prompt}"],
+    files=gemini_cli.SPEC.files,
+    env=gemini_cli.SPEC.env,
+    argv=gemini_cli.SPEC.argv,
     replies=[
         reply(
             "I will create the file.",
@@ -236,30 +170,11 @@ GEMINI = Harness(
 
 QWEN = Harness(
     name="qwen",
-    package="@qwen-code/qwen-code",
-    version="0.15.10",
-    binary="qwen",
     protocol="openai_chat",
     model="polar-tiny",
-    files={
-        ".qwen/settings.json": (
-            "json",
-            {
-                "modelProviders": {
-                    "openai": [
-                        {"id": "{model}", "name": "{model}", "baseUrl": "{gateway}/v1", "envKey": "POLAR_SESSION_KEY"}
-                    ]
-                },
-                "security": {"auth": {"selectedType": "openai"}, "folderTrust": {"enabled": False}},
-                "model": {"name": "{model}"},
-                "general": {"enableAutoUpdate": False, "disableAutoUpdate": True},
-                "privacy": {"usageStatisticsEnabled": False},
-                "telemetry": {"enabled": False},
-            },
-        )
-    },
-    env={"POLAR_SESSION_KEY": "{key}", "QWEN_CODE_NO_RELAUNCH": "1"},
-    argv=["--approval-mode", "yolo", "-o", "json", "{prompt}"],
+    files=qwen_code.SPEC.files,
+    env=qwen_code.SPEC.env,
+    argv=qwen_code.SPEC.argv,
     replies=[
         reply(
             "I will create the file.",
@@ -273,42 +188,11 @@ QWEN = Harness(
 
 OPENCODE = Harness(
     name="opencode",
-    package="opencode-ai",
-    version="1.18.33",
-    binary="opencode",
     protocol="openai_chat",
     model="polar-tiny",
-    files={
-        ".config/opencode/opencode.json": (
-            "json",
-            {
-                "$schema": "https://opencode.ai/config.json",
-                "autoupdate": False,
-                "share": "disabled",
-                "model": "polar/{model}",
-                "small_model": "polar/{model}",
-                "provider": {
-                    "polar": {
-                        "npm": "@ai-sdk/openai-compatible",
-                        "name": "Polar gateway",
-                        "options": {"baseURL": "{gateway}/v1", "apiKey": "{env:POLAR_SESSION_KEY}"},
-                        "models": {"{model}": {"name": "{model}", "tool_call": True}},
-                    }
-                },
-                "permission": {"edit": "allow", "bash": "allow"},
-            },
-        )
-    },
-    env={
-        "POLAR_SESSION_KEY": "{key}",
-        "OPENCODE_DISABLE_AUTOUPDATE": "1",
-        "OPENCODE_DISABLE_MODELS_FETCH": "1",
-        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
-        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-        "OPENCODE_DISABLE_SHARE": "1",
-        "OPENCODE_DISABLE_CLAUDE_CODE": "1",
-    },
-    argv=["run", "--print-logs", "--auto", "-m", "polar/{model}", "{prompt}"],
+    files=opencode.SPEC.files,
+    env=opencode.SPEC.env,
+    argv=opencode.SPEC.argv,
     replies=[
         reply(
             "I will create the file.", "write", {"filePath": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK
@@ -324,35 +208,11 @@ OPENCODE = Harness(
 
 PI = Harness(
     name="pi",
-    package="@mariozechner/pi-coding-agent",
-    version="0.73.1",
-    binary="pi",
     protocol="openai_chat",
     model="polar-tiny",
-    files={
-        ".pi/agent/models.json": (
-            "json",
-            {
-                "providers": {
-                    "polar": {
-                        "baseUrl": "{gateway}/v1",
-                        "api": "openai-completions",
-                        "apiKey": "POLAR_SESSION_KEY",
-                        "models": [{"id": "{model}", "name": "{model}"}],
-                    }
-                }
-            },
-        ),
-        ".pi/agent/settings.json": ("json", {"enableInstallTelemetry": False}),
-    },
-    env={
-        "PI_CODING_AGENT_DIR": "{home}/.pi/agent",
-        "POLAR_SESSION_KEY": "{key}",
-        "PI_OFFLINE": "1",
-        "PI_SKIP_VERSION_CHECK": "1",
-        "PI_TELEMETRY": "0",
-    },
-    argv=["-p", "--provider", "polar", "--model", "{model}", "{prompt}"],
+    files=pi.SPEC.files,
+    env=pi.SPEC.env,
+    argv=pi.SPEC.argv,
     replies=[
         reply("I will create the file.", "write", {"path": "{workdir}/hello.txt", "content": "hi"}, reasoning=THINK),
         reply("Now I check it.", "bash", {"command": SHELL_CHECK}),
@@ -360,26 +220,16 @@ PI = Harness(
 )
 
 
-def fill(value: Any, values: dict[str, str]) -> Any:
-    """Replace ``{name}`` placeholders in every string of a nested structure (keys included)."""
-    if isinstance(value, str):
-        for name, text in values.items():
-            value = value.replace("{" + name + "}", text)
-        return value
-    if isinstance(value, dict):
-        return {fill(k, values): fill(v, values) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [fill(v, values) for v in value]
-    return value
-
-
 def placeholders(*, home: Path, workdir: Path, gateway: str, key: str, model: str) -> dict[str, str]:
-    # {prompt} first: the prompt itself holds no placeholders, but SHELL_CHECK (inside replies) does.
+    """The values ``fill`` puts in; the base URLs are the session's as ``SessionAccess.base_urls`` has them."""
     return {
         "prompt": PROMPT,
         "home": str(home),
         "workdir": str(workdir),
         "gateway": gateway,
+        "openai_url": f"{gateway}/v1",
+        "anthropic_url": gateway,
+        "gemini_url": gateway,
         "key": key,
         "model": model,
     }

@@ -23,10 +23,10 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from harness_adapters.npm_cli import fill, render
 from tests.e2e.dnslog import DnsLogger
-from tests.e2e.harnesses import COMMON_ENV, HARNESSES, Harness, fill, placeholders
+from tests.e2e.harnesses import COMMON_ENV, HARNESSES, Harness, placeholders
 from tests.e2e.multiagent import SCENARIOS
-from tests.e2e.tomlwrite import dumps as toml_dumps
 
 MODEL = "tiny-long"
 
@@ -37,7 +37,7 @@ def write_configs(harness: Harness, values: dict[str, str], home: Path) -> list[
         path = home / fill(rel, values)
         path.parent.mkdir(parents=True, exist_ok=True)
         data = fill(template, values)
-        path.write_text(json.dumps(data, indent=2) if fmt == "json" else toml_dumps(data))
+        path.write_text(render(fmt, data))  # the adapters' serialisers (json, tomli_w)
         written.append(str(path))
     return written
 

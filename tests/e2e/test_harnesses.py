@@ -29,9 +29,10 @@ from pathlib import Path
 
 import pytest
 
+from harness_adapters.npm_cli import fill
 from tests.e2e.captures import Call, describe, load_calls
 from tests.e2e.gateway import requests_in_log
-from tests.e2e.harnesses import FINAL, HARNESSES, MARKER, Harness, fill, placeholders
+from tests.e2e.harnesses import FINAL, HARNESSES, MARKER, Harness, placeholders
 from tests.e2e.sandbox import Isolation, isolation
 
 pytestmark = pytest.mark.e2e

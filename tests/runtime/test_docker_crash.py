@@ -1,6 +1,7 @@
-"""A flow process that dies mid-run leaves its container running; the retry flow takes the rollout over, kills
-the leftover harness in that container, ends the rollout ERROR (a harness is never launched twice) and removes
-the container. Nothing is leaked by a crash."""
+"""A flow process that freezes mid-run (SIGSTOP: alive, so its containers' lifelines hold, but silent) leaves its
+container running; the retry flow takes the rollout over, kills the leftover harness in that container, ends the
+rollout ERROR (a harness is never launched twice) and removes the container. Nothing is leaked, also once the
+frozen process is killed. (A flow process that dies stops its containers: tests/runtime/test_docker_worker_death.py.)"""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def polar_containers(engine, root) -> list:
     ]
 
 
-async def test_a_crashed_flow_leaves_nothing_once_the_retry_flow_takes_over(
+async def test_a_frozen_flow_leaves_nothing_once_the_retry_flow_takes_over(
     docker_engine,
     docker_flow_env,
     prefect_server,
@@ -64,15 +65,17 @@ async def test_a_crashed_flow_leaves_nothing_once_the_retry_flow_takes_over(
             lambda: "process" in rollout_row(factory, rid).stage_results.get("progress", {}).get("run", {}),
             30,
         )
-    finally:
-        os.killpg(child.pid, signal.SIGKILL)  # the flow process dies with no chance to clean up
-        child.wait()
-    (left,) = polar_containers(docker_engine, docker_flow_env)
-    assert left.status == "running" and "sleep 300" in left.exec_run(["ps", "-eo", "args"]).output.decode()
+        os.killpg(child.pid, signal.SIGSTOP)  # the flow process stops answering, with no chance to clean up
+        (left,) = polar_containers(docker_engine, docker_flow_env)
+        assert left.status == "running" and "sleep 300" in left.exec_run(["ps", "-eo", "args"]).output.decode()
 
-    result = await retry_failed(rollout_ids=[rid], stale_after_s=0)
-    assert rid in result["retried"]
-    row = rollout_row(factory, rid)
-    assert row.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
-    assert row.stage_results["run"]["leftover_killed"]
+        result = await retry_failed(rollout_ids=[rid], stale_after_s=0)
+        assert rid in result["retried"]
+        row = rollout_row(factory, rid)
+        assert row.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
+        assert row.stage_results["run"]["leftover_killed"]
+        assert polar_containers(docker_engine, docker_flow_env) == []
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
     assert polar_containers(docker_engine, docker_flow_env) == []

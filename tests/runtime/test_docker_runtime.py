@@ -1,6 +1,6 @@
 """The docker runtime on a real engine: exec (exit code, output, environment, working folder), limits, timeouts
-and cancellation that kill the whole process group, file and folder transfer, a missing image, the reaper, and
-a network holding only ``lo`` whose one way out is the tunnel to the service passed to ``reach``."""
+and cancellation that kill the whole process group, file and folder transfer, a missing image, the lifeline and
+the reaper, and a network holding only ``lo`` whose one way out is the tunnel to the service passed to ``reach``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from polar.errors import SandboxError
+from polar.runtime import lifeline
 from polar.runtime.docker import DockerOptions, DockerRuntime
 from polar.runtime.reaper import reap_orphans
 from tests.runtime.conftest import IMAGE, tools_dir
@@ -105,6 +106,27 @@ async def test_a_missing_image_is_a_clear_error_and_leaves_nothing(no_leaks):
     rt = runtime(no_leaks, image="polar/no-such-image:1")
     with pytest.raises(SandboxError, match="not on this Docker engine.*never pulls"):
         await rt.start(fresh=True)
+
+
+async def test_a_container_stops_with_its_lifeline_and_is_reaped_then_remade_on_its_folder(no_leaks):
+    rt = runtime(no_leaks, "maker-died")
+    await rt.start(fresh=True)
+    try:
+        await rt.write_file("kept.txt", "on the host")
+        running = await asyncio.to_thread(rt._find)
+        assert running.status == "running" and running.name in lifeline.held()
+        lifeline.release(rt.name)  # what the death of the process that made it does
+        for _ in range(100):
+            if (await asyncio.to_thread(rt._find)).status != "running":
+                break
+            await asyncio.sleep(0.1)
+        (removed,) = reap_orphans(root=no_leaks)
+        assert removed.name == rt.name and "stopped" in removed.reason
+        await rt.start(fresh=False)  # a later stage: a new container on the same folder
+        assert (await rt.exec("cat kept.txt")).stdout == "on the host"
+    finally:
+        await rt.stop(remove=True)
+    assert rt.name not in lifeline.held()
 
 
 async def test_the_reaper_removes_containers_whose_folder_is_gone(no_leaks):

@@ -67,8 +67,9 @@ def _ended(returncode: int | None, timed_out: bool, by_agent: bool, budget: floa
 async def _recovered(ctx: RolloutContext, view: RolloutView, runtime: Runtime, progress: Any) -> StageOutput | None:
     """The report of a harness that finished before its worker died (its launcher's exit file), if it did.
 
-    Only an end before this attempt began counts: a harness that went on (a container outlives its worker) ran
-    without its session, which the takeover revoked, so its end says nothing about the task."""
+    Only an end before this attempt began counts: a harness that went on (its worker was stale, not dead, so its
+    container kept running) ran without its session, which the takeover revoked, so its end says nothing about
+    the task."""
     launch_id = progress.get("launch_id")
     ended = await read_exit(runtime, launch_id) if launch_id else None
     if ended is None:

@@ -49,7 +49,7 @@ BIN = Path(sys.executable).parent
 HOSTS = ["db", "inf1", "inf2", "w1", "w2", "lb"]
 POOL = "polar-process"
 PER_BATCH = {"solve": 8, "fail": 8, "model": 8}  # x2 batches = 48 rollouts
-RUN_LIMIT = 6  # fleet-wide harnesses at once (a Prefect global concurrency limit)
+RUN_LIMIT = 6  # harnesses at once per worker host
 
 
 @dataclass
@@ -240,7 +240,9 @@ def cluster(tmp_path_factory, cache_dir, tiny_model_dir) -> Iterator[Cluster]:
                 POLAR_STAGE_RETRY_DELAY_S="0",
                 POLAR_STALE_AFTER_S="3600",
                 POLAR_ALLOW_SCRIPTED_POLICIES="1",
-                POLAR_STAGE_LIMITS="prefect",
+                # Each host's own limits: with fleet-wide Prefect limits, the slots a killed host held stay taken
+                # until their leases expire (Prefect's default: 300 s), which would stall the other host that long.
+                POLAR_STAGE_LIMITS="process",
                 POLAR_RUN_CONCURRENCY=str(RUN_LIMIT),
                 POLAR_INIT_CONCURRENCY="6",
                 POLAR_POSTRUN_CONCURRENCY="6",
@@ -391,7 +393,7 @@ def test_a_batch_over_two_worker_hosts_survives_an_inference_server_and_a_worker
             continue
         assert row.status is RolloutStatus.COMPLETED, (task_name, row.status, row.error)
         assert row.reward == expected_reward(task_name), (task_name, row.reward)
-    assert len(interrupted) <= RUN_LIMIT  # at most the harnesses running at the kill
+    assert len(interrupted) <= RUN_LIMIT  # at most the harnesses the killed host was running
 
     with Session(store) as db:
         captures = list(db.scalars(sa.select(Capture).order_by(Capture.rollout_id, Capture.seq)))
@@ -426,7 +428,7 @@ def test_a_batch_over_two_worker_hosts_survives_an_inference_server_and_a_worker
             replicas[parts[2]].add(parts[1])
     assert any(len(servers) == 2 for servers in replicas.values()), dict(list(replicas.items())[:5])
 
-    # The fleet-wide run limit held across both hosts (intervals of the run stage as recorded in the rows).
+    # The run limit held: at most RUN_LIMIT harnesses per host (intervals of the run stage as recorded in the rows).
     spans = []
     for row, _ in all_rows:
         timing = (row.stage_timings or {}).get("run") or {}
@@ -437,8 +439,8 @@ def test_a_batch_over_two_worker_hosts_survives_an_inference_server_and_a_worker
         f"\ncluster: {len(all_rows)} rollouts in {elapsed:.0f} s; inference server killed after {len(before)} model "
         f"calls, {len(after)} after; worker host killed at {host_killed_at:%H:%M:%S} ({len(killed)} processes), "
         f"{len(stuck)} resumed by the retry flow, {len(interrupted)} interrupted mid-run; "
-        f"peak harnesses running {run_peak} (limit {RUN_LIMIT}); "
+        f"peak harnesses running {run_peak} (limit {RUN_LIMIT} per host); "
         f"sessions over both replicas {sum(len(s) == 2 for s in replicas.values())}/{len(replicas)}; "
         f"phases {phases}"
     )
-    assert run_peak <= RUN_LIMIT
+    assert run_peak <= 2 * RUN_LIMIT

@@ -8,7 +8,10 @@ session hit either replica: replicas must not need affinity). Scripted sessions 
 reward is known); model sessions sample from the tiny model through the inference fleet (POLAR_BACKEND_URL lists
 both servers). Mid-batch one inference server is killed (kill -9): its sessions move to the other, and every
 rollout still finishes. Then one worker host loses every process (worker, flow process, harnesses, gateway):
-the retry flow, on the other host, finishes what it can resume.
+the retry flow, on the other host, resumes its rollouts at the stage that failed (the runtime root is on storage
+both hosts share, as an NFS mount would be); a harness cut short mid-run is not launched again and ends ERROR.
+Each worker host counts its own stage limits (``POLAR_STAGE_LIMITS=process``): with Prefect's fleet-wide
+limits, the slots a killed host held stay leased for Prefect's default 300 s and would stall the other host.
 
 Everything is started here by PID and stopped by PID; the namespaces are deleted at the end, even on failure."""
 
@@ -199,7 +202,6 @@ def cluster(tmp_path_factory, cache_dir, tiny_model_dir) -> Iterator[Cluster]:
                     POLAR_BACKEND_URL=fleet_url,
                     POLAR_BACKEND_RETRY_AFTER_S="600",
                     POLAR_ALLOW_SCRIPTED_POLICIES="1",
-                    POLAR_DEFAULT_MAX_TOKENS="12",
                 ),
                 log=f"gateway-{name}.log",
                 cwd=REPO,
@@ -235,7 +237,8 @@ def cluster(tmp_path_factory, cache_dir, tiny_model_dir) -> Iterator[Cluster]:
                 POLAR_CACHE=str(cache_dir),
                 POLAR_DATABASE_URL=host_store,
                 POLAR_GATEWAY_URL=f"http://{lb}:8700",
-                POLAR_RUNTIME_ROOT=str(root / name / "runtimes"),
+                # On storage both hosts mount (as NFS would be): a stage resumed on the other host finds the folder.
+                POLAR_RUNTIME_ROOT=str(root / "shared-runtimes"),
                 POLAR_HEARTBEAT_S="1",
                 POLAR_STAGE_RETRY_DELAY_S="0",
                 POLAR_STALE_AFTER_S="3600",
@@ -285,11 +288,13 @@ def tasks(tag: str) -> list[dict]:
         "runtime": {"prepare": [{"command": GIT_INIT}]},
         "evaluator": {"type": "file", "config": {"path": "answer.txt", "equals": "polar"}},
     }
+    # Short model replies: the tiny model's text is noise, and a CPU generates slowly.
+    sampled = {**base, "harness": {"name": "agent", "config": {"max_turns": 4, "max_tokens": 8}}}
     return [
-        {**base, "name": f"model-a-{tag}", "num_samples": PER_BATCH["model"] // 2},
+        {**sampled, "name": f"model-a-{tag}", "num_samples": PER_BATCH["model"] // 2},
         {**base, "name": f"solve-{tag}", "num_samples": PER_BATCH["solve"], "policies": [solve]},
         {**base, "name": f"fail-{tag}", "num_samples": PER_BATCH["fail"], "policies": [fail]},
-        {**base, "name": f"model-b-{tag}", "num_samples": PER_BATCH["model"] // 2},
+        {**sampled, "name": f"model-b-{tag}", "num_samples": PER_BATCH["model"] // 2},
     ]
 
 

@@ -114,7 +114,7 @@ class FleetBackend:
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         failures: list[str] = []
-        for member in self.ranking(request):
+        for member in self._candidates(self.ranking(request)):
             backend = await self._usable(member)
             if backend is None:
                 continue
@@ -131,7 +131,7 @@ class FleetBackend:
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         failures: list[str] = []
-        for member in self.ranking(request):
+        for member in self._candidates(self.ranking(request)):
             backend = await self._usable(member)
             if backend is None:
                 continue
@@ -168,7 +168,7 @@ class FleetBackend:
     async def weight_version(self) -> str:
         """The weight version of the first server that answers (all hold the same once updates are applied)."""
         failures: list[str] = []
-        for member in self.members:
+        for member in self._candidates(self.members):
             backend = await self._usable(member)
             if backend is None:
                 continue
@@ -214,6 +214,13 @@ class FleetBackend:
         key = (request.session_id or request.request_id or "").encode()
         return sorted(self.members, key=lambda m: _score(key, m.url), reverse=True)
 
+    def _candidates(self, ranked: Sequence[Member]) -> list[Member]:
+        """The members not skipped after a failure, in order; when every one is, all of them (a last try beats
+        refusing every call until the first comes back)."""
+        now = self._clock()
+        up = [m for m in ranked if m.down_until <= now]
+        return up or list(ranked)
+
     def _served(self, request: GenerateRequest, member: Member, result: GenerateResult) -> GenerateResult:
         member.served += 1
         session = request.session_id
@@ -234,12 +241,8 @@ class FleetBackend:
         log.warning("inference server %s skipped for %.0f s: %s", member.url, self.retry_after_s, exc.message)
 
     async def _usable(self, member: Member) -> Backend | None:
-        """The member's backend if it may serve now: not down, connected, holding the fleet's weights."""
-        if member.down_until > self._clock():
-            return None
+        """The member's backend, connected and holding the fleet's weights; None when that fails (it is then down)."""
         async with member.lock:
-            if member.down_until > self._clock():
-                return None
             try:
                 if member.backend is None:
                     member.backend = await self._connect(member.url)
@@ -266,8 +269,7 @@ class FleetBackend:
             member.stale = False
 
     def _none_answered(self, failures: list[str]) -> BackendUnavailable:
-        down = [m.url for m in self.members if m.down_until > self._clock()]
-        detail = "; ".join(failures) if failures else "every server is skipped after a failure: " + ", ".join(down)
+        detail = "; ".join(failures) if failures else "none could be connected"
         return BackendUnavailable(f"no inference server of the fleet answered ({detail})")
 
 

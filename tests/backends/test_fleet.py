@@ -13,7 +13,7 @@ from polar.backends.base import GenerateRequest, SamplingParams, WeightUpdate, c
 from polar.backends.fleet import FleetBackend, parse_urls
 from polar.backends.registry import make_backend
 from polar.backends.sglang import SGLangBackend
-from polar.errors import BackendError, InvalidRequest
+from polar.errors import BackendError, BackendUnavailable, InvalidRequest
 from polar.models.engine import LocalEngine
 from polar.serving import ServerThread, create_app
 from polar.settings import BackendKind, Settings
@@ -113,5 +113,20 @@ async def test_weights_go_to_every_server_and_a_missed_one_catches_up(servers, p
         assert {r.server for r in results} == {servers[0].url, servers[1].url}
         assert {r.weight_version for r in results} == {"v2"}
         assert servers[1].engine.weight_version == "v2"
+    finally:
+        await fleet.aclose()
+
+
+async def test_when_every_server_failed_the_next_call_tries_them_again(servers, prompt):
+    fleet = await FleetBackend.connect([s.url for s in servers], connect, retry_after_s=600)
+    try:
+        for server in servers:
+            server.stop()
+        with pytest.raises(BackendUnavailable, match="no inference server of the fleet answered"):
+            await fleet.generate(request("s", prompt))
+        for server in servers:
+            server.restart()
+        # Both are still within their 600 s: rather than refuse every call that long, the fleet tries them.
+        assert (await fleet.generate(request("s", prompt))).server in {s.url for s in servers}
     finally:
         await fleet.aclose()

@@ -338,9 +338,7 @@ def test_a_batch_over_two_worker_hosts_survives_an_inference_server_and_a_worker
             "deployment", "run", "polar-batch/batch", "--param", f"tasks={json.dumps(names[half])}",
             "--param", "dispatch=inline",
         )  # fmt: skip
-        runs[half] = flow_run_id(out)
-        if half == "a":  # taken by one worker (limit 1): the other half must go to the other worker
-            wait_for(lambda: cluster.flow_run_state(runs["a"]) == "RUNNING", 120, "the first half to start")
+        runs[half] = flow_run_id(out)  # each worker takes one flow run at a time (--limit 1): one half each
 
     def rows() -> list[tuple[Rollout, str]]:
         with Session(store) as db:
@@ -355,7 +353,8 @@ def test_a_batch_over_two_worker_hosts_survives_an_inference_server_and_a_worker
         with store.connect() as conn:
             return conn.execute(sa.select(sa.func.count()).where(Capture.server == url)).scalar_one()
 
-    wait_for(lambda: cluster.flow_run_state(runs["b"]) == "RUNNING", 120, "the second half to start")
+    for half in ("a", "b"):
+        wait_for(lambda h=half: cluster.flow_run_state(runs[h]) == "RUNNING", 120, f"half {half} to start")
     # Both halves run at once, one per worker host (each worker takes one flow run at a time).
     inf1, inf2 = cluster.inference["inf1"], cluster.inference["inf2"]
     wait_for(lambda: captures_on(inf1) >= 2, 240, "model calls on the first inference server")
@@ -363,7 +362,7 @@ def test_a_batch_over_two_worker_hosts_survives_an_inference_server_and_a_worker
     phase("inference server killed")
     inference_killed_at = datetime.now().astimezone()
 
-    wait_for(lambda: statuses()[RolloutStatus.COMPLETED] >= 16, 300, "a third of the batch")
+    wait_for(lambda: statuses()[RolloutStatus.COMPLETED] >= 20, 300, "a good part of the batch")
     killed = net.kill_host("w1")  # the worker, its flow process, its harnesses, its gateway replica
     assert killed
     host_killed_at = datetime.now().astimezone()

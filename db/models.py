@@ -212,6 +212,8 @@ class Capture(Base):
     weight version (a generation can straddle a weight update); ``weight_version`` is the one it finished under
     (SGLang's ``meta_info.weight_version``, the last span).
     ``logprob_semantics`` says how the backend computed logprobs (e.g. scaled by temperature or not).
+    ``server`` is the inference server of a fleet that produced it (None with one server): a session that moved
+    to another server (its first one died) shows a change of ``server`` between its captures.
     ``n_malformed_tool_calls`` counts tool calls in the reply the gateway could not parse (their traces get
     reward 0, see ``polar.trajectory.training_filter``).
     ``seq`` orders the captures of a rollout; the unique ``(rollout_id, seq)`` index also serves lookups by
@@ -240,6 +242,7 @@ class Capture(Base):
     sampling_params: Mapped[dict[str, Any]] = mapped_column(JSONType(), default=dict)
     render_mode: Mapped[str] = mapped_column(sa.String(16))  # append | canonical
     backend: Mapped[str] = mapped_column(sa.String(32))
+    server: Mapped[str | None] = mapped_column(sa.String(256))
     logprob_semantics: Mapped[str | None] = mapped_column(sa.String(32))
     status: Mapped[CaptureStatus] = mapped_column(_status(CaptureStatus), default=CaptureStatus.OK)
     error: Mapped[str | None] = mapped_column(sa.Text)

@@ -55,6 +55,7 @@ def capture_row(
         error=error,
         latency_s=result.e2e_s if result else None,
         ttft_s=result.ttft_s if result else None,
+        server=result.server if result else None,
         n_prompt=len(prompt.ids),
         n_prompt_delta=len(prompt.delta_ids),
         n_output=len(result.output_ids) if result else 0,

@@ -58,8 +58,14 @@ class Settings(BaseSettings):
     cache: Path | None = Field(default=None, description="built tokenizers and models; empty means home/cache")
 
     backend: BackendKind = BackendKind.LOCAL
-    backend_url: str = Field(default="", description="base URL of an sglang or vllm server")
+    backend_url: str = Field(
+        default="",
+        description="base URL of an sglang or vllm server; several (comma-separated) make a fleet",
+    )
     backend_timeout_s: float = 600.0
+    backend_retry_after_s: float = Field(
+        default=10.0, gt=0, description="a fleet server that failed is skipped this long before it is tried again"
+    )
     vllm_endpoint: Literal["generate", "completions"] = Field(
         default="generate", description="vLLM token-in endpoint: generate or completions"
     )

@@ -92,6 +92,7 @@ class GenerateRequest:
     input_ids: tuple[int, ...]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     request_id: str | None = None
+    session_id: str | None = None  # the gateway session (rollout) it belongs to: a fleet routes on it
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class GenerateResult:
     logprob_semantics: LogprobSemantics
     ttft_s: float | None = None
     e2e_s: float | None = None
+    server: str | None = None  # which server of a fleet produced it (polar.backends.fleet); None for one server
 
     @property
     def weight_version(self) -> str | None:
@@ -132,7 +134,8 @@ class WeightUpdate:
 
 @runtime_checkable
 class Backend(Protocol):
-    """Token-in/token-out generation. Implementations: local, sglang, vllm (see ``polar.backends``)."""
+    """Token-in/token-out generation. Implementations: local, sglang, vllm, and fleet over several (see
+    ``polar.backends``)."""
 
     name: str
 

@@ -29,24 +29,39 @@ def _require_url(settings: Settings) -> str:
     return settings.backend_url
 
 
-async def _sglang(settings: Settings) -> Backend:
+def _sglang(settings: Settings) -> Callable[[str], Awaitable[Backend]]:
     from polar.backends.sglang import SGLangBackend
 
-    return await SGLangBackend.connect(_require_url(settings), timeout_s=settings.backend_timeout_s)
+    async def connect(url: str) -> Backend:
+        return await SGLangBackend.connect(url, timeout_s=settings.backend_timeout_s)
+
+    return connect
 
 
-async def _vllm(settings: Settings) -> Backend:
+def _vllm(settings: Settings) -> Callable[[str], Awaitable[Backend]]:
     from polar.backends.vllm import VLLMBackend
 
-    return await VLLMBackend.connect(
-        _require_url(settings), endpoint=settings.vllm_endpoint, timeout_s=settings.backend_timeout_s
-    )
+    async def connect(url: str) -> Backend:
+        return await VLLMBackend.connect(url, endpoint=settings.vllm_endpoint, timeout_s=settings.backend_timeout_s)
+
+    return connect
+
+
+async def _served(settings: Settings, connector: Callable[[Settings], Callable[[str], Awaitable[Backend]]]) -> Backend:
+    """One server, or a fleet (polar.backends.fleet) when POLAR_BACKEND_URL lists several."""
+    from polar.backends.fleet import FleetBackend, parse_urls
+
+    connect = connector(settings)
+    urls = parse_urls(_require_url(settings))
+    if len(urls) == 1:
+        return await connect(urls[0])
+    return await FleetBackend.connect(urls, connect, retry_after_s=settings.backend_retry_after_s)
 
 
 BACKENDS: dict[BackendKind, Callable[[Settings], Awaitable[Backend]]] = {
     BackendKind.LOCAL: _local,
-    BackendKind.SGLANG: _sglang,
-    BackendKind.VLLM: _vllm,
+    BackendKind.SGLANG: lambda settings: _served(settings, _sglang),
+    BackendKind.VLLM: lambda settings: _served(settings, _vllm),
 }
 
 

@@ -85,6 +85,6 @@ def checked_model(choice: ModelChoice) -> tuple[ModelFolder, ChatTokenizer]:
     """Resolve ``choice``'s folder, load its tokenizer and, with a server, check the two agree (ConfigError)."""
     folder = resolve_model_folder(choice)
     tokenizer = folder_tokenizer(folder)
-    if choice.backend_url:
-        check_tokenizer_against_server(tokenizer, choice.backend_url)
+    for url in choice.backend_urls:  # every server of a fleet serves the same model
+        check_tokenizer_against_server(tokenizer, url)
     return folder, tokenizer

@@ -30,6 +30,11 @@ class ModelChoice:
     cache_dir: Path
     setting: str = "POLAR_MODEL_PATH"  # named in errors
 
+    @property
+    def backend_urls(self) -> list[str]:
+        """Every server ``backend_url`` names (a fleet lists several, comma-separated)."""
+        return [url.strip() for url in self.backend_url.split(",") if url.strip()]
+
     @classmethod
     def judge(cls, settings: Settings) -> ModelChoice:
         return replace(cls.policy(judge_settings(settings)), setting="POLAR_JUDGE_MODEL_PATH")
@@ -93,7 +98,7 @@ def resolve_model_folder(choice: ModelChoice) -> ModelFolder:
     if choice.model_path is not None:
         return open_model_folder(choice.model_path)
     if choice.backend_url:
-        reported = reported_model_paths(choice.backend_url)
+        reported = [path for url in choice.backend_urls for path in reported_model_paths(url)]
         for path in reported:
             if (Path(path) / "tokenizer.json").is_file():
                 return open_model_folder(path)

@@ -93,8 +93,8 @@ class Gateway:
         owns_backend = backend is None
         backend = backend or await make_backend(settings)
         try:
-            if choice.backend_url:
-                await asyncio.to_thread(check_tokenizer_against_server, tokenizer, choice.backend_url)
+            for url in choice.backend_urls:  # every server of a fleet serves the same model
+                await asyncio.to_thread(check_tokenizer_against_server, tokenizer, url)
             url = settings.resolved_database_url
             await asyncio.to_thread(migrate.upgrade, url)
         except BaseException:

@@ -155,7 +155,9 @@ class CallService:
 
     @staticmethod
     def _request(plan: CallPlan) -> GenerateRequest:
-        return GenerateRequest(plan.prompt.ids, plan.sampling, request_id=plan.meta.completion_id)
+        return GenerateRequest(
+            plan.prompt.ids, plan.sampling, request_id=plan.meta.completion_id, session_id=plan.session.id
+        )
 
     def _check(self, plan: CallPlan) -> OutputCheck:
         return OutputCheck(vocab_size=self.vocab_size, max_new_tokens=plan.sampling.max_new_tokens)

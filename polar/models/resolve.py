@@ -30,6 +30,10 @@ class ModelChoice:
     cache_dir: Path
     setting: str = "POLAR_MODEL_PATH"  # named in errors
 
+    def served_name(self, folder: ModelFolder) -> str:
+        """The name to list for the model: the folder's name when a folder or server named it, else the toy's."""
+        return folder.path.name if self.model_path is not None or self.backend_url else self.toy_model
+
     @classmethod
     def judge(cls, settings: Settings) -> ModelChoice:
         return replace(cls.policy(judge_settings(settings)), setting="POLAR_JUDGE_MODEL_PATH")

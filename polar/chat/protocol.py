@@ -79,7 +79,12 @@ class ChatFormat(Protocol):
 class ReparseStreamParser:
     """Streaming parse for formats that parse whole id sequences: every ``feed`` re-parses what came so far
     and emits what is new and final (content and reasoning deltas that only grew, tool calls once complete).
-    ``finish`` parses the whole turn; the events of a stream fold to exactly ``fmt.parse(all ids)``."""
+    ``finish`` parses the whole turn; the events of a stream fold to exactly ``fmt.parse(all ids)``.
+
+    A re-parse waits until the ids not yet parsed are at least 1/``batch`` of those so far, so a turn of n ids
+    costs O(batch·n) parsing, not O(n²) (a delta is then at most that far behind the sampled ids)."""
+
+    batch = 32
 
     def __init__(self, fmt: ChatFormat, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None):
         self._fmt = fmt
@@ -90,6 +95,7 @@ class ReparseStreamParser:
         self._reasoning = ""
         self._calls = 0
         self._opened = False
+        self._parsed = 0  # ids seen by the last re-parse
 
     @property
     def reasoning_opened(self) -> bool:
@@ -118,6 +124,9 @@ class ReparseStreamParser:
 
     def feed(self, ids: Sequence[int]) -> list[Event]:
         self._ids.extend(ids)
+        if len(self._ids) - self._parsed < max(1, len(self._ids) // self.batch):
+            return []
+        self._parsed = len(self._ids)
         return self._diff(self._fmt.parse(self._ids, self._tools, self._prompt), final=False)
 
     def finish(self) -> list[Event]:

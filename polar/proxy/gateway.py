@@ -123,8 +123,10 @@ class Gateway:
         """A stored request, decoded again (captures written by another process or before a restart)."""
         return get_codec(protocol).parse_request(body, path_model=model, path_stream=False)
 
-    def _parse_reply(self, output_ids: Sequence[int]) -> Message:
-        return self.chat_format.parse(output_ids).message()
+    def _parse_reply(self, output_ids: Sequence[int], prompt_tail: Sequence[int] = ()) -> Message:
+        """A stored reply, parsed again; ``prompt_tail`` ends with the generation prompt it was sampled after
+        (a family whose generation prompt opens a channel, gpt-oss's analysis, parses by it)."""
+        return self.chat_format.parse(output_ids, (), list(prompt_tail) or None).message()
 
     async def in_store(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` (a blocking store call) in a worker thread, waited for at most the statement timeout:

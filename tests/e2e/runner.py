@@ -211,7 +211,9 @@ def run_harness(args, harness: Harness, settings, backend, dns, result: dict, di
     from tests.e2e.gateway import LoggingGatewayServer
 
     home, work, tmp, run_dir = dirs
-    with dns, LoggingGatewayServer(settings, backend) as server:
+    server = LoggingGatewayServer(settings, backend)
+    server.start_timeout_s = 240.0 if settings.model_path else server.start_timeout_s
+    with dns, server:
         if args.dns_log:
             result["dns_probe_logged"] = probe_dns(dns)
         values = placeholders(home=home, workdir=work, gateway=server.url, key="", model=harness.model)

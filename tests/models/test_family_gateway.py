@@ -31,6 +31,7 @@ from polar.chat import ChatFormat, chat_format_for
 from polar.models.folder import open_model_folder
 from polar.proxy.policy import ScriptedReply
 from polar.proxy.protocols import get_codec
+from polar.tokens.messages import user
 from polar.tokens.parsers.types import ParsedOutput
 from tests.conftest import CONTROL
 from tests.proxy.gateway_server import free_port
@@ -109,7 +110,8 @@ class FamilyGateway:
     def expected(self, turn: int) -> ParsedOutput:
         """The scripted reply of ``turn`` as this family writes and parses it."""
         message = ScriptedReply.model_validate(REPLIES[turn]).message()
-        return self.fmt.parse(self.fmt.reply_ids(message))
+        prompt = self.fmt.render_ids([user("Write hello.txt")])  # ends with the generation prompt it follows
+        return self.fmt.parse(self.fmt.reply_ids(message), (), prompt)
 
 
 @pytest.fixture(scope="module", params=FAMILIES, ids=[f for _, f in FAMILIES])

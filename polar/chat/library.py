@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from polar.chat.protocol import ReparseStreamParser
 from polar.chat.reply import reply_by_render
-from polar.errors import ConfigError
+from polar.errors import ConfigError, InvalidRequest
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 from polar.tokens.parsers.types import MalformedToolCall, ParsedOutput
 
@@ -52,6 +52,16 @@ def _arguments(call: ToolCall) -> Any:
 
 def tool_dict(tool: ToolSpec) -> dict[str, Any]:
     return tool.as_json()
+
+
+def merge_leading_system(messages: Sequence[Message]) -> list[Message]:
+    """The conversation with its leading system messages joined (blank line between) into one."""
+    n = 0
+    while n < len(messages) and messages[n].role is Role.SYSTEM:
+        n += 1
+    if n < 2:
+        return list(messages)
+    return [Message(Role.SYSTEM, "\n\n".join(m.content for m in messages[:n])), *messages[n:]]
 
 
 class LibraryFormat:
@@ -127,6 +137,23 @@ class LibraryFormat:
     def render_ids(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, add_generation_prompt: bool = True
     ) -> list[int]:
+        """The canonical render. A family whose template takes one system message (Llama 3) gets the leading
+        system messages joined into one (agent CLIs send two: instructions and a developer message); a
+        conversation the family cannot render is an InvalidRequest naming why, never a 500."""
+        try:
+            return self._render(messages, tools, add_generation_prompt)
+        except (ValueError, TypeError, KeyError) as exc:
+            merged = merge_leading_system(messages)
+            if len(merged) < len(messages):
+                try:
+                    return self._render(merged, tools, add_generation_prompt)
+                except (ValueError, TypeError, KeyError):
+                    pass
+            raise InvalidRequest(
+                f"messages: the {self.family} chat format cannot render this conversation: {exc}", field="messages"
+            ) from exc
+
+    def _render(self, messages: Sequence[Message], tools: Sequence[ToolSpec], add_generation_prompt: bool) -> list[int]:
         return list(
             self._renderer.render_ids(
                 [message_dict(m) for m in messages],
@@ -169,12 +196,15 @@ class LibraryFormat:
         new_messages: Sequence[Message],
         tools: Sequence[ToolSpec] = (),
     ) -> list[int] | None:
-        bridged = self._renderer.bridge_to_next_turn(
-            list(prompt_ids),
-            list(output_ids),
-            [message_dict(m) for m in new_messages],
-            tools=[tool_dict(t) for t in tools] or None,
-        )
+        try:
+            bridged = self._renderer.bridge_to_next_turn(
+                list(prompt_ids),
+                list(output_ids),
+                [message_dict(m) for m in new_messages],
+                tools=[tool_dict(t) for t in tools] or None,
+            )
+        except (ValueError, TypeError, KeyError):  # what it cannot bridge is rendered canonically
+            return None
         return None if bridged is None else list(bridged.token_ids)
 
     def stream_parser(

@@ -163,3 +163,16 @@ def test_a_template_that_cannot_render_tools_is_refused(family_folder, tmp_path:
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     with pytest.raises(ConfigError, match="cannot render tools"):
         chat_format_for(open_model_folder(folder))
+
+
+def test_llama3_joins_leading_system_messages_and_refuses_what_it_cannot_render(family_folder) -> None:
+    from polar.errors import InvalidRequest
+    from polar.tokens.messages import assistant
+
+    fmt = chat_format_for(open_model_folder(family_folder("llama3")))
+    # Agent CLIs (Codex) send instructions and a developer message: two system messages, one system header here.
+    two = fmt.render_ids([system("Be brief."), system("Use tools."), user("hi")], TOOLS)
+    assert two == fmt.render_ids([system("Be brief.\n\nUse tools."), user("hi")], TOOLS)
+    with pytest.raises(InvalidRequest, match="the llama3 chat format cannot render this conversation") as info:
+        fmt.render_ids([system("s"), assistant("first"), user("hi")], TOOLS)
+    assert info.value.status_code == 400 and info.value.field == "messages"

@@ -77,7 +77,9 @@ class Settings(BaseSettings):
     judge_model_path: Path | None = Field(default=None, description="the judge model's Hugging Face folder")
 
     render_mode: RenderMode = RenderMode.APPEND
-    tool_format: str = Field(default="hermes", description="tool-call syntax of the chat template")
+    tool_format: str = Field(
+        default="hermes", description="tool-call syntax of the toy ChatML template (benchmarks); models: the family"
+    )
 
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8700

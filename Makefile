@@ -42,6 +42,8 @@ tools:
 	# Debian's chromium for the web UI's browser tests (tests/ui).
 	bash scripts/browser_env.sh
 	bash scripts/verl_env.sh
+	# HAProxy and ip netns for the multi-host test (tests/cluster).
+	bash scripts/cluster_env.sh
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -p no:cacheprovider -m "not slow and not e2e"

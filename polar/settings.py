@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     model: str = Field(default="tiny", description="toy model of the embedded set-up (polar.models.tiny)")
     model_path: Path | None = Field(default=None, description="the model's Hugging Face folder (tokenizer, config)")
     chat_format: str = Field(default="", description="chat-format family; empty: detected from the model folder")
+    served_model_name: str = Field(
+        default="", description="the model name the gateway lists (/v1/models); empty: the model folder's name"
+    )
     torch_threads: int = 1
 
     # ---- the LLM judge: its own model; unset, it is the policy, but only when that is the embedded local model
@@ -80,7 +83,9 @@ class Settings(BaseSettings):
     judge_model_path: Path | None = Field(default=None, description="the judge model's Hugging Face folder")
 
     render_mode: RenderMode = RenderMode.APPEND
-    tool_format: str = Field(default="hermes", description="tool-call syntax of the chat template")
+    tool_format: str = Field(
+        default="hermes", description="tool-call syntax of the toy ChatML template (benchmarks); models: the family"
+    )
 
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8700

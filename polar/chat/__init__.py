@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from polar.chat.families import FAMILIES, Family, detect_family, get_family
-from polar.chat.protocol import ChatFormat, ReparseStreamParser
+from polar.chat.protocol import ChatFormat, OutputStream, ReparseStreamParser
 from polar.errors import ConfigError
 from polar.models.folder import ModelFolder, folder_tokenizer
 
 
 def chat_format_for(folder: ModelFolder, override: str = "") -> ChatFormat:
-    """The chat format of a model folder (``override``: POLAR_CHAT_FORMAT). ConfigError when the family is
-    unknown, or when it is ``jinja`` (the folder's own template: canonical renders only, see families.py)."""
+    """The chat format of a model folder (``override``: POLAR_CHAT_FORMAT), whatever its family: the family
+    registry (families.py) says how it is built. ConfigError when the family is unknown, when the folder's
+    tokenizer lacks what the family's format needs, or when a Jinja fallback template cannot render tools."""
     family = detect_family(folder, override)
-    if family.renderer is None and family.name in ("qwen3", "qwen3_coder"):
+    if family.tool_format is not None:
         from polar.chat.native import NativeFormat
 
-        return NativeFormat(family.name, folder_tokenizer(folder))
+        return NativeFormat(family.name, folder_tokenizer(folder), family.tool_format)
     if family.renderer is not None:
         from polar.chat.library import LibraryFormat
 
-        return LibraryFormat.from_folder(family.name, family.renderer, folder.path, folder.name)
+        return LibraryFormat.from_family(family, folder.path, folder.name)
     from polar.chat.jinja import JinjaFormat
 
     return JinjaFormat.from_folder(folder)
@@ -30,6 +31,7 @@ __all__ = [
     "ChatFormat",
     "ConfigError",
     "Family",
+    "OutputStream",
     "ReparseStreamParser",
     "chat_format_for",
     "detect_family",

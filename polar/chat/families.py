@@ -17,25 +17,42 @@ from polar.models.folder import ModelFolder
 
 @dataclass(frozen=True)
 class Family:
-    """A chat-format family: its name, what it is for, and the renderers-library config name (if any)."""
+    """A chat-format family: its name, what it is for, and how its ChatFormat is built (``polar.chat.chat_format_for``):
+    our own ChatML code with ``tool_format`` (a polar.tokens.parsers format), else the renderers-library config
+    ``renderer``, else the folder's own Jinja template."""
 
     name: str
     description: str
-    renderer: str | None = None  # renderers.config_from_name(...) name; None: our own code or the Jinja fallback
+    renderer: str | None = None  # renderers.config_from_name(...) name
+    tool_format: str | None = None  # our own template and parser (NativeFormat)
+    calls_delimited: bool = True  # tool calls open with a marker of their own (Llama 3: bare JSON content)
+    harmony_vocab: bool = False  # its renderer (openai_harmony) reads o200k's ranks from a file
+    # Renderer settings for writing scripted replies (polar.chat.reply): keep a final turn's reasoning.
+    reply_config: tuple[tuple[str, object], ...] = ()
 
 
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("qwen3", "Qwen3 / Qwen2.5 ChatML with Hermes <tool_call> JSON (our own template)"),
-        Family("qwen3_coder", "Qwen3-Coder: ChatML with <function=...><parameter=...> tool calls (our own)"),
+        Family("qwen3", "Qwen3 / Qwen2.5 ChatML with Hermes <tool_call> JSON (our own template)", tool_format="hermes"),
+        Family(
+            "qwen3_coder",
+            "Qwen3-Coder: ChatML with <function=...><parameter=...> tool calls (our own)",
+            tool_format="qwen3_coder",
+        ),
         Family("qwen35", "Qwen3.5 (renderers)", "qwen3.5"),
         Family("qwen36", "Qwen3.6 (renderers)", "qwen3.6"),
         Family("glm45", "GLM-4.5 / 4.6 / 4.7 (renderers)", "glm-4.5"),
         Family("kimi_k2", "Kimi-K2 (renderers)", "kimi-k2"),
         Family("deepseek_v3", "DeepSeek-V3.x (renderers)", "deepseek-v3"),
-        Family("gpt_oss", "gpt-oss Harmony (renderers)", "gpt-oss"),
-        Family("llama3", "Llama 3.x (renderers)", "llama-3"),
+        Family(
+            "gpt_oss",
+            "gpt-oss Harmony (renderers)",
+            "gpt-oss",
+            harmony_vocab=True,
+            reply_config=(("auto_drop_analysis", False),),
+        ),
+        Family("llama3", "Llama 3.x (renderers)", "llama-3", calls_delimited=False),
         Family("minimax_m2", "MiniMax-M2 (renderers)", "minimax-m2"),
         Family("jinja", "the folder's own Jinja chat_template, canonical mode only"),
     )
@@ -85,20 +102,3 @@ def detect_family(folder: ModelFolder, override: str = "") -> Family:
         f"{folder.name!r}) and it has no chat_template; set POLAR_CHAT_FORMAT to one of: {known()}",
         field="chat_format",
     )
-
-
-# The chat formats the gateway's call path (prompt building, streamed parsing, scripted policies) serves today;
-# the other families render, parse and extend in polar.chat and are refused here with a clear message.
-GATEWAY_FAMILIES = ("qwen3", "qwen3_coder")
-
-
-def require_served_family(folder: ModelFolder, override: str) -> str:
-    """The folder's chat format; ConfigError unless it is one the gateway serves."""
-    family = detect_family(folder, override)
-    if family.name not in GATEWAY_FAMILIES:
-        raise ConfigError(
-            f"{folder.path} uses the {family.name} chat format; the gateway serves {', '.join(GATEWAY_FAMILIES)} "
-            f"so far ({family.name} renders and parses in polar.chat, see docs/models.md)",
-            field="chat_format",
-        )
-    return family.name

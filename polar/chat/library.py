@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from polar.errors import ConfigError
+from polar.chat.protocol import ReparseStreamParser
+from polar.chat.reply import reply_by_render
+from polar.errors import ConfigError, InvalidRequest
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 from polar.tokens.parsers.types import MalformedToolCall, ParsedOutput
+
+if TYPE_CHECKING:
+    from polar.chat.families import Family
 
 
 def message_dict(message: Message) -> dict[str, Any]:
@@ -49,16 +54,41 @@ def tool_dict(tool: ToolSpec) -> dict[str, Any]:
     return tool.as_json()
 
 
+def merge_leading_system(messages: Sequence[Message]) -> list[Message]:
+    """The conversation with its leading system messages joined (blank line between) into one."""
+    n = 0
+    while n < len(messages) and messages[n].role is Role.SYSTEM:
+        n += 1
+    if n < 2:
+        return list(messages)
+    return [Message(Role.SYSTEM, "\n\n".join(m.content for m in messages[:n])), *messages[n:]]
+
+
 class LibraryFormat:
     """A family rendered and parsed by ``renderers``; ``hf_tokenizer`` is the model folder's fast tokenizer."""
 
-    def __init__(self, family: str, renderer_name: str, hf_tokenizer: Any):
+    def __init__(
+        self,
+        family: str,
+        renderer_name: str,
+        hf_tokenizer: Any,
+        *,
+        calls_delimited: bool = True,
+        reply_config: Mapping[str, Any] | None = None,
+    ):
+        """``reply_config``: renderer settings for writing scripted replies (one that keeps a final turn's
+        reasoning, where the family's history render drops it: gpt-oss's ``auto_drop_analysis``)."""
         import renderers
 
         self.family = family
         config = renderers.config_from_name(renderer_name)
         try:
             self._renderer = renderers.create_renderer(hf_tokenizer, config)
+            self._reply_renderer = (
+                renderers.create_renderer(hf_tokenizer, config.model_copy(update=dict(reply_config)))
+                if reply_config and config is not None
+                else self._renderer
+            )
         except Exception as exc:  # noqa: BLE001 - the library raises whatever its tokenizer lookups raise
             raise ConfigError(
                 f"the {family} chat format cannot be built on tokenizer {getattr(hf_tokenizer, 'name_or_path', '?')}:"
@@ -67,24 +97,34 @@ class LibraryFormat:
             ) from exc
         self._tokenizer = hf_tokenizer
         self._renderer_name = renderer_name
+        self.calls_delimited = calls_delimited
 
     @classmethod
     def from_folder(cls, family: str, renderer_name: str, folder_path: Path, name: str) -> LibraryFormat:
+        """The renderer ``renderer_name`` on the folder's tokenizer, as family ``family`` (any registered one)."""
+        from polar.chat.families import Family
+
+        return cls.from_family(Family(family, "", renderer_name), folder_path, name)
+
+    @classmethod
+    def from_family(cls, family: Family, folder_path: Path, name: str) -> LibraryFormat:
         from transformers import PreTrainedTokenizerFast
 
-        if renderer_name == "gpt-oss":  # its renderer (openai_harmony) needs o200k's ranks as a file
+        if family.harmony_vocab:
             from polar.settings import get_settings
             from polar.tokens.vocabularies import ensure_harmony_vocab
 
             ensure_harmony_vocab(get_settings().cache_dir)
         tok = PreTrainedTokenizerFast.from_pretrained(str(folder_path))
         tok.name_or_path = name
-        return cls(family, renderer_name, tok)
-
-    @property
-    def calls_delimited(self) -> bool:
-        """Whether tool calls open with a marker of their own; Llama 3 writes them as bare JSON content."""
-        return self._renderer_name != "llama-3"
+        assert family.renderer is not None
+        return cls(
+            family.name,
+            family.renderer,
+            tok,
+            calls_delimited=family.calls_delimited,
+            reply_config=dict(family.reply_config),
+        )
 
     @property
     def prefix_stable(self) -> bool:
@@ -97,6 +137,23 @@ class LibraryFormat:
     def render_ids(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, add_generation_prompt: bool = True
     ) -> list[int]:
+        """The canonical render. A family whose template takes one system message (Llama 3) gets the leading
+        system messages joined into one (agent CLIs send two: instructions and a developer message); a
+        conversation the family cannot render is an InvalidRequest naming why, never a 500."""
+        try:
+            return self._render(messages, tools, add_generation_prompt)
+        except (ValueError, TypeError, KeyError) as exc:
+            merged = merge_leading_system(messages)
+            if len(merged) < len(messages):
+                try:
+                    return self._render(merged, tools, add_generation_prompt)
+                except (ValueError, TypeError, KeyError):
+                    pass
+            raise InvalidRequest(
+                f"messages: the {self.family} chat format cannot render this conversation: {exc}", field="messages"
+            ) from exc
+
+    def _render(self, messages: Sequence[Message], tools: Sequence[ToolSpec], add_generation_prompt: bool) -> list[int]:
         return list(
             self._renderer.render_ids(
                 [message_dict(m) for m in messages],
@@ -112,7 +169,7 @@ class LibraryFormat:
             parsed = self._renderer.parse_response(
                 list(output_ids),
                 tools=[tool_dict(t) for t in tools] or None,
-                prompt_ids=list(prompt_ids) if prompt_ids is not None else None,
+                prompt_ids=prompt_ids if isinstance(prompt_ids, list) or prompt_ids is None else list(prompt_ids),
             )
         except Exception as exc:  # noqa: BLE001 - never crash on model output: keep the text, invent nothing
             text = self._tokenizer.decode(list(output_ids), skip_special_tokens=True)
@@ -139,10 +196,32 @@ class LibraryFormat:
         new_messages: Sequence[Message],
         tools: Sequence[ToolSpec] = (),
     ) -> list[int] | None:
-        bridged = self._renderer.bridge_to_next_turn(
-            list(prompt_ids),
-            list(output_ids),
-            [message_dict(m) for m in new_messages],
-            tools=[tool_dict(t) for t in tools] or None,
-        )
+        try:
+            bridged = self._renderer.bridge_to_next_turn(
+                list(prompt_ids),
+                list(output_ids),
+                [message_dict(m) for m in new_messages],
+                tools=[tool_dict(t) for t in tools] or None,
+            )
+        except (ValueError, TypeError, KeyError):  # what it cannot bridge is rendered canonically
+            return None
         return None if bridged is None else list(bridged.token_ids)
+
+    def stream_parser(
+        self, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None
+    ) -> ReparseStreamParser:
+        return ReparseStreamParser(self, tools, prompt_ids)
+
+    def reply_ids(self, message: Message) -> list[int]:
+        def render(messages: Sequence[Message], *, add_generation_prompt: bool = True) -> list[int]:
+            dicts = [message_dict(m) for m in messages]
+            return list(self._reply_renderer.render_ids(dicts, add_generation_prompt=add_generation_prompt))
+
+        return reply_by_render(
+            render,
+            self.stop_ids,
+            message,
+            lambda ids: self._tokenizer.decode(ids, skip_special_tokens=False),
+            lambda text: list(self._tokenizer.encode(text, add_special_tokens=False)),
+            self.family,
+        )

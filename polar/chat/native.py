@@ -11,23 +11,41 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from polar.tokens.detokenize import IncrementalDecoder
 from polar.tokens.messages import Message, ToolSpec
 from polar.tokens.parsers import get_format
-from polar.tokens.parsers.types import ParsedOutput
+from polar.tokens.parsers.types import Event, ParsedOutput
 from polar.tokens.template import ChatTemplate
 from polar.tokens.tokenizer import ChatTokenizer
 
-TOOL_FORMATS = {"qwen3": "hermes", "qwen3_coder": "qwen3_coder"}
+
+class TextStream:
+    """A streamed turn decoded incrementally (never half a UTF-8 character) and parsed as text."""
+
+    def __init__(self, tokenizer: ChatTokenizer, parser):
+        self._decoder = IncrementalDecoder(tokenizer)
+        self._parser = parser
+
+    @property
+    def reasoning_opened(self) -> bool:
+        return bool(self._parser.reasoning_opened)
+
+    def feed(self, ids: Sequence[int]) -> list[Event]:
+        return list(self._parser.feed(self._decoder.feed(ids)))
+
+    def finish(self) -> list[Event]:
+        return [*self._parser.feed(self._decoder.flush()), *self._parser.finish()]
 
 
 class NativeFormat:
     prefix_stable = True
 
-    def __init__(self, family: str, tokenizer: ChatTokenizer):
+    def __init__(self, family: str, tokenizer: ChatTokenizer, tool_format: str = "hermes"):
+        """``tool_format``: the polar.tokens.parsers format of the family's tool calls."""
         self.family = family
         self.tokenizer = tokenizer
-        self.template = ChatTemplate(TOOL_FORMATS[family])
-        self.tool_format = get_format(TOOL_FORMATS[family])
+        self.template = ChatTemplate(tool_format)
+        self.tool_format = get_format(tool_format)
 
     @property
     def stop_ids(self) -> frozenset[int]:
@@ -56,3 +74,9 @@ class NativeFormat:
         # The template puts "\n" after every end-of-turn; it opens the new text.
         tail = self.tokenizer.encode("\n" + self.template.render_tail(list(new_messages)))
         return [*prompt_ids, *output_ids, *glue, *tail]
+
+    def stream_parser(self, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None) -> TextStream:
+        return TextStream(self.tokenizer, self.tool_format.stream_parser(tools=tools or None))
+
+    def reply_ids(self, message: Message) -> list[int]:
+        return [*self.tokenizer.encode(self.template.assistant_body(message)), self.tokenizer.im_end_id]

@@ -1,9 +1,12 @@
 """The one chat-format protocol every family implements, and the streaming parser built on it.
 
-A ChatFormat renders a conversation to ids, parses sampled ids back to content / reasoning / tool calls, and
-extends a previous call's prompt + sampled ids with new messages (our append mode) or says it cannot
-(``None``: the caller renders canonically). Parsing never raises on model output: a call that does not parse
-is a MalformedToolCall (its text kept in the content), never a made-up call.
+A ChatFormat renders a conversation to ids, parses sampled ids back to content / reasoning / tool calls (whole,
+or streamed through ``stream_parser``), extends a previous call's prompt + sampled ids with new messages (our
+append mode) or says it cannot (``None``: the caller renders canonically), and writes the ids a model of the
+family samples for a given assistant turn (``reply_ids``: scripted policies). Parsing never raises on model
+output: a call that does not parse is a MalformedToolCall (its text kept in the content), never a made-up call.
+
+The gateway serves every family through this protocol alone: core code never asks which family it has.
 """
 
 from __future__ import annotations
@@ -15,9 +18,26 @@ from polar.tokens.messages import Message, ToolSpec
 from polar.tokens.parsers.types import Event, ParsedOutput, ReasoningDelta, TextDelta, ToolCallParsed
 
 
+class OutputStream(Protocol):
+    """One streamed turn: sampled ids in, parse events out; the events of ``feed``s and ``finish`` fold (with
+    ``reasoning_opened``) to the format's ``parse`` of all the ids."""
+
+    @property
+    def reasoning_opened(self) -> bool: ...
+
+    def feed(self, ids: Sequence[int]) -> list[Event]: ...
+
+    def finish(self) -> list[Event]: ...
+
+
 @runtime_checkable
 class ChatFormat(Protocol):
     family: str
+
+    @property
+    def prefix_stable(self) -> bool:
+        """Whether extending a conversation keeps its rendered ids (append mode can equal a canonical render)."""
+        ...
 
     @property
     def stop_ids(self) -> frozenset[int]:
@@ -47,23 +67,43 @@ class ChatFormat(Protocol):
         the format cannot prove that equals a canonical render (the caller then renders canonically)."""
         ...
 
+    def stream_parser(self, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None) -> OutputStream:
+        """A parser for one streamed turn sampled after ``prompt_ids``."""
+        ...
+
+    def reply_ids(self, message: Message) -> list[int]:
+        """The ids a model of this family samples for the assistant turn ``message`` (its stop id last)."""
+        ...
+
 
 class ReparseStreamParser:
     """Streaming parse for formats that parse whole id sequences: every ``feed`` re-parses what came so far
     and emits what is new and final (content and reasoning deltas that only grew, tool calls once complete).
-    ``finish`` parses the whole turn; the events of a stream fold to exactly ``fmt.parse(all ids)``."""
+    ``finish`` parses the whole turn; the events of a stream fold to exactly ``fmt.parse(all ids)``.
+
+    A re-parse waits until the ids not yet parsed are at least 1/``batch`` of those so far, so a turn of n ids
+    costs O(batch·n) parsing, not O(n²) (a delta is then at most that far behind the sampled ids)."""
+
+    batch = 32
 
     def __init__(self, fmt: ChatFormat, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None):
         self._fmt = fmt
         self._tools = tuple(tools)
-        self._prompt = prompt_ids
+        self._prompt = list(prompt_ids) if prompt_ids is not None else None  # once, not per feed
         self._ids: list[int] = []
         self._content = ""
         self._reasoning = ""
         self._calls = 0
+        self._opened = False
+        self._parsed = 0  # ids seen by the last re-parse
+
+    @property
+    def reasoning_opened(self) -> bool:
+        return self._opened
 
     def _diff(self, parsed: ParsedOutput, final: bool) -> list[Event]:
         events: list[Event] = []
+        self._opened = self._opened or parsed.reasoning is not None
         reasoning = parsed.reasoning or ""
         if reasoning.startswith(self._reasoning) and len(reasoning) > len(self._reasoning):
             events.append(ReasoningDelta(reasoning[len(self._reasoning) :]))
@@ -84,6 +124,9 @@ class ReparseStreamParser:
 
     def feed(self, ids: Sequence[int]) -> list[Event]:
         self._ids.extend(ids)
+        if len(self._ids) - self._parsed < max(1, len(self._ids) // self.batch):
+            return []
+        self._parsed = len(self._ids)
         return self._diff(self._fmt.parse(self._ids, self._tools, self._prompt), final=False)
 
     def finish(self) -> list[Event]:

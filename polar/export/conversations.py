@@ -48,20 +48,20 @@ def tools_json(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
 
 @dataclass
 class ReplyParser:
-    """Token ids of a reply -> the assistant message the gateway returned for them."""
+    """Token ids of a reply -> the assistant message the gateway returned for them (the model family's parse)."""
 
     settings: Settings
 
     def __post_init__(self) -> None:
-        from polar.models.folder import folder_tokenizer
+        from polar.chat import chat_format_for
         from polar.models.resolve import ModelChoice, resolve_model_folder
-        from polar.tokens.parsers import get_format
 
-        self.tokenizer = folder_tokenizer(resolve_model_folder(ModelChoice.policy(self.settings)))
-        self.format = get_format(self.settings.tool_format)
+        self.format = chat_format_for(
+            resolve_model_folder(ModelChoice.policy(self.settings)), self.settings.chat_format
+        )
 
     def __call__(self, output_ids: Sequence[int]) -> Message:
-        return self.format.parse_ids(self.tokenizer, output_ids).message()
+        return self.format.parse(output_ids).message()
 
 
 def conversation(

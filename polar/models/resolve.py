@@ -35,6 +35,10 @@ class ModelChoice:
         """Every server ``backend_url`` names (a fleet lists several, comma-separated)."""
         return [url.strip() for url in self.backend_url.split(",") if url.strip()]
 
+    def served_name(self, folder: ModelFolder) -> str:
+        """The name to list for the model: the folder's name when a folder or server named it, else the toy's."""
+        return folder.path.name if self.model_path is not None or self.backend_url else self.toy_model
+
     @classmethod
     def judge(cls, settings: Settings) -> ModelChoice:
         return replace(cls.policy(judge_settings(settings)), setting="POLAR_JUDGE_MODEL_PATH")

@@ -215,9 +215,7 @@ def create_app(gw: Gateway) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> Response:
-        return JSONResponse(
-            {"object": "list", "data": [{"id": gw.settings.model, "object": "model", "owned_by": "polar"}]}
-        )
+        return JSONResponse({"object": "list", "data": [{"id": gw.model_name, "object": "model", "owned_by": "polar"}]})
 
     # ---- session control ----------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import make_engine, make_session_factory, migrate
 from polar.backends.base import Backend
-from polar.chat.families import require_served_family
+from polar.chat import ChatFormat, chat_format_for
 from polar.errors import StoreError
 from polar.models.engine import LocalEngine
 from polar.proxy.history import HistoryCache
@@ -23,9 +23,7 @@ from polar.proxy.service import CallService
 from polar.proxy.sessions import SessionInfo, SessionStore
 from polar.settings import Settings
 from polar.tokens.messages import Message
-from polar.tokens.parsers import get_format
 from polar.tokens.render import PromptBuilder
-from polar.tokens.template import ChatTemplate
 from polar.tokens.tokenizer import ChatTokenizer
 
 T = TypeVar("T")
@@ -42,21 +40,25 @@ class Gateway:
         *,
         owns_backend: bool = True,
         model_dir: Path | None = None,
+        chat_format: ChatFormat,
+        model_name: str = "",
     ):
-        """``model_dir``: the model folder ``tokenizer`` came from (scripted policies score with its weights)."""
+        """``model_dir``: the model folder ``tokenizer`` came from (scripted policies score with its weights);
+        ``chat_format``: its family's format, which alone decides rendering and parsing; ``model_name``: the
+        served model's name (``/v1/models``)."""
         self.settings = settings
         self.factory = factory
         self.backend = backend
         self.tokenizer = tokenizer
-        self.template = ChatTemplate(settings.tool_format)
-        self.tool_format = get_format(settings.tool_format)
+        self.chat_format = chat_format
+        self.model_name = model_name or settings.model
         self.sessions = SessionStore(factory)
         self.writer = CaptureWriter(factory)
         self.histories = HistoryCache(factory, self._decode_request, self._parse_reply)
-        self.builder = PromptBuilder(tokenizer, self.template)
+        self.builder = PromptBuilder(tokenizer, chat_format=chat_format)
         self.calls = CallService(
             builder=self.builder,
-            tool_format=self.tool_format,
+            chat_format=chat_format,
             histories=self.histories,
             writer=self.writer,
             context_length=backend.context_length,
@@ -87,9 +89,8 @@ class Gateway:
         choice = ModelChoice.policy(settings)
         folder = await asyncio.to_thread(resolve_model_folder, choice)
         tokenizer = folder_tokenizer(folder)  # a folder without a usable tokenizer fails before the backend starts
-        family = await asyncio.to_thread(require_served_family, folder, settings.chat_format)
-        if family == "qwen3_coder":  # the family decides its tool-call syntax
-            settings = settings.model_copy(update={"tool_format": "qwen3_coder"})
+        # The family (from the folder, or POLAR_CHAT_FORMAT) decides the prompt and tool-call syntax.
+        chat_format = await asyncio.to_thread(chat_format_for, folder, settings.chat_format)
         owns_backend = backend is None
         backend = backend or await make_backend(settings)
         try:
@@ -107,14 +108,25 @@ class Gateway:
             statement_timeout_s=settings.store_statement_timeout_s,
         )
         factory = make_session_factory(engine)
-        return cls(settings, factory, backend, tokenizer, owns_backend=owns_backend, model_dir=folder.path)
+        return cls(
+            settings,
+            factory,
+            backend,
+            tokenizer,
+            owns_backend=owns_backend,
+            model_dir=folder.path,
+            chat_format=chat_format,
+            model_name=settings.served_model_name or choice.served_name(folder),
+        )
 
     def _decode_request(self, protocol: str, body: dict, model: str):
         """A stored request, decoded again (captures written by another process or before a restart)."""
         return get_codec(protocol).parse_request(body, path_model=model, path_stream=False)
 
-    def _parse_reply(self, output_ids: Sequence[int]) -> Message:
-        return self.tool_format.parse_ids(self.tokenizer, output_ids).message()
+    def _parse_reply(self, output_ids: Sequence[int], prompt_tail: Sequence[int] = ()) -> Message:
+        """A stored reply, parsed again; ``prompt_tail`` ends with the generation prompt it was sampled after
+        (a family whose generation prompt opens a channel, gpt-oss's analysis, parses by it)."""
+        return self.chat_format.parse(output_ids, (), list(prompt_tail) or None).message()
 
     async def in_store(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` (a blocking store call) in a worker thread, waited for at most the statement timeout:
@@ -135,7 +147,7 @@ class Gateway:
 
                 self._scorer = scripted_scorer(self.settings, self.backend, self.model_dir)
             spec = ScriptedPolicySpec.parse(session.policy)
-            self._policies[session.id] = ScriptedPolicy(spec, self._scorer, self.template)
+            self._policies[session.id] = ScriptedPolicy(spec, self._scorer, self.chat_format)
         return self._policies[session.id]
 
     async def aclose(self) -> None:

@@ -119,7 +119,7 @@ class HistoryCache:
         self,
         factory: sessionmaker[Session],
         decode_request: Callable[[str, dict, str], ChatRequest],
-        parse_reply: Callable[[Sequence[int]], Message],
+        parse_reply: Callable[[Sequence[int], Sequence[int]], Message],  # (sampled ids, the prompt's last ids)
         max_sessions: int = 10_000,
     ):
         self._factory = factory
@@ -176,7 +176,7 @@ class HistoryCache:
             n_prompt=row.n_prompt,
             messages=request.messages,
             tools=request.tools,
-            reply=self._parse_reply(row.output_ids),
+            reply=self._parse_reply(row.output_ids, row.prompt_delta_ids),
         )
 
     def add(self, session_id: str, node: CallNode) -> None:

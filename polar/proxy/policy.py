@@ -1,8 +1,8 @@
 """Who answers a session's calls: the configured backend, or a scripted policy for tests and debugging.
 
-A scripted policy exists only to make a harness take specific actions. Its replies are rendered with our
-template into real token ids and scored by the real local model, so captures still hold true token ids
-and true logprobs of those ids.
+A scripted policy exists only to make a harness take specific actions. Its replies are written in the model
+family's own format (``ChatFormat.reply_ids``) as real token ids and scored by the real local model, so
+captures still hold true token ids and true logprobs of those ids.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from polar.backends.base import (
     VersionSpan,
     collect,
 )
+from polar.chat.protocol import ChatFormat
 from polar.errors import invalid_from
 from polar.models.engine import LocalEngine
 from polar.tokens.messages import Message, Role, ToolCall
-from polar.tokens.template import ChatTemplate
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,10 @@ class ScriptedPolicy:
     name = "scripted"
     scripted = True
 
-    def __init__(self, spec: ScriptedPolicySpec, scorer: LocalEngine, template: ChatTemplate):
+    def __init__(self, spec: ScriptedPolicySpec, scorer: LocalEngine, chat_format: ChatFormat):
         self.spec = spec
         self.scorer = scorer
-        self.template = template
+        self.chat_format = chat_format
 
     def reply_for(self, context: PolicyContext) -> ScriptedReply:
         if not context.has_tools:
@@ -123,14 +123,10 @@ class ScriptedPolicy:
 
     async def stream(self, request: GenerateRequest, context: PolicyContext) -> AsyncIterator[GenerateChunk]:
         started = time.perf_counter()
-        tokenizer = self.scorer.tokenizer
-        body = self.template.assistant_body(self.reply_for(context).message())
-        ids = [*tokenizer.encode(body), tokenizer.im_end_id]
+        ids = self.chat_format.reply_ids(self.reply_for(context).message())
         self.scorer.validate(request)
         budget = min(request.sampling.max_new_tokens, self.scorer.context_length - len(request.input_ids))
-        finish, matched = (
-            (FinishReason.STOP, tokenizer.im_end_id) if len(ids) <= budget else (FinishReason.LENGTH, None)
-        )
+        finish, matched = (FinishReason.STOP, ids[-1]) if len(ids) <= budget else (FinishReason.LENGTH, None)
         ids = ids[:budget]
         logprobs = await self.scorer.score(list(request.input_ids), ids, request.sampling.temperature)
         ttft = time.perf_counter() - started  # the whole reply is ready once it is scored

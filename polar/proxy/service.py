@@ -27,6 +27,7 @@ from typing import Any
 from db.request_json import compact_request
 from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, SamplingParams
 from polar.capture import capture_row
+from polar.chat.protocol import ChatFormat
 from polar.errors import (
     BackendProtocolError,
     BackendTimeout,
@@ -44,9 +45,8 @@ from polar.proxy.protocols.base import ProtocolCodec, StreamMeta
 from polar.proxy.recorder import CaptureWriter
 from polar.proxy.sessions import SessionInfo
 from polar.settings import RenderMode
-from polar.tokens.detokenize import IncrementalDecoder
 from polar.tokens.messages import Message, Role
-from polar.tokens.parsers import MalformedToolCall, ToolCallFormat, collect
+from polar.tokens.parsers import MalformedToolCall, collect
 from polar.tokens.render import Prompt, PromptBuilder
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class CallService:
         self,
         *,
         builder: PromptBuilder,
-        tool_format: ToolCallFormat,
+        chat_format: ChatFormat,
         histories: HistoryCache,
         writer: CaptureWriter,
         context_length: int,
@@ -86,7 +86,7 @@ class CallService:
         store_timeout_s: float = 30.0,
     ):
         self.builder = builder
-        self.tool_format = tool_format
+        self.chat_format = chat_format  # the model family's: parses sampled ids, whatever the family
         self.histories = histories
         self.writer = writer
         self.context_length = context_length
@@ -202,7 +202,7 @@ class CallService:
         except PolarError as exc:
             await self._record_error(plan, exc)
             raise
-        parsed_events = self._parse_all(final.output_ids)
+        parsed_events = self._parse_all(plan, final.output_ids)
         completion = self._completion(plan, final, parsed_events)
         response = plan.codec.response(completion, request=plan.request)
         await self._record(plan, final, completion, response)
@@ -235,8 +235,7 @@ class CallService:
         deadline: float,
     ) -> AsyncIterator[str]:
         encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
-        decoder = IncrementalDecoder(self.builder.tokenizer)
-        parser = self.tool_format.stream_parser(tools=plan.request.tools)
+        parser = self.chat_format.stream_parser(plan.request.tools, list(plan.prompt.ids))
         events: list = []
         final: GenerateResult | None = None
         recorded = False
@@ -246,13 +245,13 @@ class CallService:
             chunk: GenerateChunk | None = first
             while chunk is not None:
                 if chunk.output_ids:
-                    for frame in _encode(encoder, events, parser.feed(decoder.feed(chunk.output_ids))):
+                    for frame in _encode(encoder, events, parser.feed(chunk.output_ids)):
                         yield frame
                 final = chunk.final or final
                 chunk = await self._next(chunks, deadline)
                 if chunk is not None:
                     self._check_chunk(check, chunk)
-            for frame in _encode(encoder, events, parser.feed(decoder.flush()) + parser.finish()):
+            for frame in _encode(encoder, events, parser.finish()):
                 yield frame
             if final is None:
                 raise BackendProtocolError("the backend ended its stream without a result")
@@ -280,9 +279,8 @@ class CallService:
 
     # ---- shared -----------------------------------------------------------------------------------
 
-    def _parse_all(self, output_ids):
-        text = self.builder.tokenizer.decode(output_ids, skip_special_tokens=True)
-        return self.tool_format.parse(text)
+    def _parse_all(self, plan: CallPlan, output_ids):
+        return self.chat_format.parse(output_ids, plan.request.tools, list(plan.prompt.ids))
 
     def _completion(self, plan: CallPlan, final: GenerateResult, parsed) -> Completion:
         return Completion(

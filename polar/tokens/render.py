@@ -8,19 +8,42 @@ as the harness echoed it, then new messages), the prompt is
 
 so the model conditions on exactly the ids it sampled and the per-turn cost does not grow with the
 conversation. Anything else is rendered canonically (whole conversation, tokenized at once).
+
+With a ``chat_format`` (a polar.chat ChatFormat: any model family) the family renders and extends: its
+``extend`` keeps the sampled ids verbatim and adds the new messages, or returns None where it cannot prove that
+equals a canonical render (a family that is not prefix-stable there); the call is then rendered canonically and
+``fallback_reason`` says why.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from polar.settings import RenderMode
 from polar.tokens.matching import extension_start
 from polar.tokens.messages import Message, ToolSpec
 from polar.tokens.template import ChatTemplate
 from polar.tokens.tokenizer import ChatTokenizer
+
+
+class FamilyRenderer(Protocol):
+    """The rendering half of a polar.chat ChatFormat (this layer does not import polar.chat)."""
+
+    family: str
+
+    def render_ids(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, add_generation_prompt: bool = True
+    ) -> list[int]: ...
+
+    def extend(
+        self,
+        prompt_ids: Sequence[int],
+        output_ids: Sequence[int],
+        new_messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+    ) -> list[int] | None: ...
 
 
 @dataclass(frozen=True)
@@ -69,11 +92,21 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class PromptBuilder:
     """Turns canonical messages into prompt ids, reusing earlier calls' ids in append mode."""
 
-    def __init__(self, tokenizer: ChatTokenizer, template: ChatTemplate | None = None):
+    def __init__(
+        self,
+        tokenizer: ChatTokenizer,
+        template: ChatTemplate | None = None,
+        *,
+        chat_format: FamilyRenderer | None = None,
+    ):
+        """``chat_format``: the model family's format; without one, our ChatML template (Qwen3) renders."""
         self.tokenizer = tokenizer
         self.template = template or ChatTemplate()
+        self.chat_format = chat_format
 
     def canonical_ids(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> tuple[int, ...]:
+        if self.chat_format is not None:
+            return tuple(self.chat_format.render_ids(messages, tools))
         return tuple(self.tokenizer.encode(self.template.render(messages, tools)))
 
     def find_parent(
@@ -104,6 +137,8 @@ class PromptBuilder:
             ids = self.canonical_ids(messages, tools)
             shared = _common_prefix(ids, (*parent.prompt_ids, *parent.output_ids))
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared)
+        if self.chat_format is not None:
+            return self._extend(self.chat_format, messages, tools, parent, start)
         ended_turn = len(parent.output_ids) > 0 and parent.output_ids[-1] == self.tokenizer.im_end_id
         glue = [] if ended_turn else [self.tokenizer.im_end_id]
         # The template puts "\n" after every end-of-turn; it opens the new text.
@@ -112,3 +147,19 @@ class PromptBuilder:
         return Prompt(
             prefix + tuple(glue) + tuple(new_ids), mode=RenderMode.APPEND, parent=parent, prefix_len=len(prefix)
         )
+
+    def _extend(
+        self, fmt: FamilyRenderer, messages: Sequence[Message], tools: Sequence[ToolSpec], parent: PriorCall, start: int
+    ) -> Prompt:
+        prefix = (*parent.prompt_ids, *parent.output_ids)
+        n = len(parent.prompt_ids)
+        extended = fmt.extend(prefix[:n], prefix[n:], messages[start:], tools)
+        if extended is None:
+            ids = self.canonical_ids(messages, tools)
+            reason = f"the {fmt.family} chat format cannot extend the sampled ids exactly here; rendered canonically"
+            shared = _common_prefix(ids, prefix)
+            return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared, fallback_reason=reason)
+        ids = tuple(extended)
+        # A family may close a turn the backend cut (max tokens) or trim after its close: say what survived.
+        shared = len(prefix) if ids[: len(prefix)] == prefix else _common_prefix(ids, prefix)
+        return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=shared)

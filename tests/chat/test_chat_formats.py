@@ -163,3 +163,56 @@ def test_a_template_that_cannot_render_tools_is_refused(family_folder, tmp_path:
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     with pytest.raises(ConfigError, match="cannot render tools"):
         chat_format_for(open_model_folder(folder))
+
+
+def test_llama3_joins_leading_system_messages_and_refuses_what_it_cannot_render(family_folder) -> None:
+    from polar.errors import InvalidRequest
+    from polar.tokens.messages import assistant
+
+    fmt = chat_format_for(open_model_folder(family_folder("llama3")))
+    # Agent CLIs (Codex) send instructions and a developer message: two system messages, one system header here.
+    two = fmt.render_ids([system("Be brief."), system("Use tools."), user("hi")], TOOLS)
+    assert two == fmt.render_ids([system("Be brief.\n\nUse tools."), user("hi")], TOOLS)
+    with pytest.raises(InvalidRequest, match="the llama3 chat format cannot render this conversation") as info:
+        fmt.render_ids([system("s"), assistant("first"), user("hi")], TOOLS)
+    assert info.value.status_code == 400 and info.value.field == "messages"
+
+
+JINJA_WITH_TOOLS = (
+    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name if t.function is defined "
+    "else t.name }}{% endfor %}<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_the_jinja_fallback_serves_in_canonical_mode(family_folder, tmp_path: Path) -> None:
+    """A folder of no known family: its own template renders, every call is canonical (a child of its parent
+    in the tree, with the reason), and scripted replies are written by that template."""
+    import shutil
+
+    from polar.settings import RenderMode
+    from polar.tokens.render import PriorCall, PromptBuilder
+
+    folder = tmp_path / "mystery"
+    shutil.copytree(family_folder("small"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("polar_chat_format")
+    config["architectures"], config["model_type"] = ["MysteryForCausalLM"], "mystery"
+    (folder / "config.json").write_text(json.dumps(config))
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    tokenizer_config["chat_template"] = JINJA_WITH_TOOLS
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    model = open_model_folder(folder)
+    fmt = chat_format_for(model)
+    assert fmt.family == "jinja" and not fmt.prefix_stable
+    builder = PromptBuilder(folder_tokenizer(model), chat_format=fmt)
+    first = builder.build(PROMPT, TOOLS)
+    sampled = fmt.reply_ids(Message(Role.ASSISTANT, "I read it."))
+    assert sampled[-1] in fmt.stop_ids
+    reply = fmt.parse(sampled, TOOLS, list(first.ids)).message()
+    assert reply.content.strip() == "I read it." and not reply.tool_calls
+    prior = PriorCall(tuple(PROMPT), tuple(TOOLS), reply, first.ids, tuple(sampled), ref=1)
+    conversation = [*PROMPT, reply, user("and b.txt?")]
+    second = builder.build(conversation, TOOLS, [prior])
+    assert second.mode is RenderMode.CANONICAL and second.parent is prior and "jinja" in (second.fallback_reason or "")
+    assert list(second.ids) == fmt.render_ids(conversation, TOOLS)

@@ -83,12 +83,17 @@ def load_calls(database_url: str, session_id: str) -> list[Call]:
         engine.dispose()
 
 
+def _decode(reader, ids: list[int]) -> str:
+    """A tokenizer's decode (special tokens kept), or a test's reader's (tests/e2e/test_harnesses.py)."""
+    if hasattr(reader, "parse"):
+        return reader.decode(ids)
+    return reader.decode(ids, skip_special_tokens=False)
+
+
 def describe(calls: list[Call], tokenizer=None) -> str:
     lines = []
     for c in calls:
-        out = (
-            tokenizer.decode(c.output_ids, skip_special_tokens=False)[:120] if tokenizer else f"{len(c.output_ids)} ids"
-        )
+        out = _decode(tokenizer, c.output_ids)[:120] if tokenizer else f"{len(c.output_ids)} ids"
         lines.append(
             f"#{c.id} seq={c.seq} parent={c.parent_id} {c.render_mode:9} {c.status} {c.protocol} model={c.model} "
             f"prompt={c.n_prompt} prefix={c.prefix_len} out={len(c.output_ids)} finish={c.finish_reason} "

@@ -6,6 +6,10 @@ It starts a gateway on 127.0.0.1 (SQLite store in the run dir, the local ``tiny-
 64k-position range fits the CLIs' 6k-40k-token prompts), creates a session with the harness's scripted
 policy, writes the harness's config files into a fresh HOME, runs the CLI headless with a timeout, and
 writes ``result.json``. The CLI's stdout/stderr and the gateway log are files in the run dir.
+
+``--model-path DIR`` (a folder made by ``polar model init``, any chat-format family): the model is served by
+``polar serve-model --model-path DIR`` inside the namespace and the gateway takes its tokenizer and chat format
+from DIR, as a user's set-up with a real model does (no toy setting).
 Assertions are the outer test's job (tests/e2e/test_harnesses.py); this only runs and records.
 """
 
@@ -119,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=180.0)
     parser.add_argument("--threads", type=int, default=int(os.environ.get("POLAR_E2E_THREADS", "2")))
     parser.add_argument("--dns-log", action="store_true", help="serve DNS on 127.0.0.1:53 and log the names asked for")
+    parser.add_argument("--model-path", type=Path, help="serve this model folder with polar serve-model")
     args = parser.parse_args(argv)
 
     t0 = time.monotonic()
@@ -131,17 +136,84 @@ def main(argv: list[str] | None = None) -> int:
         filename=run_dir / "gateway.log", level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
 
-    result: dict = {"harness": harness.name, "version": harness.version}
+    result: dict = {"harness": harness.name, "version": harness.version, "t0": t0}
     result["ip_link"] = subprocess.run(["ip", "-o", "link"], check=False, capture_output=True, text=True).stdout
 
     from polar.backends.local import LocalBackend
-    from tests.e2e.gateway import LoggingGatewayServer
     from tests.proxy.gateway_server import settings_for
 
     dns = DnsLogger() if args.dns_log else nullcontext()
-    settings = settings_for(gwdir, args.cache, model=MODEL, torch_threads=args.threads)
-    backend = LocalBackend.from_spec(MODEL, args.cache, threads=args.threads)
-    with dns, LoggingGatewayServer(settings, backend) as server:
+    served = ServedModel(args.model_path, run_dir, args.cache, args.threads) if args.model_path else nullcontext()
+    with served as model_url:
+        if model_url:
+            settings = settings_for(
+                gwdir,
+                args.cache,
+                model_path=args.model_path,
+                backend="sglang",
+                backend_url=model_url,
+                torch_threads=args.threads,
+            )
+            backend = None
+        else:
+            settings = settings_for(gwdir, args.cache, model=MODEL, torch_threads=args.threads)
+            backend = LocalBackend.from_spec(MODEL, args.cache, threads=args.threads)
+        run_harness(args, harness, settings, backend, dns, result, (home, work, tmp, run_dir))
+    result["dns_lookups"] = dns.names if args.dns_log else None
+    result["total_s"] = round(time.monotonic() - result.pop("t0"), 2)
+    (run_dir / "result.json").write_text(json.dumps(result, indent=2))
+    return 0
+
+
+class ServedModel:
+    """``polar serve-model --model-path`` in a subprocess (its log in the run dir); the context is its URL."""
+
+    def __init__(self, folder: Path, run_dir: Path, cache: Path, threads: int):
+        self.folder, self.run_dir, self.cache, self.threads = folder, run_dir, cache, threads
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> str:
+        import httpx
+
+        from tests.proxy.gateway_server import free_port
+
+        port = free_port()
+        argv = ["serve-model", "--model-path", str(self.folder), "--port", str(port), "--threads", str(self.threads)]
+        with open(self.run_dir / "serve-model.log", "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "polar.cli", *argv, "--cache-dir", str(self.cache), "--log-level", "warning"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.__exit__()
+        raise RuntimeError(f"polar serve-model did not start; see {self.run_dir / 'serve-model.log'}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def run_harness(args, harness: Harness, settings, backend, dns, result: dict, dirs: tuple[Path, ...]) -> None:
+    from tests.e2e.gateway import LoggingGatewayServer
+
+    home, work, tmp, run_dir = dirs
+    server = LoggingGatewayServer(settings, backend)
+    server.start_timeout_s = 240.0 if settings.model_path else server.start_timeout_s
+    with dns, server:
         if args.dns_log:
             result["dns_probe_logged"] = probe_dns(dns)
         values = placeholders(home=home, workdir=work, gateway=server.url, key="", model=harness.model)
@@ -153,16 +225,12 @@ def main(argv: list[str] | None = None) -> int:
             gateway=server.url,
             workdir=str(work),
             config_files=write_configs(harness, values, home),
-            startup_s=round(time.monotonic() - t0, 2),
+            startup_s=round(time.monotonic() - result["t0"], 2),
         )
         env = harness_env(harness, values, home, tmp)
         argv_filled = fill(harness.argv, values)
         result["argv"] = argv_filled
         result.update(run_cli(harness, argv_filled, env, work, run_dir, args.timeout))
-    result["dns_lookups"] = dns.names if args.dns_log else None
-    result["total_s"] = round(time.monotonic() - t0, 2)
-    (run_dir / "result.json").write_text(json.dumps(result, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

@@ -25,11 +25,13 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from harness_adapters.npm_cli import fill
+from polar.tokens.parsers.types import ParsedOutput
 from tests.e2e.captures import Call, describe, load_calls
 from tests.e2e.gateway import requests_in_log
 from tests.e2e.harnesses import FINAL, HARNESSES, MARKER, Harness, placeholders
@@ -72,6 +74,31 @@ def _show(run_dir: Path, proc: subprocess.CompletedProcess | None, calls_text: s
         print(f"==== captures\n{calls_text}")
 
 
+@dataclass(frozen=True)
+class Reader:
+    """How a run's ids read back: the toy model's Qwen3 format, or a real family's (``polar.chat``)."""
+
+    decode: Callable[[list[int]], str]  # special tokens kept
+    parse: Callable[[list[int]], ParsedOutput]
+    expected: Callable[[dict], ParsedOutput]  # a scripted reply as the family writes and parses it
+
+
+def _toy_reader(tokenizer) -> Reader:
+    from polar.settings import Settings
+    from polar.tokens.parsers import get_format
+
+    fmt = get_format(Settings().tool_format)
+    parse = lambda ids: fmt.parse(tokenizer.decode(ids, skip_special_tokens=True))  # noqa: E731
+    return Reader(lambda ids: tokenizer.decode(ids, skip_special_tokens=False), parse, _as_scripted)
+
+
+def _as_scripted(reply: dict) -> ParsedOutput:
+    from polar.proxy.policy import ScriptedReply
+
+    message = ScriptedReply.model_validate(reply).message()
+    return ParsedOutput(message.content, message.reasoning, message.tool_calls)
+
+
 @pytest.mark.parametrize("name", list(HARNESSES))
 def test_cli_tool_loop_through_gateway(name, isolated, request, small_tokenizer, tmp_path, e2e_timings):
     harness: Harness = HARNESSES[name]
@@ -80,17 +107,62 @@ def test_cli_tool_loop_through_gateway(name, isolated, request, small_tokenizer,
     if not harness.installed:
         pytest.skip(f"{harness.package}@{harness.version} is not installed: run scripts/install_harnesses.sh")
     long_model_cache = request.getfixturevalue("long_model_cache")  # built only when a CLI will run
+    run_and_check(name, harness, isolated, tmp_path / name, long_model_cache, e2e_timings, _toy_reader(small_tokenizer))
 
-    run_dir = tmp_path / name
+
+# Two CLIs (two protocols) on two real families: a model folder made by `polar model init`, served by
+# `polar serve-model --model-path`, the gateway on --model-path (runner.py); the family writes and parses the ids.
+FAMILY_RUNS = [("pi", "deepseek", "deepseek_v3"), ("codex-openai", "llama3", "llama3")]
+
+
+@pytest.mark.parametrize(("name", "tokenizer", "family"), FAMILY_RUNS, ids=[f"{n}-{f}" for n, _, f in FAMILY_RUNS])
+def test_cli_tool_loop_on_a_real_family(name, tokenizer, family, isolated, cache_dir, tmp_path, e2e_timings):
+    harness: Harness = HARNESSES[name]
+    if not shutil.which("node"):
+        pytest.skip("node is not installed")
+    if not harness.installed:
+        pytest.skip(f"{harness.package}@{harness.version} is not installed: run scripts/install_harnesses.sh")
+    from polar.chat import chat_format_for
+    from polar.models.folder import open_model_folder
+    from polar.models.init import TinyModelSpec, init_model_folder
+    from polar.proxy.policy import ScriptedReply
+
+    # 64k positions: the CLIs send 6k-40k-token prompts.
+    spec = TinyModelSpec(tokenizer=tokenizer, max_position_embeddings=65536)
+    folder = init_model_folder(spec, tmp_path / f"tiny-{family}", cache_dir)
+    fmt = chat_format_for(open_model_folder(folder))
+    assert fmt.family == family
+    from transformers import PreTrainedTokenizerFast
+
+    hf = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    reader = Reader(
+        lambda ids: hf.decode(ids, skip_special_tokens=False),
+        lambda ids: fmt.parse(ids),
+        lambda reply: fmt.parse(fmt.reply_ids(ScriptedReply.model_validate(reply).message())),
+    )
+    run_and_check(name, harness, isolated, tmp_path / name, cache_dir, e2e_timings, reader, model_path=folder)
+
+
+def run_and_check(
+    name: str,
+    harness: Harness,
+    isolated: Isolation,
+    run_dir: Path,
+    cache: Path,
+    e2e_timings: list[dict],
+    reader: Reader,
+    model_path: Path | None = None,
+) -> None:
     args = [
         "--harness",
         name,
         "--run-dir",
         str(run_dir),
         "--cache",
-        str(long_model_cache),
+        str(cache),
         "--timeout",
         str(CLI_TIMEOUT_S),
+        *(["--model-path", str(model_path)] if model_path else []),
     ]
     started = time.monotonic()
     proc = subprocess.run(
@@ -103,7 +175,7 @@ def test_cli_tool_loop_through_gateway(name, isolated, request, small_tokenizer,
         pytest.fail(f"the runner failed (exit {proc.returncode}); see the output above")
     result = json.loads(result_path.read_text())
     calls = load_calls(result["database_url"], result["session_id"])
-    _show(run_dir, None, describe(calls, small_tokenizer))
+    _show(run_dir, None, describe(calls, reader))
     e2e_timings.append(
         {
             "harness": name,
@@ -190,19 +262,15 @@ def test_cli_tool_loop_through_gateway(name, isolated, request, small_tokenizer,
         )
 
     # -- the sampled ids are the scripted actions, and the tool output came back into the next prompt
-    from polar.settings import Settings
-    from polar.tokens.parsers import get_format
-
-    tool_format = get_format(Settings().tool_format)
     values = placeholders(home=Path("/"), workdir=Path(result["workdir"]), gateway="", key="", model=harness.model)
     for call, scripted in zip(main, fill(harness.replies, values), strict=False):  # main has one more: the final
-        parsed = tool_format.parse(small_tokenizer.decode(call.output_ids, skip_special_tokens=True))
+        parsed, expected = reader.parse(call.output_ids), reader.expected(scripted)
         assert [(t.name, t.parsed_arguments()) for t in parsed.tool_calls] == [
             (t["name"], t["arguments"]) for t in scripted["tool_calls"]
         ]
-        assert parsed.content.strip() == scripted["content"]
-        assert (parsed.reasoning or "").strip() == (scripted["reasoning"] or "")
-    assert small_tokenizer.decode(main[-1].output_ids, skip_special_tokens=True).strip() == FINAL
-    last_prompt = small_tokenizer.decode(main[-1].prompt_ids, skip_special_tokens=False)
+        assert parsed.content.strip() == expected.content.strip()
+        assert (parsed.reasoning or "").strip() == (expected.reasoning or "").strip()
+    assert reader.parse(main[-1].output_ids).content.strip() == FINAL
+    last_prompt = reader.decode(main[-1].prompt_ids)
     assert MARKER in last_prompt, "the shell tool's output is missing from the last prompt"
     assert MARKER in json.dumps(main[-1].request_json), "the shell tool's output is missing from the last request"

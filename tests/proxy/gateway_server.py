@@ -25,6 +25,8 @@ def free_port() -> int:
 class GatewayServer:
     """``with GatewayServer(settings, backend) as gw: gw.url`` — stopped and joined on exit."""
 
+    start_timeout_s = 60.0  # a real model's tokenizer and the backend check take longer on a loaded machine
+
     def __init__(self, settings: Settings, backend: Backend | None = None):
         self.settings = settings
         self.backend = backend
@@ -53,7 +55,7 @@ class GatewayServer:
 
     def __enter__(self) -> GatewayServer:
         self._thread.start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._error:
                 raise self._error

@@ -93,6 +93,12 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="one store statement; also how long a call waits for the store"
     )
     health_timeout_s: float = Field(default=2.0, gt=0, description="each check of /health/ready")
+    session_cache_ttl_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="how long a gateway trusts a session key it checked without asking the store again; "
+        "a closed or re-keyed session is refused at commit regardless, so no reply is ever acknowledged after it",
+    )
     runtime: str = Field(default="local", description="default runtime of a task that names none")
 
     # ---- rollout pipeline ---------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from polar.proxy.health import add_health_routes, finite_or_none
 from polar.proxy.json_guard import parse_json
 from polar.proxy.policy import ScriptedPolicySpec
 from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
+from polar.proxy.sessions import SessionInfo
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -97,10 +98,8 @@ async def _model_call(
 ) -> Response:
     try:
         body, chat = await _decode(gw, request, codec, model, stream)
-        session = await gw.in_store(gw.sessions.authenticate, _api_key(request, query=codec is GEMINI))
-        history = await gw.calls.load_history(session.id)
-        policy = gw.policy_for(session)
-        plan = await asyncio.to_thread(gw.calls.plan, session, codec, body, chat, policy, history)
+        session = await _authenticate(gw, _api_key(request, query=codec is GEMINI))
+        plan = await gw.calls.plan_call(session, codec, body, chat, gw.policy_for(session))
         if not chat.stream:
             return JSONResponse(await gw.calls.complete(plan))
         frames = await gw.calls.open_stream(plan)
@@ -111,9 +110,14 @@ async def _model_call(
         return _internal(codec, f"a {codec.name} call")
 
 
+async def _authenticate(gw: Gateway, key: str | None) -> SessionInfo:
+    """The key's open session: from the process's short-lived cache, else checked against the store."""
+    return gw.sessions.cached(key) or await gw.in_store(gw.sessions.authenticate, key)
+
+
 async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> int:
     _, chat = await _decode(gw, request, codec, model, False, count=True)
-    await gw.in_store(gw.sessions.authenticate, _api_key(request, query=codec is GEMINI))
+    await _authenticate(gw, _api_key(request, query=codec is GEMINI))
     ids = await asyncio.to_thread(gw.builder.canonical_ids, chat.messages, chat.tools)  # tokenizing: off the loop
     return len(ids)
 

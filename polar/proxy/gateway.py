@@ -50,7 +50,7 @@ class Gateway:
         self.tokenizer = tokenizer
         self.template = ChatTemplate(settings.tool_format)
         self.tool_format = get_format(settings.tool_format)
-        self.sessions = SessionStore(factory)
+        self.sessions = SessionStore(factory, ttl_s=settings.session_cache_ttl_s)
         self.writer = CaptureWriter(factory)
         self.histories = HistoryCache(factory, self._decode_request, self._parse_reply)
         self.builder = PromptBuilder(tokenizer, self.template)

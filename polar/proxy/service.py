@@ -68,6 +68,10 @@ class CallPlan:
     meta: StreamMeta
 
 
+class _Stale(Exception):
+    """The request may extend a call this process has not loaded yet."""
+
+
 class CallService:
     def __init__(
         self,
@@ -108,9 +112,13 @@ class CallService:
         request: ChatRequest,
         policy: Policy,
         history: SessionHistory | None = None,
+        *,
+        fresh: bool = True,
     ) -> CallPlan:
         """Build the prompt and sampling parameters (blocking: runs in a worker thread). ``history`` is the
-        session's, loaded beforehand under the store deadline (``load_history``); None loads it here."""
+        session's (``plan_call`` gets it); None loads it here. Unless ``fresh`` (just read from the store), a
+        request holding an assistant message no known call explains raises ``_Stale``: a call this process has
+        not seen (another replica's) may be its parent."""
         if "\x00" in request.model or len(request.model) > MAX_MODEL_NAME:
             raise InvalidRequest(
                 f"model: a model name has at most {MAX_MODEL_NAME} characters and no NUL", field="model"
@@ -122,7 +130,11 @@ class CallService:
             )
         self._refuse_surely_too_long(request)
         history = history if history is not None else self.histories.load(session.id)
-        prompt = self.builder.build(request.messages, request.tools, history.prior_calls(), self.render_mode)
+        messages = request.messages
+        found = self.builder.find_parent(messages, request.tools, history.candidates(len(messages)), ordered=True)
+        if not fresh and any(m.role is Role.ASSISTANT for m in messages[found[1] if found else 0 :]):
+            raise _Stale()
+        prompt = self.builder.build_on(found, messages, request.tools, self.render_mode, had_candidates=bool(history.nodes))
         budget = self.context_length - len(prompt.ids)
         if budget <= 0:
             raise ContextLengthExceeded(len(prompt.ids), self.context_length)
@@ -131,6 +143,22 @@ class CallService:
         meta = StreamMeta(uuid.uuid4().hex[:24], request.model, int(time.time()), len(prompt.ids))
         context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
         return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta)
+
+    async def plan_call(
+        self, session: SessionInfo, codec: ProtocolCodec, body: Any, request: ChatRequest, policy: Policy
+    ) -> CallPlan:
+        """``plan`` with the session's history: from memory in the steady state, read from the store (only the
+        captures this process lacks) on a session's first call here, after a seq this process skipped, or
+        when the request holds a reply no known call explains."""
+        history = self.histories.cached(session.id)
+        fresh = history is None
+        if history is None:
+            history = await self.load_history(session.id)
+        try:
+            return await asyncio.to_thread(self.plan, session, codec, body, request, policy, history, fresh=fresh)
+        except _Stale:
+            history = await self.load_history(session.id)
+            return await asyncio.to_thread(self.plan, session, codec, body, request, policy, history, fresh=True)
 
     def _refuse_surely_too_long(self, request: ChatRequest) -> None:
         """A prompt whose text alone needs more tokens than the context window holds is refused before it is
@@ -297,11 +325,14 @@ class CallService:
         )
 
     async def _stored_request(self, plan: CallPlan) -> Any:
-        """The request as stored: relative to the parent capture's (db.request_json)."""
+        """The request as stored: relative to the parent capture's (db.request_json); the parent's body is
+        in memory in the steady state, else rebuilt from the store."""
         parent = plan.prompt.parent
         if parent is None or parent.ref is None:
             return compact_request(plan.body, None)
-        parent_body = await self._in_store(self.histories.parent_body, plan.session.id, parent.ref)
+        parent_body = self.histories.body_in_memory(plan.session.id, parent.ref)
+        if parent_body is None:
+            parent_body = await self._in_store(self.histories.parent_body, plan.session.id, parent.ref)
         return compact_request(plan.body, parent_body)
 
     async def _record(self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict) -> None:
@@ -319,7 +350,8 @@ class CallService:
         )
         row.n_malformed_tool_calls = completion.malformed_tool_calls
         row.scripted = plan.policy.scripted
-        capture_id = await self.writer.write(row, timeout_s=self.store_timeout_s)
+        stored = await self.writer.store(row, timeout_s=self.store_timeout_s, key_hash=plan.session.key_hash)
+        capture_id = stored.id
         self.histories.remember_body(plan.session.id, capture_id, plan.body)
         reply = Message(Role.ASSISTANT, completion.content, completion.reasoning, completion.tool_calls)
         parent = plan.prompt.parent
@@ -335,7 +367,9 @@ class CallService:
                 messages=plan.request.messages,
                 tools=plan.request.tools,
                 reply=reply,
+                seq=stored.seq,
             ),
+            plan.prompt.ids,
         )
 
     async def _record_error(self, plan: CallPlan, error: PolarError) -> None:
@@ -354,7 +388,8 @@ class CallService:
                 error=f"{error.error_type}: {error.message}".replace("\x00", "\\x00"),  # a text column
             )
             row.scripted = plan.policy.scripted
-            await self.writer.write(row, timeout_s=self.store_timeout_s)
+            stored = await self.writer.store(row, timeout_s=self.store_timeout_s, key_hash=plan.session.key_hash)
+            self.histories.note_seq(plan.session.id, stored.seq)
         except PolarError:
             log.warning("could not record the failed call of session %s", plan.session.id)
 

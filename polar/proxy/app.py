@@ -112,7 +112,8 @@ async def _model_call(
 
 async def _authenticate(gw: Gateway, key: str | None) -> SessionInfo:
     """The key's open session: from the process's short-lived cache, else checked against the store."""
-    return gw.sessions.cached(key) or await gw.in_store(gw.sessions.authenticate, key)
+    cached = gw.sessions.cached(key)
+    return cached if cached is not None else await gw.in_store(gw.sessions.authenticate, key)
 
 
 async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> int:

@@ -216,9 +216,7 @@ class HistoryCache:
         self.loads += 1
         with session_scope(self._factory) as db:
             rows = db.scalars(
-                sa.select(Capture)
-                .where(Capture.rollout_id == session_id, Capture.seq >= since)
-                .order_by(Capture.seq)
+                sa.select(Capture).where(Capture.rollout_id == session_id, Capture.seq >= since).order_by(Capture.seq)
             ).all()
             # Bodies are stored relative to their parents: rebuilt in seq order (parents first).
             bodies: dict[int, Any] = {}

@@ -134,7 +134,9 @@ class CallService:
         found = self.builder.find_parent(messages, request.tools, history.candidates(len(messages)), ordered=True)
         if not fresh and any(m.role is Role.ASSISTANT for m in messages[found[1] if found else 0 :]):
             raise _Stale()
-        prompt = self.builder.build_on(found, messages, request.tools, self.render_mode, had_candidates=bool(history.nodes))
+        prompt = self.builder.build_on(
+            found, messages, request.tools, self.render_mode, had_candidates=bool(history.nodes)
+        )
         budget = self.context_length - len(prompt.ids)
         if budget <= 0:
             raise ContextLengthExceeded(len(prompt.ids), self.context_length)

@@ -88,6 +88,12 @@ class Settings(BaseSettings):
     backend_deadline_s: float = Field(
         default=900.0, gt=0, description="a whole generation (streamed or not) past this gets a shaped 504"
     )
+    backend_max_in_flight: int = Field(
+        default=512, ge=0, description="calls generating at once on the inference server; 0: no bound"
+    )
+    backend_queue_timeout_s: float = Field(
+        default=30.0, gt=0, description="how long a call waits for an in-flight slot before its overload error"
+    )
     store_connect_timeout_s: float = Field(default=10.0, gt=0, description="connecting to the store")
     store_statement_timeout_s: float = Field(
         default=30.0, gt=0, description="one store statement; also how long a call waits for the store"

@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from db import Capture, full_prompt_ids, session_scope
@@ -30,13 +31,14 @@ from polar.errors import (
     AuthenticationError,
     InvalidRequest,
     NotFound,
+    Overloaded,
     PermissionDenied,
     PolarError,
     invalid_from,
 )
 from polar.proxy import ws_denial
 from polar.proxy.admin import add_admin_routes
-from polar.proxy.body import OFFLOAD_BYTES, read_body, read_json
+from polar.proxy.body import OFFLOAD_BYTES, FastJSONResponse, read_body, read_json
 from polar.proxy.canonical import ChatRequest
 from polar.proxy.gateway import Gateway
 from polar.proxy.health import add_health_routes, finite_or_none
@@ -51,7 +53,8 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 def _error(codec: ProtocolCodec, exc: PolarError) -> JSONResponse:
     status, body = codec.error_response(exc)
-    return JSONResponse(body, status_code=status)
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else None
+    return FastJSONResponse(body, status_code=status, headers=headers)
 
 
 def _api_key(request: Request, *, query: bool = False) -> str | None:
@@ -101,9 +104,14 @@ async def _model_call(
         session = await _authenticate(gw, _api_key(request, query=codec is GEMINI))
         plan = await gw.calls.plan_call(session, codec, body, chat, gw.policy_for(session))
         if not chat.stream:
-            return JSONResponse(await gw.calls.complete(plan))
-        frames = await gw.calls.open_stream(plan)
-        return StreamingResponse(_frames_as_bytes(frames), media_type="text/event-stream", headers=SSE_HEADERS)
+            return FastJSONResponse(await gw.calls.complete(plan))
+        frames, release = await gw.calls.open_stream(plan)
+        return StreamingResponse(
+            _frames_as_bytes(frames),
+            media_type="text/event-stream",
+            headers=SSE_HEADERS,
+            background=BackgroundTask(release),
+        )
     except PolarError as exc:
         return _error(codec, exc)
     except Exception:

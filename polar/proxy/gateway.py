@@ -16,6 +16,7 @@ from polar.errors import StoreError
 from polar.models.engine import LocalEngine
 from polar.proxy.history import HistoryCache
 from polar.proxy.json_guard import JsonLimits
+from polar.proxy.limits import InFlightLimit
 from polar.proxy.policy import BackendPolicy, Policy, ScriptedPolicy, ScriptedPolicySpec
 from polar.proxy.protocols import get_codec
 from polar.proxy.recorder import CaptureWriter
@@ -67,6 +68,7 @@ class Gateway:
             max_token_chars=max(len(tokenizer.id_to_token(i) or "") for i in range(tokenizer.vocab_size)),
             backend_deadline_s=settings.backend_deadline_s,
             store_timeout_s=settings.store_statement_timeout_s,
+            limit=InFlightLimit(backend.name, settings.backend_max_in_flight, settings.backend_queue_timeout_s),
         )
         self.limits = JsonLimits(max_depth=settings.max_json_depth, max_string_chars=settings.max_string_chars)
         self._backend_policy = BackendPolicy(backend)

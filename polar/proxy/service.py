@@ -20,7 +20,7 @@ import logging
 import time
 import uuid
 from array import array
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from polar.errors import (
 )
 from polar.proxy.canonical import ChatRequest, Completion, Usage
 from polar.proxy.history import CallNode, HistoryCache, SessionHistory
+from polar.proxy.limits import InFlightLimit
 from polar.proxy.output_check import OutputCheck
 from polar.proxy.policy import Policy, PolicyContext
 from polar.proxy.protocols.base import ProtocolCodec, StreamMeta
@@ -88,6 +89,7 @@ class CallService:
         max_token_chars: int = 0,
         backend_deadline_s: float = 900.0,
         store_timeout_s: float = 30.0,
+        limit: InFlightLimit | None = None,
     ):
         self.builder = builder
         self.tool_format = tool_format
@@ -101,6 +103,7 @@ class CallService:
         self.max_token_chars = max_token_chars
         self.backend_deadline_s = backend_deadline_s
         self.store_timeout_s = store_timeout_s
+        self.limit = limit
 
     # ---- planning ---------------------------------------------------------------------------------
 
@@ -220,12 +223,15 @@ class CallService:
     # ---- non-streaming ----------------------------------------------------------------------------
 
     async def complete(self, plan: CallPlan) -> dict[str, Any]:
+        slot = await self._slot(plan)  # Overloaded (before any generation) records nothing
         try:
             try:
                 async with asyncio.timeout(self.backend_deadline_s):
                     final = await plan.policy.generate(self._request(plan), plan.context)
             except TimeoutError:
                 raise self._timeout() from None
+            finally:
+                slot()
             self._check(plan).result(final)
         except PolarError as exc:
             await self._record_error(plan, exc)
@@ -236,10 +242,30 @@ class CallService:
         await self._record(plan, final, completion, response)
         return response
 
+    async def _slot(self, plan: CallPlan) -> Callable[[], None]:
+        """Take one of the inference server's in-flight slots (scripted policies need none); returns its
+        release, which may be called more than once."""
+        limit = self.limit
+        if limit is None or plan.policy.scripted:
+            return _nothing
+        await limit.acquire()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                limit.release()
+
+        return release
+
     # ---- streaming --------------------------------------------------------------------------------
 
-    async def open_stream(self, plan: CallPlan) -> AsyncIterator[str]:
-        """Start generating; errors before the first token raise here (a normal error response)."""
+    async def open_stream(self, plan: CallPlan) -> tuple[AsyncIterator[str], Callable[[], None]]:
+        """Start generating; errors before the first token raise here (a normal error response). Returns the
+        frames and the release of the call's in-flight slot: the frames release it when the generation ends;
+        the caller calls it too once the response is over (a stream whose client left before it started)."""
+        slot = await self._slot(plan)
         check = self._check(plan)
         deadline = asyncio.get_running_loop().time() + self.backend_deadline_s
         chunks = plan.policy.stream(self._request(plan), plan.context)
@@ -250,9 +276,14 @@ class CallService:
             self._check_chunk(check, first)
         except PolarError as exc:
             await _aclose(chunks)
+            slot()
             await self._record_error(plan, exc)
             raise
-        return self._frames(plan, first, chunks, check, deadline)
+        except BaseException:
+            await _aclose(chunks)
+            slot()
+            raise
+        return self._frames(plan, first, chunks, check, deadline, slot), slot
 
     async def _frames(
         self,
@@ -261,6 +292,7 @@ class CallService:
         chunks: AsyncIterator[GenerateChunk],
         check: OutputCheck,
         deadline: float,
+        slot: Callable[[], None] = lambda: None,
     ) -> AsyncIterator[str]:
         encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
         decoder = IncrementalDecoder(self.builder.tokenizer)
@@ -280,6 +312,7 @@ class CallService:
                 chunk = await self._next(chunks, deadline)
                 if chunk is not None:
                     self._check_chunk(check, chunk)
+            slot()  # the generation is over: the next call may use the server while this one commits
             for frame in _encode(encoder, events, parser.feed(decoder.flush()) + parser.finish()):
                 yield frame
             if final is None:
@@ -303,6 +336,7 @@ class CallService:
             return
         finally:
             await _aclose(chunks)  # a disconnected client stops the generation
+            slot()
         for frame in encoder.finish(completion):
             yield frame
 
@@ -394,6 +428,10 @@ class CallService:
             self.histories.note_seq(plan.session.id, stored.seq)
         except PolarError:
             log.warning("could not record the failed call of session %s", plan.session.id)
+
+
+def _nothing() -> None:
+    return None
 
 
 async def _aclose(chunks: AsyncIterator[GenerateChunk]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -26,14 +27,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from db import Capture, full_prompt_ids, session_scope
 from db.request_json import full_request_json
+from polar import metrics
 from polar.auth import announce, bearer_of, install_access_log_redaction, matches
 from polar.errors import (
     AuthenticationError,
+    BackendError,
     InvalidRequest,
     NotFound,
     Overloaded,
     PermissionDenied,
     PolarError,
+    StoreError,
     invalid_from,
 )
 from polar.proxy import ws_denial
@@ -99,10 +103,11 @@ def _internal(codec: ProtocolCodec, what: str) -> JSONResponse:
 async def _model_call(
     gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None, stream: bool | None = None
 ) -> Response:
+    started = time.perf_counter()
     try:
         body, chat = await _decode(gw, request, codec, model, stream)
         session = await _authenticate(gw, _api_key(request, query=codec is GEMINI))
-        plan = await gw.calls.plan_call(session, codec, body, chat, gw.policy_for(session))
+        plan = await gw.calls.plan_call(session, codec, body, chat, gw.policy_for(session), started)
         if not chat.stream:
             return FastJSONResponse(await gw.calls.complete(plan))
         frames, release = await gw.calls.open_stream(plan)
@@ -113,9 +118,19 @@ async def _model_call(
             background=BackgroundTask(release),
         )
     except PolarError as exc:
+        _count_failure(codec, exc)
         return _error(codec, exc)
     except Exception:
+        metrics.CALLS.labels(codec.name, "internal_error").inc()
         return _internal(codec, f"a {codec.name} call")
+
+
+def _count_failure(codec: ProtocolCodec, exc: PolarError) -> None:
+    metrics.CALLS.labels(codec.name, exc.error_type).inc()
+    if isinstance(exc, StoreError):
+        metrics.STORE_ERRORS.labels("gateway").inc()
+    elif isinstance(exc, BackendError):
+        metrics.BACKEND_ERRORS.labels(exc.error_type).inc()
 
 
 async def _authenticate(gw: Gateway, key: str | None) -> SessionInfo:
@@ -148,7 +163,8 @@ def create_app(gw: Gateway) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        yield
+        async with metrics.loop_lag_monitor("gateway"):
+            yield
         await gw.aclose()
 
     app = FastAPI(title="Polar gateway", lifespan=lifespan)
@@ -317,6 +333,14 @@ def create_app(gw: Gateway) -> FastAPI:
         return JSONResponse({"session_id": session_id, "captures": rows})
 
     add_admin_routes(app, gw, authorize_control, _control_error)
+
+    @app.get("/metrics")
+    async def prometheus(request: Request) -> Response:
+        """Prometheus text format (``polar.metrics``); the control token as Bearer, like every control route."""
+        if not matches(bearer_of(request.headers.get("authorization")), control_token):
+            return _control_error(AuthenticationError("this endpoint needs the control token as a Bearer token"))
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
 
     @app.exception_handler(Exception)
     async def last_resort(request: Request, exc: Exception) -> Response:

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import make_engine, make_session_factory, migrate
+from polar import metrics
 from polar.backends.base import Backend
 from polar.chat.families import require_served_family
 from polar.errors import StoreError
@@ -70,6 +71,10 @@ class Gateway:
             store_timeout_s=settings.store_statement_timeout_s,
             limit=InFlightLimit(backend.name, settings.backend_max_in_flight, settings.backend_queue_timeout_s),
         )
+        self.writer.observe_commit = metrics.observe_commit
+        limit = self.calls.limit
+        assert limit is not None
+        metrics.track(backend.name, lambda: limit.in_flight, lambda: limit.queued)
         self.limits = JsonLimits(max_depth=settings.max_json_depth, max_string_chars=settings.max_string_chars)
         self._backend_policy = BackendPolicy(backend)
         self._scorer = scorer

@@ -13,6 +13,7 @@ import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from polar import metrics
 from polar.errors import Overloaded
 
 
@@ -37,6 +38,7 @@ class InFlightLimit:
                         await self._slots.acquire()
                 except TimeoutError:
                     self.rejected += 1
+                    metrics.OVERLOADED.labels(self.name).inc()
                     raise Overloaded(
                         f"the inference server {self.name!r} has {self.max_in_flight} calls in flight and this "
                         f"call waited {self.queue_timeout_s:g} s for a slot; retry later",

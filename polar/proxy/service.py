@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from db.request_json import compact_request
+from polar import metrics
 from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, SamplingParams
 from polar.capture import capture_row
 from polar.errors import (
@@ -67,6 +68,7 @@ class CallPlan:
     policy: Policy
     context: PolicyContext
     meta: StreamMeta
+    started: float = 0.0  # perf_counter when the call arrived (metrics)
 
 
 class _Stale(Exception):
@@ -117,6 +119,7 @@ class CallService:
         history: SessionHistory | None = None,
         *,
         fresh: bool = True,
+        started: float | None = None,
     ) -> CallPlan:
         """Build the prompt and sampling parameters (blocking: runs in a worker thread). ``history`` is the
         session's (``plan_call`` gets it); None loads it here. Unless ``fresh`` (just read from the store), a
@@ -147,10 +150,17 @@ class CallService:
         sampling = SamplingParams.parse({**request.sampling, "max_new_tokens": min(wanted, budget)})
         meta = StreamMeta(uuid.uuid4().hex[:24], request.model, int(time.time()), len(prompt.ids))
         context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
-        return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta)
+        started = time.perf_counter() if started is None else started
+        return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started)
 
     async def plan_call(
-        self, session: SessionInfo, codec: ProtocolCodec, body: Any, request: ChatRequest, policy: Policy
+        self,
+        session: SessionInfo,
+        codec: ProtocolCodec,
+        body: Any,
+        request: ChatRequest,
+        policy: Policy,
+        started: float | None = None,
     ) -> CallPlan:
         """``plan`` with the session's history: from memory in the steady state, read from the store (only the
         captures this process lacks) on a session's first call here, after a seq this process skipped, or
@@ -160,10 +170,14 @@ class CallService:
         if history is None:
             history = await self.load_history(session.id)
         try:
-            return await asyncio.to_thread(self.plan, session, codec, body, request, policy, history, fresh=fresh)
+            return await asyncio.to_thread(
+                self.plan, session, codec, body, request, policy, history, fresh=fresh, started=started
+            )
         except _Stale:
             history = await self.load_history(session.id)
-            return await asyncio.to_thread(self.plan, session, codec, body, request, policy, history, fresh=True)
+            return await asyncio.to_thread(
+                self.plan, session, codec, body, request, policy, history, fresh=True, started=started
+            )
 
     def _refuse_surely_too_long(self, request: ChatRequest) -> None:
         """A prompt whose text alone needs more tokens than the context window holds is refused before it is
@@ -224,6 +238,7 @@ class CallService:
 
     async def complete(self, plan: CallPlan) -> dict[str, Any]:
         slot = await self._slot(plan)  # Overloaded (before any generation) records nothing
+        generating = time.perf_counter()
         try:
             try:
                 async with asyncio.timeout(self.backend_deadline_s):
@@ -232,6 +247,7 @@ class CallService:
                 raise self._timeout() from None
             finally:
                 slot()
+                generated_s = time.perf_counter() - generating
             self._check(plan).result(final)
         except PolarError as exc:
             await self._record_error(plan, exc)
@@ -240,6 +256,7 @@ class CallService:
         completion = self._completion(plan, final, parsed_events)
         response = plan.codec.response(completion, request=plan.request)
         await self._record(plan, final, completion, response)
+        _finished(plan, final, generated_s)
         return response
 
     async def _slot(self, plan: CallPlan) -> Callable[[], None]:
@@ -266,6 +283,7 @@ class CallService:
         frames and the release of the call's in-flight slot: the frames release it when the generation ends;
         the caller calls it too once the response is over (a stream whose client left before it started)."""
         slot = await self._slot(plan)
+        generating = time.perf_counter()
         check = self._check(plan)
         deadline = asyncio.get_running_loop().time() + self.backend_deadline_s
         chunks = plan.policy.stream(self._request(plan), plan.context)
@@ -274,6 +292,7 @@ class CallService:
             if first is None:
                 raise BackendProtocolError("the backend ended its stream without a result")
             self._check_chunk(check, first)
+            metrics.TTFT.labels(plan.codec.name).observe(time.perf_counter() - plan.started)
         except PolarError as exc:
             await _aclose(chunks)
             slot()
@@ -283,7 +302,7 @@ class CallService:
             await _aclose(chunks)
             slot()
             raise
-        return self._frames(plan, first, chunks, check, deadline, slot), slot
+        return self._frames(plan, first, chunks, check, deadline, slot, generating), slot
 
     async def _frames(
         self,
@@ -293,6 +312,7 @@ class CallService:
         check: OutputCheck,
         deadline: float,
         slot: Callable[[], None] = lambda: None,
+        generating: float = 0.0,
     ) -> AsyncIterator[str]:
         encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
         decoder = IncrementalDecoder(self.builder.tokenizer)
@@ -313,6 +333,7 @@ class CallService:
                 if chunk is not None:
                     self._check_chunk(check, chunk)
             slot()  # the generation is over: the next call may use the server while this one commits
+            generated_s = time.perf_counter() - generating
             for frame in _encode(encoder, events, parser.feed(decoder.flush()) + parser.finish()):
                 yield frame
             if final is None:
@@ -321,7 +342,9 @@ class CallService:
             completion = self._completion(plan, final, parsed)
             await self._record(plan, final, completion, plan.codec.response(completion, request=plan.request))
             recorded = True
+            _finished(plan, final, generated_s)
         except PolarError as exc:
+            metrics.CALLS.labels(plan.codec.name, exc.error_type).inc()
             if not recorded:
                 await self._record_error(plan, exc)
             for frame in encoder.error(exc):
@@ -386,7 +409,9 @@ class CallService:
         )
         row.n_malformed_tool_calls = completion.malformed_tool_calls
         row.scripted = plan.policy.scripted
+        committing = time.perf_counter()
         stored = await self.writer.store(row, timeout_s=self.store_timeout_s, key_hash=plan.session.key_hash)
+        metrics.COMMIT_WAIT.observe(time.perf_counter() - committing)
         capture_id = stored.id
         self.histories.remember_body(plan.session.id, capture_id, plan.body)
         reply = Message(Role.ASSISTANT, completion.content, completion.reasoning, completion.tool_calls)
@@ -428,6 +453,14 @@ class CallService:
             self.histories.note_seq(plan.session.id, stored.seq)
         except PolarError:
             log.warning("could not record the failed call of session %s", plan.session.id)
+
+
+def _finished(plan: CallPlan, final: GenerateResult, generated_s: float) -> None:
+    """Metrics of a call whose reply is committed: the time it spent beyond generation, its tokens."""
+    metrics.CALLS.labels(plan.codec.name, "ok").inc()
+    metrics.ADDED_LATENCY.labels(plan.codec.name).observe(max(0.0, time.perf_counter() - plan.started - generated_s))
+    metrics.TOKENS.labels("in").inc(len(plan.prompt.ids))
+    metrics.TOKENS.labels("out").inc(len(final.output_ids))
 
 
 def _nothing() -> None:

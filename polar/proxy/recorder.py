@@ -160,23 +160,22 @@ class CaptureWriter:
         return None, _row_error(conflict, batch, "could not assign a capture sequence number"), True
 
     def _insert(self, batch: list[_Pending]) -> list[Stored | PolarError]:
-        """One transaction: per (rollout, key) one counter increment that also checks the session is open under
-        the key, then the rows. Rows of a revoked session are left out and get ``PermissionDenied``."""
+        """One transaction: the batch's rollout rows locked in id order (so concurrent writers never deadlock),
+        one counter increment for all of them that also checks each session is open under its call's key, then
+        the rows. Rows of a revoked session are left out and get ``PermissionDenied``."""
         groups: dict[tuple[str, str | None], list[_Pending]] = {}
         for pending in batch:
             groups.setdefault((pending.row.rollout_id, pending.key_hash), []).append(pending)
         refused: dict[int, PolarError] = {}
         with session_scope(self._factory) as db:
-            # Sorted: rollout rows are locked in one order, so concurrent writers never deadlock.
-            for (rollout_id, key_hash), members in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1] or "")):
-                update = sa.update(Rollout).where(Rollout.id == rollout_id)
-                if key_hash is not None:
-                    update = update.where(Rollout.closed_at.is_(None), Rollout.session_token_hash == key_hash)
-                end = db.scalar(
-                    update.values(next_capture_seq=Rollout.next_capture_seq + len(members)).returning(
-                        Rollout.next_capture_seq
-                    )
+            rollout_ids = sorted({rollout_id for rollout_id, _ in groups})
+            if len(rollout_ids) > 1:
+                db.execute(
+                    sa.select(Rollout.id).where(Rollout.id.in_(rollout_ids)).order_by(Rollout.id).with_for_update()
                 )
+            ends = self._advance(db, groups)
+            for (rollout_id, key_hash), members in groups.items():
+                end = ends.get((rollout_id, key_hash))
                 if end is None and key_hash is not None:
                     for pending in members:
                         refused[id(pending)] = PermissionDenied(
@@ -193,6 +192,47 @@ class CaptureWriter:
             db.add_all(rows)
             db.flush()
             return [refused.get(id(p)) or Stored(p.row.id, p.row.seq) for p in batch]
+
+    @staticmethod
+    def _advance(
+        db: Session, groups: dict[tuple[str, str | None], list[_Pending]]
+    ) -> dict[tuple[str, str | None], int]:
+        """Increment the counters: one UPDATE for every rollout with one key in the batch (the usual case), one
+        more per group of a rollout seen under two keys. Returns each group's counter after its increment;
+        a group whose session is closed or re-keyed is missing."""
+        per_rollout: dict[str, list[tuple[str | None, int]]] = {}
+        for (rollout_id, key_hash), members in groups.items():
+            per_rollout.setdefault(rollout_id, []).append((key_hash, len(members)))
+        single = {r: g[0] for r, g in per_rollout.items() if len(g) == 1}
+        ends: dict[tuple[str, str | None], int] = {}
+        if single:
+            open_under_key = [
+                sa.and_(Rollout.id == r, Rollout.closed_at.is_(None), Rollout.session_token_hash == k)
+                if k is not None
+                else Rollout.id == r
+                for r, (k, _) in single.items()
+            ]
+            step = sa.case({r: n for r, (_, n) in single.items()}, value=Rollout.id, else_=0)
+            for rollout_id, end in db.execute(
+                sa.update(Rollout)
+                .where(sa.or_(*open_under_key))
+                .values(next_capture_seq=Rollout.next_capture_seq + step)
+                .returning(Rollout.id, Rollout.next_capture_seq)
+            ):
+                ends[rollout_id, single[rollout_id][0]] = end
+        for rollout_id, keyed in per_rollout.items():
+            if rollout_id in single:
+                continue
+            for key_hash, n in keyed:
+                update = sa.update(Rollout).where(Rollout.id == rollout_id)
+                if key_hash is not None:
+                    update = update.where(Rollout.closed_at.is_(None), Rollout.session_token_hash == key_hash)
+                after = db.scalar(
+                    update.values(next_capture_seq=Rollout.next_capture_seq + n).returning(Rollout.next_capture_seq)
+                )
+                if after is not None:
+                    ends[rollout_id, key_hash] = after
+        return ends
 
     def _resync(self, rollout_ids: list[str]) -> bool:
         """Move each counter past its rollout's highest seq; True when one was behind (False also when the

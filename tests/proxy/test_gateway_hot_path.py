@@ -141,3 +141,43 @@ async def _revoked(settings, engine) -> None:
         assert reply.status_code == 403, reply.text
         assert "closed" in reply.json()["error"]["message"]
         assert len(await captures(client, session["session_id"])) == 1  # nothing committed after the close
+
+
+def test_one_group_commit_checks_each_call_against_its_own_key(store_url, tmp_path, cache_dir, engine):
+    asyncio.run(_keys_in_one_batch(settings_for(tmp_path, cache_dir, store_url), engine))
+
+
+async def _keys_in_one_batch(settings, engine) -> None:
+    from db import Capture, session_scope
+    from polar.errors import PermissionDenied
+    from polar.proxy.recorder import Stored, _Pending  # white-box: rows put on the writer's queue at once
+    from polar.proxy.sessions import hash_key
+    from tests.proxy.test_gateway_poison import _row
+
+    async with asgi_gateway(settings, LocalBackend(engine)) as (gw, client):
+        a, b, c = [await open_session(client) for _ in range(3)]
+        await gw.in_store(SessionStore(gw.factory).close, c["session_id"])
+        current, stale = hash_key(a["api_key"]), hash_key("sk-polar-an-old-key")
+        batch = [
+            (a, current),
+            (a, stale),  # the same rollout under a key it no longer has: its own UPDATE, refused
+            (b, hash_key(b["api_key"])),
+            (c, hash_key(c["api_key"])),  # closed
+            (b, None),  # unchecked
+            (a, current),
+        ]
+        gw.writer.close()  # stop the thread, so that every row lands in one batch
+        loop = asyncio.get_running_loop()
+        futures = []
+        for session, key_hash in batch:
+            future = loop.create_future()
+            gw.writer._queue.put(_Pending(_row(session["session_id"], [5, 6]), loop, future, key_hash))
+            futures.append(future)
+        gw.writer._ensure_started()
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        kinds = [type(o).__name__ for o in outcomes]
+        assert kinds == ["Stored", "PermissionDenied", "Stored", "PermissionDenied", "Stored", "Stored"], outcomes
+        assert isinstance(outcomes[1], PermissionDenied) and isinstance(outcomes[0], Stored)
+        assert [outcomes[0].seq, outcomes[5].seq] == [0, 1] and sorted([outcomes[2].seq, outcomes[4].seq]) == [0, 1]
+        with session_scope(gw.factory) as db:
+            assert db.scalar(sa.select(sa.func.count()).select_from(Capture)) == 4

@@ -310,8 +310,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--writer-only", action="store_true", help="only section 4 (no servers)")
+    parser.add_argument("--turns", type=int, help="section 1's session length (default 200; --quick 30)")
+    parser.add_argument("--calls", type=int, help="section 2's calls per target (default 2000; --quick 300)")
+    parser.add_argument("--in-flight", type=int, help="section 3's streams at once (default 1000; --quick 200)")
     args = parser.parse_args()
     turns, calls, in_flight, writes = (30, 300, 200, 3000) if args.quick else (200, 2000, 1000, 20000)
+    turns, calls, in_flight = args.turns or turns, args.calls or calls, args.in_flight or in_flight
     print(
         f"bench_gateway_scale on {os.cpu_count()} cores (load {os.getloadavg()[0]:.1f}: a shared machine moves these)"
     )

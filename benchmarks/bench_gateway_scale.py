@@ -32,7 +32,7 @@ from pathlib import Path
 
 import httpx
 import sqlalchemy as sa
-from gateway_support import Server, chat_body, closed_loop, conversation, echo, free_port, percentile, tool_turn
+from gateway_support import Server, chat_body, closed_loop, conversation, echo, free_port, percentile
 from prometheus_client.parser import text_string_to_metric_families
 
 from db import Rollout, make_engine, make_session_factory, migrate
@@ -152,7 +152,9 @@ async def section_append(client: httpx.AsyncClient, servers: dict[str, Server], 
             reply = await post(client, url, body, key)
             t2 = time.perf_counter()
             added.append((t2 - t1) - (t1 - t0))
-            messages = [*messages, echo(reply), *tool_turn(9 + turn)[1:]]
+            said = echo(reply)  # a short tool result: 200 turns stay inside the context window
+            result = {"role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": f"ok {turn}"}
+            messages = [*messages, said, result]
         after = await scrape(client, gateway)
         wait_sum = (
             after[("polar_capture_commit_wait_seconds_sum", ())] - before[("polar_capture_commit_wait_seconds_sum", ())]

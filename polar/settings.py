@@ -88,6 +88,12 @@ class Settings(BaseSettings):
     backend_deadline_s: float = Field(
         default=900.0, gt=0, description="a whole generation (streamed or not) past this gets a shaped 504"
     )
+    keepalive_s: float = Field(
+        default=20.0,
+        ge=0,
+        description="a call silent this long gets keep-alive bytes (spaces before a JSON body, SSE comments in a "
+        "stream) so idle-cutting proxies keep it; 0: never",
+    )
     backend_max_in_flight: int = Field(
         default=512, ge=0, description="calls generating at once on the inference server; 0: no bound"
     )

@@ -40,7 +40,7 @@ from polar.errors import (
     StoreError,
     invalid_from,
 )
-from polar.proxy import ws_denial
+from polar.proxy import keepalive, ws_denial
 from polar.proxy.admin import add_admin_routes
 from polar.proxy.body import OFFLOAD_BYTES, FastJSONResponse, read_body, read_json
 from polar.proxy.canonical import ChatRequest
@@ -108,14 +108,41 @@ async def _model_call(
         body, chat = await _decode(gw, request, codec, model, stream)
         session = await _authenticate(gw, _api_key(request, query=codec is GEMINI))
         plan = await gw.calls.plan_call(session, codec, body, chat, gw.policy_for(session), started)
+        every_s = gw.settings.keepalive_s
         if not chat.stream:
-            return FastJSONResponse(await gw.calls.complete(plan))
-        frames, release = await gw.calls.open_stream(plan)
+            call = asyncio.create_task(gw.calls.complete(plan))
+            if every_s <= 0 or await keepalive.first_within(call, every_s):
+                return FastJSONResponse(await call)
+            return StreamingResponse(
+                keepalive.padded_json(call, every_s, _json_bytes, partial(_error_bytes, codec)),
+                media_type="application/json",
+            )
+        opening = asyncio.create_task(gw.calls.open_stream(plan))
+        if every_s <= 0 or await keepalive.first_within(opening, every_s):
+            frames, release = await opening
+            return StreamingResponse(
+                _frames_as_bytes(frames),
+                media_type="text/event-stream",
+                headers=SSE_HEADERS,
+                background=BackgroundTask(release),
+            )
+
+        async def frames_of(opened: tuple[AsyncIterator[str], Any]) -> AsyncIterator[bytes]:
+            frames, release = opened
+            try:
+                async for frame in _frames_as_bytes(frames):
+                    yield frame
+            finally:
+                release()
+
+        def stream_error(exc: PolarError) -> list[bytes]:
+            _count_failure(codec, exc)
+            return [f.encode() for f in codec.stream_encoder(plan.meta, request=plan.request).error(exc)]
+
         return StreamingResponse(
-            _frames_as_bytes(frames),
+            keepalive.padded_stream(opening, every_s, frames_of, stream_error),
             media_type="text/event-stream",
             headers=SSE_HEADERS,
-            background=BackgroundTask(release),
         )
     except PolarError as exc:
         _count_failure(codec, exc)
@@ -123,6 +150,16 @@ async def _model_call(
     except Exception:
         metrics.CALLS.labels(codec.name, "internal_error").inc()
         return _internal(codec, f"a {codec.name} call")
+
+
+def _json_bytes(body: Any) -> bytes:
+    return bytes(FastJSONResponse(body).body)
+
+
+def _error_bytes(codec: ProtocolCodec, exc: PolarError) -> bytes:
+    """A provider error body after keep-alive bytes (the 200 status is already out)."""
+    _count_failure(codec, exc)
+    return bytes(FastJSONResponse(codec.error_response(exc)[1]).body)
 
 
 def _count_failure(codec: ProtocolCodec, exc: PolarError) -> None:

@@ -60,6 +60,7 @@ from gateway_support import (  # beside this script
 
 from db import Capture
 from db.engine import make_engine
+from polar.models.tiny import ensure_model_dir
 from polar.proxy.protocols import OPENAI_CHAT
 from polar.settings import get_settings
 from polar.tokens.render import PromptBuilder
@@ -107,6 +108,8 @@ def start_servers(stack: ExitStack, tmp: Path, args: argparse.Namespace, pg_url:
             "POLAR_BACKEND": "sglang",
             "POLAR_BACKEND_URL": backend_url,
             "POLAR_MODEL": "tiny",
+            # The instant backend names no model folder; serve-model names its own (kept for that gateway).
+            **({} if name == "polar-model" else {"POLAR_MODEL_PATH": str(ensure_model_dir("tiny", cache))}),
             "POLAR_DATABASE_URL": database_url,
             "POLAR_CONTROL_TOKEN": CONTROL_TOKEN,
         }

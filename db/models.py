@@ -185,6 +185,8 @@ class Rollout(Base):
     closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     deadline_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The seq the next capture of this rollout gets: writers increment it in their insert transaction.
+    next_capture_seq: Mapped[int] = mapped_column(default=0, server_default="0")
 
     task: Mapped[Task | None] = relationship(back_populates="rollouts", lazy="raise")
     captures: Mapped[list[Capture]] = relationship(back_populates="rollout", lazy="raise", passive_deletes=True)

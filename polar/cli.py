@@ -37,7 +37,13 @@ def _gateway(args: argparse.Namespace) -> None:
 
     use_model_path(args.model_path)
     settings = get_settings()
-    asyncio.run(serve_gateway(settings, args.host or settings.gateway_host, args.port or settings.gateway_port))
+    host, port = args.host or settings.gateway_host, args.port or settings.gateway_port
+    if args.workers > 1:
+        from polar.proxy.server import run_workers
+
+        extra = ["--model-path", str(args.model_path)] if args.model_path else []
+        raise SystemExit(run_workers(settings, host, port, args.workers, extra))
+    asyncio.run(serve_gateway(settings, host, port, reuse_port=args.reuse_port))
 
 
 def _generate(args: argparse.Namespace) -> None:
@@ -230,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     gateway.add_argument("--host", help="default: POLAR_GATEWAY_HOST (127.0.0.1)")
     gateway.add_argument("--port", type=int, help="default: POLAR_GATEWAY_PORT (8700)")
     gateway.add_argument("--model-path", type=Path, help="the model's Hugging Face folder (POLAR_MODEL_PATH)")
+    gateway.add_argument("--workers", type=int, default=1, help="gateway processes sharing the port (default 1)")
+    gateway.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # a worker of --workers
     gateway.set_defaults(func=_gateway)
 
     gen = sub.add_parser("generate", help="one chat turn through the configured backend, printed as JSON")

@@ -118,6 +118,19 @@ class BackendTimeout(BackendUnavailable):
     error_type = "backend_timeout"
 
 
+class Overloaded(BackendError):
+    """Every in-flight slot of the inference server stayed taken until the call's queue deadline. Each protocol
+    answers it with its provider's own overload error (OpenAI 429, Anthropic 529 ``overloaded_error``, Google
+    503 ``UNAVAILABLE``) and a ``Retry-After`` header, so the SDKs back off and retry."""
+
+    status_code = 429
+    error_type = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class BackendProtocolError(BackendError):
     """The backend answered, but not in the wire format we expect."""
 

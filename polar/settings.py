@@ -99,11 +99,29 @@ class Settings(BaseSettings):
     backend_deadline_s: float = Field(
         default=900.0, gt=0, description="a whole generation (streamed or not) past this gets a shaped 504"
     )
+    keepalive_s: float = Field(
+        default=20.0,
+        ge=0,
+        description="a call silent this long gets keep-alive bytes (spaces before a JSON body, SSE comments in a "
+        "stream) so idle-cutting proxies keep it; 0: never",
+    )
+    backend_max_in_flight: int = Field(
+        default=512, ge=0, description="calls generating at once on the inference server; 0: no bound"
+    )
+    backend_queue_timeout_s: float = Field(
+        default=30.0, gt=0, description="how long a call waits for an in-flight slot before its overload error"
+    )
     store_connect_timeout_s: float = Field(default=10.0, gt=0, description="connecting to the store")
     store_statement_timeout_s: float = Field(
         default=30.0, gt=0, description="one store statement; also how long a call waits for the store"
     )
     health_timeout_s: float = Field(default=2.0, gt=0, description="each check of /health/ready")
+    session_cache_ttl_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="how long a gateway trusts a session key it checked without asking the store again; "
+        "a closed or re-keyed session is refused at commit regardless, so no reply is ever acknowledged after it",
+    )
     runtime: str = Field(default="local", description="default runtime of a task that names none")
 
     # ---- rollout pipeline ---------------------------------------------------------------------------

@@ -18,20 +18,20 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.enums import TaskStatus
 from db.models import Rollout
-from polar import feed
+from polar import feed, metrics
 from polar.api import queries
 from polar.api.callbacks import deliver_due
 from polar.api.runner import InlineDispatch, TaskRunner, flow_run_states
 from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody, WeightsRequest
 from polar.api.weights import WeightSource, publish
 from polar.auth import announce, bearer_of, install_access_log_redaction, matches
-from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, invalid_from
+from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, StoreError, invalid_from
 from polar.export.filters import ExportFilter
 from polar.models.tiny import get_spec
 from polar.proxy.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
@@ -86,7 +86,8 @@ def create_api(
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         loop = asyncio.create_task(background())
-        yield
+        async with metrics.loop_lag_monitor("api"):
+            yield
         loop.cancel()
         with suppress(asyncio.CancelledError):
             await loop
@@ -97,6 +98,8 @@ def create_api(
 
     @app.exception_handler(PolarError)
     async def polar_error(request: Request, exc: PolarError) -> JSONResponse:
+        if isinstance(exc, StoreError):
+            metrics.STORE_ERRORS.labels("api").inc()
         return _error(exc)
 
     @app.exception_handler(RequestValidationError)
@@ -131,6 +134,12 @@ def create_api(
         return {"status": "ok", "dispatch": runner.mode.value, "current_version": current.version if current else None}
 
     v1 = [Depends(control)]
+
+    @app.get("/metrics", dependencies=v1)
+    async def prometheus() -> Response:
+        """Prometheus text format (``polar.metrics``): the process's event-loop lag and store errors."""
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
 
     @app.get("/v1/model", dependencies=v1)
     async def model() -> dict[str, Any]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 
 from polar.backends.base import FinishReason, GenerateRequest, GenerateResult, LogprobSemantics, VersionSpan
 from polar.errors import (
@@ -51,34 +52,40 @@ class OutputReader:
     ttft_s: float | None = None
 
     def add(self, payload: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:
-        """Take one response/chunk; return the ids and logprobs it adds."""
+        """Take one response/chunk; return the ids and logprobs it adds.
+
+        Only what is new is checked and copied: a cumulative chunk's already-streamed part is checked at its
+        length and its last id (so a long output costs linear time, not quadratic), its new tail in full."""
         if not isinstance(payload, dict):
             raise BackendProtocolError(f"{self.url}: expected a JSON object, got {type(payload).__name__}")
         meta = payload.get("meta_info")
         if not isinstance(meta, dict):
             raise BackendProtocolError(f"{self.url}: the response has no meta_info object")
-        ids = _int_list(payload.get("output_ids"), "output_ids", self.url)
+        ids = payload.get("output_ids")
+        if not isinstance(ids, list):
+            raise BackendProtocolError(f"{self.url}: output_ids is missing or not a list of integers")
         triples = meta.get("output_token_logprobs")
         if not isinstance(triples, list):
             raise BackendProtocolError(f"{self.url}: meta_info.output_token_logprobs is missing (return_logprob)")
         if len(triples) != len(ids):
             raise BackendProtocolError(f"{self.url}: {len(triples)} output_token_logprobs for {len(ids)} output_ids")
-        logprobs = _logprobs_of(triples, ids, self.url)
         total = meta.get("completion_tokens")
         if not isinstance(total, int):
             raise BackendProtocolError(f"{self.url}: meta_info.completion_tokens is missing")
         seen = len(self.ids)
         if len(ids) == total:  # cumulative (or the first chunk, where both readings agree)
-            if ids[:seen] != self.ids:
+            if len(ids) < seen or (seen and ids[seen - 1] != self.ids[-1]):
                 raise BackendProtocolError(f"{self.url}: a cumulative chunk rewrote output ids already streamed")
-            new_ids, new_logprobs = ids[seen:], logprobs[seen:]
+            start = seen
         elif seen + len(ids) == total:  # incremental
-            new_ids, new_logprobs = ids, logprobs
+            start = 0
         else:
             raise BackendProtocolError(
                 f"{self.url}: a chunk with {len(ids)} output_ids and completion_tokens={total} fits neither "
                 f"cumulative nor incremental streaming after {seen} tokens"
             )
+        new_ids = _int_list(ids[start:] if start else ids, "output_ids", self.url)
+        new_logprobs = _logprobs_of(triples[start:] if start else triples, new_ids, self.url, offset=start)
         self.ids.extend(new_ids)
         self.logprobs.extend(new_logprobs)
         return tuple(new_ids), tuple(new_logprobs)
@@ -109,9 +116,9 @@ def _int_list(value: Any, name: str, url: str) -> list[int]:
     return value
 
 
-def _logprobs_of(triples: list[Any], ids: list[int], url: str) -> list[float]:
+def _logprobs_of(triples: list[Any], ids: list[int], url: str, offset: int = 0) -> list[float]:
     logprobs = []
-    for i, (triple, token) in enumerate(zip(triples, ids, strict=True)):
+    for i, (triple, token) in enumerate(zip(triples, ids, strict=True), start=offset):
         if not (isinstance(triple, list) and len(triple) >= 2 and isinstance(triple[0], int | float)):
             raise BackendProtocolError(f"{url}: output_token_logprobs[{i}] is not a [logprob, id, text] triple")
         if triple[1] != token:
@@ -168,10 +175,19 @@ async def sse_payloads(response: httpx.Response, url: str) -> AsyncIterator[Any]
         data = line[5:].strip()
         if data == "[DONE]":
             continue  # read on to the end of the body: the connection can then be reused
-        try:
-            yield json.loads(data)
-        except json.JSONDecodeError:
-            raise BackendProtocolError(f"{url}: a stream event is not JSON: {data[:200]!r}") from None
+        yield _loads(data, url)
+
+
+def _loads(data: str, url: str) -> Any:
+    """orjson, then the standard parser for what orjson refuses (NaN, which a checked field then names)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError:
+        raise BackendProtocolError(f"{url}: a stream event is not JSON: {data[:200]!r}") from None
 
 
 def json_of(response: httpx.Response, url: str, *, allow_error: bool = False) -> Any:

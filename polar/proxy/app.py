@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -21,28 +22,34 @@ from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from db import Capture, full_prompt_ids, session_scope
 from db.request_json import full_request_json
+from polar import metrics
 from polar.auth import announce, bearer_of, install_access_log_redaction, matches
 from polar.errors import (
     AuthenticationError,
+    BackendError,
     InvalidRequest,
     NotFound,
+    Overloaded,
     PermissionDenied,
     PolarError,
+    StoreError,
     invalid_from,
 )
-from polar.proxy import ws_denial
+from polar.proxy import keepalive, ws_denial
 from polar.proxy.admin import add_admin_routes
-from polar.proxy.body import OFFLOAD_BYTES, read_body, read_json
+from polar.proxy.body import OFFLOAD_BYTES, FastJSONResponse, read_body, read_json
 from polar.proxy.canonical import ChatRequest
 from polar.proxy.gateway import Gateway
 from polar.proxy.health import add_health_routes, finite_or_none
 from polar.proxy.json_guard import parse_json
 from polar.proxy.policy import ScriptedPolicySpec
 from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
+from polar.proxy.sessions import SessionInfo
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -50,7 +57,8 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 def _error(codec: ProtocolCodec, exc: PolarError) -> JSONResponse:
     status, body = codec.error_response(exc)
-    return JSONResponse(body, status_code=status)
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else None
+    return FastJSONResponse(body, status_code=status, headers=headers)
 
 
 def _api_key(request: Request, *, query: bool = False) -> str | None:
@@ -95,25 +103,82 @@ def _internal(codec: ProtocolCodec, what: str) -> JSONResponse:
 async def _model_call(
     gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None, stream: bool | None = None
 ) -> Response:
+    started = time.perf_counter()
     try:
         body, chat = await _decode(gw, request, codec, model, stream)
-        session = await gw.in_store(gw.sessions.authenticate, _api_key(request, query=codec is GEMINI))
-        history = await gw.calls.load_history(session.id)
-        policy = gw.policy_for(session)
-        plan = await asyncio.to_thread(gw.calls.plan, session, codec, body, chat, policy, history)
+        session = await _authenticate(gw, _api_key(request, query=codec is GEMINI))
+        plan = await gw.calls.plan_call(session, codec, body, chat, gw.policy_for(session), started)
+        every_s = gw.settings.keepalive_s
         if not chat.stream:
-            return JSONResponse(await gw.calls.complete(plan))
-        frames = await gw.calls.open_stream(plan)
-        return StreamingResponse(_frames_as_bytes(frames), media_type="text/event-stream", headers=SSE_HEADERS)
+            call = asyncio.create_task(gw.calls.complete(plan))
+            if every_s <= 0 or await keepalive.first_within(call, every_s):
+                return FastJSONResponse(await call)
+            return StreamingResponse(
+                keepalive.padded_json(call, every_s, _json_bytes, partial(_error_bytes, codec)),
+                media_type="application/json",
+            )
+        opening = asyncio.create_task(gw.calls.open_stream(plan))
+        if every_s <= 0 or await keepalive.first_within(opening, every_s):
+            frames, release = await opening
+            return StreamingResponse(
+                _frames_as_bytes(frames),
+                media_type="text/event-stream",
+                headers=SSE_HEADERS,
+                background=BackgroundTask(release),
+            )
+
+        async def frames_of(opened: tuple[AsyncIterator[str], Any]) -> AsyncIterator[bytes]:
+            frames, release = opened
+            try:
+                async for frame in _frames_as_bytes(frames):
+                    yield frame
+            finally:
+                release()
+
+        def stream_error(exc: PolarError) -> list[bytes]:
+            _count_failure(codec, exc)
+            return [f.encode() for f in codec.stream_encoder(plan.meta, request=plan.request).error(exc)]
+
+        return StreamingResponse(
+            keepalive.padded_stream(opening, every_s, frames_of, stream_error),
+            media_type="text/event-stream",
+            headers=SSE_HEADERS,
+        )
     except PolarError as exc:
+        _count_failure(codec, exc)
         return _error(codec, exc)
     except Exception:
+        metrics.CALLS.labels(codec.name, "internal_error").inc()
         return _internal(codec, f"a {codec.name} call")
+
+
+def _json_bytes(body: Any) -> bytes:
+    return bytes(FastJSONResponse(body).body)
+
+
+def _error_bytes(codec: ProtocolCodec, exc: PolarError) -> bytes:
+    """A provider error body after keep-alive bytes (the 200 status is already out)."""
+    _count_failure(codec, exc)
+    return bytes(FastJSONResponse(codec.error_response(exc)[1]).body)
+
+
+def _count_failure(codec: ProtocolCodec, exc: PolarError) -> None:
+    metrics.CALLS.labels(codec.name, exc.error_type).inc()
+    if isinstance(exc, StoreError):
+        metrics.STORE_ERRORS.labels("gateway").inc()
+    elif isinstance(exc, BackendError):
+        metrics.BACKEND_ERRORS.labels(exc.error_type).inc()
+
+
+async def _authenticate(gw: Gateway, key: str | None) -> SessionInfo:
+    """The key's open session: from the process's short-lived cache, else checked against the store."""
+    cached = gw.sessions.cached(key)
+    return cached if cached is not None else await gw.in_store(gw.sessions.authenticate, key)
 
 
 async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> int:
     _, chat = await _decode(gw, request, codec, model, False, count=True)
-    await gw.in_store(gw.sessions.authenticate, _api_key(request, query=codec is GEMINI))
+    await _authenticate(gw, _api_key(request, query=codec is GEMINI))
     ids = await asyncio.to_thread(gw.builder.canonical_ids, chat.messages, chat.tools)  # tokenizing: off the loop
     return len(ids)
 
@@ -135,7 +200,8 @@ def create_app(gw: Gateway) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        yield
+        async with metrics.loop_lag_monitor("gateway"):
+            yield
         await gw.aclose()
 
     app = FastAPI(title="Polar gateway", lifespan=lifespan)
@@ -302,6 +368,14 @@ def create_app(gw: Gateway) -> FastAPI:
         return JSONResponse({"session_id": session_id, "captures": rows})
 
     add_admin_routes(app, gw, authorize_control, _control_error)
+
+    @app.get("/metrics")
+    async def prometheus(request: Request) -> Response:
+        """Prometheus text format (``polar.metrics``); the control token as Bearer, like every control route."""
+        if not matches(bearer_of(request.headers.get("authorization")), control_token):
+            return _control_error(AuthenticationError("this endpoint needs the control token as a Bearer token"))
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
 
     @app.exception_handler(Exception)
     async def last_resort(request: Request, exc: Exception) -> Response:

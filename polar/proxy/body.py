@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 from fastapi import Request
+from fastapi.responses import JSONResponse
 
 from polar.errors import InvalidRequest, PayloadTooLarge
 from polar.proxy.json_guard import DEFAULT_LIMITS, JsonLimits, parse_json
@@ -50,3 +52,13 @@ def tensor_upload_version(request: Request) -> str | None:
     if not version:
         raise InvalidRequest("a tensor upload needs ?version=", field="version")
     return version
+
+
+class FastJSONResponse(JSONResponse):
+    """A JSON response serialised once by orjson (the standard encoder for what orjson refuses)."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return orjson.dumps(content)
+        except TypeError:
+            return super().render(content)

@@ -10,12 +10,14 @@ from typing import Any, TypeVar
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import make_engine, make_session_factory, migrate
+from polar import metrics
 from polar.backends.base import Backend
 from polar.chat import ChatFormat, chat_format_for
 from polar.errors import StoreError
 from polar.models.engine import LocalEngine
 from polar.proxy.history import HistoryCache
 from polar.proxy.json_guard import JsonLimits
+from polar.proxy.limits import InFlightLimit
 from polar.proxy.policy import BackendPolicy, Policy, ScriptedPolicy, ScriptedPolicySpec
 from polar.proxy.protocols import get_codec
 from polar.proxy.recorder import CaptureWriter
@@ -52,7 +54,7 @@ class Gateway:
         self.tokenizer = tokenizer
         self.chat_format = chat_format
         self.model_name = model_name or settings.model
-        self.sessions = SessionStore(factory)
+        self.sessions = SessionStore(factory, ttl_s=settings.session_cache_ttl_s)
         self.writer = CaptureWriter(factory)
         self.histories = HistoryCache(factory, self._decode_request, self._parse_reply)
         self.builder = PromptBuilder(tokenizer, chat_format=chat_format)
@@ -69,7 +71,12 @@ class Gateway:
             max_token_chars=max(len(tokenizer.id_to_token(i) or "") for i in range(tokenizer.vocab_size)),
             backend_deadline_s=settings.backend_deadline_s,
             store_timeout_s=settings.store_statement_timeout_s,
+            limit=InFlightLimit(backend.name, settings.backend_max_in_flight, settings.backend_queue_timeout_s),
         )
+        self.writer.observe_commit = metrics.observe_commit
+        limit = self.calls.limit
+        assert limit is not None
+        metrics.track(backend.name, lambda: limit.in_flight, lambda: limit.queued)
         self.limits = JsonLimits(max_depth=settings.max_json_depth, max_string_chars=settings.max_string_chars)
         self._backend_policy = BackendPolicy(backend)
         self._scorer = scorer

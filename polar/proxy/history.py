@@ -1,16 +1,27 @@
 """A session's earlier calls, as the prompt builder needs them (append mode, DESIGN §2.2).
 
-The store is the truth: any gateway process may have written a session's captures. Each process keeps a
-cache of the calls it has seen; on every call it lists the session's capture ids (one light query) and
-loads only captures it does not know yet (written by another process, or before a restart) by decoding
-their stored request with its protocol codec and re-parsing the sampled ids.
+The store is the truth: any gateway process (on this host or another) may have written a session's captures.
+Each process keeps what it has seen and reads the store only for what it may lack, never the whole session:
 
-Memory stays proportional to the session's tokens, not turns × context: a call keeps only its prompt
-delta (full prompts are rebuilt from the tree on demand) and shares its history messages with its parent.
+- the first call of a session in this process loads its captures (written elsewhere or before a restart);
+- ``seq`` numbers come from one counter per session (``CaptureWriter``), so a number this process skipped is
+  a capture written elsewhere: the next call loads the captures from the lowest unknown seq on;
+- a request holding an assistant message no known call explains (the previous turn went to another replica)
+  loads them too, and is planned again.
+
+Otherwise (the steady state: a session's calls reaching one process, one after the other) a call reads nothing.
+Loading decodes each new capture's stored request with its protocol codec and re-parses its sampled ids.
+
+Per-call cost does not grow with the number of earlier calls: candidates for the parent come from an index by
+depth (the usual parent, the previous turn, is the first one tried), the full prompt of the latest calls is
+kept, and the count of tool calls is kept as it grows. Memory stays proportional to the session's tokens, not
+turns x context: a call keeps only its prompt delta and shares its history messages with its parent.
+No lock here is held across I/O: reads run without one and are merged under it.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import threading
 from array import array
@@ -34,7 +45,7 @@ from polar.tokens.render import PriorCall
 class LazyPrompt(Sequence[int]):
     """A prompt's ids, known by length; materialised from the capture tree only when iterated."""
 
-    def __init__(self, length: int, load: Callable[[], list[int]]):
+    def __init__(self, length: int, load: Callable[[], Sequence[int]]):
         self._length = length
         self._load = load
 
@@ -59,20 +70,59 @@ class CallNode:
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
     reply: Message
+    seq: int = -1
 
 
 @dataclass(eq=False)
 class SessionHistory:
-    nodes: dict[int, CallNode] = field(default_factory=dict)  # in seq order
+    nodes: dict[int, CallNode] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Full request bodies of the latest calls: the next call is stored relative to its parent's (db.request_json);
     # older ones are rebuilt from the store when needed, so memory does not grow with the turns.
     bodies: OrderedDict[int, Any] = field(default_factory=OrderedDict)
+    # Full prompts of the latest calls (the next call's parent is almost always one of them).
+    prompts: OrderedDict[int, array] = field(default_factory=OrderedDict)
+    # (number of messages, seq, id), sorted: the parent search goes deepest first, latest first among equals.
+    by_depth: list[tuple[int, int, int]] = field(default_factory=list)
+    loaded: bool = False  # read from the store at least once in this process
+    next_seq: int = 0  # every seq below is known here (a capture, or an error capture)
+    ahead: set[int] = field(default_factory=set)  # known seqs above a gap (the gap: captures written elsewhere)
+    tool_steps: int = 0  # how many known calls offered tools (the scripted policy's cursor)
+
+    @property
+    def complete(self) -> bool:
+        """Loaded, and no seq this process skipped: nothing is known to be missing."""
+        return self.loaded and not self.ahead
+
+    def note_seq(self, seq: int) -> None:
+        if seq < self.next_seq:
+            return
+        self.ahead.add(seq)
+        while self.next_seq in self.ahead:
+            self.ahead.discard(self.next_seq)
+            self.next_seq += 1
 
     def remember_body(self, capture_id: int, body: Any, keep: int = 4) -> None:
         self.bodies[capture_id] = body
         while len(self.bodies) > keep:
             self.bodies.popitem(last=False)
+
+    def remember_prompt(self, capture_id: int, ids: Sequence[int], keep: int = 2) -> None:
+        self.prompts[capture_id] = ids if isinstance(ids, array) else array("i", ids)
+        while len(self.prompts) > keep:
+            self.prompts.popitem(last=False)
+
+    def insert(self, node: CallNode) -> bool:
+        """Add ``node`` unless known; True when it was new. Call with ``lock`` held."""
+        if node.id in self.nodes:
+            return False
+        node.messages = self.messages_sharing_parent(node.parent_id, node.messages)
+        self.nodes[node.id] = node
+        bisect.insort(self.by_depth, (len(node.messages), node.seq, node.id))
+        self.tool_steps += 1 if node.tools else 0
+        if node.seq >= 0:
+            self.note_seq(node.seq)
+        return True
 
     def chain(self, capture_id: int) -> list[CallNode]:
         """Root-first chain ending at ``capture_id``."""
@@ -83,26 +133,39 @@ class SessionHistory:
             node = self.nodes.get(node.parent_id) if node.parent_id is not None else None
         return out[::-1]
 
-    def full_prompt(self, capture_id: int) -> list[int]:
+    def full_prompt(self, capture_id: int) -> Sequence[int]:
+        kept = self.prompts.get(capture_id)
+        if kept is not None:
+            return kept
+        node = self.nodes[capture_id]
+        parent = self.prompts.get(node.parent_id) if node.parent_id is not None else None
+        if parent is not None:  # one step from a kept prompt: no walk to the root
+            parent_node = self.nodes[node.parent_id]  # type: ignore[index]
+            return [*parent, *parent_node.output_ids][: node.prefix_len] + list(node.prompt_delta_ids)
         return prompt_from_chain(self.chain(capture_id))
 
-    def prior_calls(self) -> list[PriorCall]:
-        return [
-            PriorCall(
-                n.messages,
-                n.tools,
-                n.reply,
-                LazyPrompt(n.n_prompt, functools.partial(self.full_prompt, n.id)),
-                n.output_ids,
-                ref=n.id,
-            )
-            for n in self.nodes.values()
-        ]
+    def _prior(self, node: CallNode) -> PriorCall:
+        return PriorCall(
+            node.messages,
+            node.tools,
+            node.reply,
+            LazyPrompt(node.n_prompt, functools.partial(self.full_prompt, node.id)),
+            node.output_ids,
+            ref=node.id,
+        )
 
-    @property
-    def tool_steps(self) -> int:
-        """How many earlier calls offered tools (the scripted policy's cursor)."""
-        return sum(1 for n in self.nodes.values() if n.tools)
+    def candidates(self, n_messages: int) -> Iterator[PriorCall]:
+        """Earlier calls that a request of ``n_messages`` messages could extend (fewer messages), deepest
+        first and latest first among equals; lazy, so the usual match (the previous turn) costs one."""
+        end = bisect.bisect_left(self.by_depth, (n_messages, -1, -1))
+        for i in range(end - 1, -1, -1):
+            node = self.nodes.get(self.by_depth[i][2])
+            if node is not None:
+                yield self._prior(node)
+
+    def prior_calls(self) -> list[PriorCall]:
+        """Every known call, in seq order."""
+        return [self._prior(n) for n in sorted(self.nodes.values(), key=lambda n: n.seq)]
 
     def messages_sharing_parent(self, parent_id: int | None, messages: tuple[Message, ...]) -> tuple[Message, ...]:
         """``messages`` with the part its parent already holds replaced by the parent's own objects."""
@@ -113,7 +176,7 @@ class SessionHistory:
 
 
 class HistoryCache:
-    """Per-process cache of session histories, refreshed from the store on every call."""
+    """Per-process cache of session histories, extended from the store only with what it lacks."""
 
     def __init__(
         self,
@@ -128,6 +191,7 @@ class HistoryCache:
         self._max = max_sessions
         self._sessions: OrderedDict[str, SessionHistory] = OrderedDict()
         self._lock = threading.Lock()
+        self.loads = 0  # store reads made (for tests and benchmarks)
 
     def _history(self, session_id: str) -> SessionHistory:
         with self._lock:
@@ -137,32 +201,50 @@ class HistoryCache:
                 self._sessions.popitem(last=False)
             return history
 
-    def load(self, session_id: str) -> SessionHistory:
-        """The session's OK captures, in seq order (blocking: call from a worker thread)."""
+    def cached(self, session_id: str) -> SessionHistory | None:
+        """The session's history when nothing is known to be missing (no I/O); None: ``load`` first."""
         history = self._history(session_id)
+        return history if history.complete else None
+
+    def load(self, session_id: str) -> SessionHistory:
+        """Extend the session's history with the captures this process lacks: those from its lowest unknown
+        seq on (blocking: call from a worker thread)."""
+        history = self._history(session_id)
+        with history.lock:
+            since = history.next_seq
+            parent_bodies = dict(history.bodies)
+        self.loads += 1
         with session_scope(self._factory) as db:
-            ids = db.scalars(
-                sa.select(Capture.id)
-                .where(Capture.rollout_id == session_id, Capture.status == CaptureStatus.OK)
-                .order_by(Capture.seq)
+            rows = db.scalars(
+                sa.select(Capture).where(Capture.rollout_id == session_id, Capture.seq >= since).order_by(Capture.seq)
             ).all()
-            with history.lock:
-                missing = [i for i in ids if i not in history.nodes]
-                if missing:
-                    # Bodies are stored relative to their parents: rebuild them in seq order (parents first).
-                    rows = db.scalars(
-                        sa.select(Capture).where(Capture.rollout_id == session_id).order_by(Capture.seq)
-                    ).all()
-                    bodies: dict[int, Any] = {}
-                    for row in rows:
-                        parent = bodies.get(row.parent_id) if row.parent_id is not None else None
-                        bodies[row.id] = expand_request(row.request_json, parent)
-                    by_id = {row.id: row for row in rows}
-                    known = dict(history.nodes)
-                    known.update({i: self._node(by_id[i], bodies[i]) for i in missing})
-                    history.nodes = {i: known[i] for i in ids}
-                    if ids:
-                        history.remember_body(ids[-1], bodies[ids[-1]])
+            # Bodies are stored relative to their parents: rebuilt in seq order (parents first).
+            bodies: dict[int, Any] = {}
+            nodes: list[CallNode] = []
+            for row in rows:
+                if row.id in history.nodes or row.status != CaptureStatus.OK:
+                    continue
+                parent = None
+                if row.parent_id is not None:
+                    parent = bodies.get(row.parent_id) or parent_bodies.get(row.parent_id)
+                    if parent is None:
+                        parent_row = db.get(Capture, row.parent_id)
+                        parent = full_request_json(db, parent_row) if parent_row is not None else None
+                bodies[row.id] = expand_request(row.request_json, parent)
+                nodes.append(self._node(row, bodies[row.id]))
+            seqs = [row.seq for row in rows]
+        with history.lock:
+            for node in nodes:
+                history.insert(node)
+            for seq in seqs:
+                history.note_seq(seq)
+            history.ahead = {s for s in history.ahead if s >= history.next_seq}
+            if seqs:  # every seq up to the highest read is accounted for now
+                for seq in range(since, max(seqs) + 1):
+                    history.note_seq(seq)
+            if nodes:
+                history.remember_body(nodes[-1].id, bodies[nodes[-1].id])
+            history.loaded = True
         return history
 
     def _node(self, row: Capture, body: Any) -> CallNode:
@@ -177,20 +259,33 @@ class HistoryCache:
             messages=request.messages,
             tools=request.tools,
             reply=self._parse_reply(row.output_ids, row.prompt_delta_ids),
+            seq=row.seq,
         )
 
-    def add(self, session_id: str, node: CallNode) -> None:
+    def add(self, session_id: str, node: CallNode, prompt_ids: Sequence[int] | None = None) -> None:
+        """A call this process just committed (``node.seq`` set), with its full prompt when known."""
         history = self._history(session_id)
         with history.lock:
-            node.messages = history.messages_sharing_parent(node.parent_id, node.messages)
-            history.nodes[node.id] = node
+            history.insert(node)
+            if prompt_ids is not None:
+                history.remember_prompt(node.id, prompt_ids)
+
+    def note_seq(self, session_id: str, seq: int) -> None:
+        """A seq this process used without a node (an error capture)."""
+        history = self._history(session_id)
+        with history.lock:
+            history.note_seq(seq)
+
+    def body_in_memory(self, session_id: str, capture_id: int) -> Any | None:
+        history = self._history(session_id)
+        with history.lock:
+            return history.bodies.get(capture_id)
 
     def parent_body(self, session_id: str, parent_id: int) -> Any:
         """The full request of capture ``parent_id`` (from memory, else rebuilt from the store)."""
-        history = self._history(session_id)
-        with history.lock:
-            if parent_id in history.bodies:
-                return history.bodies[parent_id]
+        body = self.body_in_memory(session_id, parent_id)
+        if body is not None:
+            return body
         with session_scope(self._factory) as db:
             capture = db.get(Capture, parent_id)
             return full_request_json(db, capture) if capture is not None else None

@@ -1,17 +1,37 @@
-"""``polar gateway``: run the gateway with uvicorn on the configured backend and store."""
+"""``polar gateway``: run the gateway with uvicorn on the configured backend and store.
+
+``--workers N`` runs N gateway processes on one port (``SO_REUSEPORT``: the kernel spreads new connections over
+them). A session's calls may reach any of them: seq numbers come from the store's per-session counter and each
+process extends its history from the store when it lacks a call (``polar.proxy.history``). The parent migrates
+the store and settles the control token once, then starts the workers and stops them when it is stopped.
+"""
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
+
 import uvicorn
 
+from db import migrate
 from db.engine import describe_database, normalize_url
-from polar.auth import where
+from polar.auth import control_token, where
 from polar.proxy.app import create_app
 from polar.proxy.gateway import Gateway
 from polar.settings import Settings
 
 
-async def serve_gateway(settings: Settings, host: str, port: int) -> None:
+def _shared_socket(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+async def serve_gateway(settings: Settings, host: str, port: int, *, reuse_port: bool = False) -> None:
     gateway = await Gateway.create(settings)
     config = uvicorn.Config(create_app(gateway), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     print(
@@ -20,4 +40,29 @@ async def serve_gateway(settings: Settings, host: str, port: int) -> None:
         f"control routes need the token from {where(settings)}",
         flush=True,
     )
-    await uvicorn.Server(config).serve()
+    if reuse_port:
+        sock = _shared_socket(host, port)
+        try:
+            await uvicorn.Server(config).serve(sockets=[sock])
+        finally:
+            sock.close()
+    else:
+        await uvicorn.Server(config).serve()
+
+
+def run_workers(settings: Settings, host: str, port: int, workers: int, extra_args: list[str]) -> int:
+    """Start ``workers`` gateway processes on ``host:port`` and wait for them; returns the first non-zero exit."""
+    migrate.upgrade(settings.resolved_database_url)  # once, not raced by the workers
+    control_token(settings)  # a generated token is written once, before the workers read it
+    argv = [sys.executable, "-m", "polar.cli", "gateway", "--host", host, "--port", str(port), "--reuse-port"]
+    procs = [subprocess.Popen([*argv, *extra_args]) for _ in range(workers)]
+
+    def stop(signum: int, _frame: object) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    codes = [proc.wait() for proc in procs]
+    return next((c for c in codes if c), 0)

@@ -20,11 +20,12 @@ import logging
 import time
 import uuid
 from array import array
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from db.request_json import compact_request
+from polar import metrics
 from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, SamplingParams
 from polar.capture import capture_row
 from polar.chat.protocol import ChatFormat
@@ -39,6 +40,7 @@ from polar.errors import (
 )
 from polar.proxy.canonical import ChatRequest, Completion, Usage
 from polar.proxy.history import CallNode, HistoryCache, SessionHistory
+from polar.proxy.limits import InFlightLimit
 from polar.proxy.output_check import OutputCheck
 from polar.proxy.policy import Policy, PolicyContext
 from polar.proxy.protocols.base import ProtocolCodec, StreamMeta
@@ -66,6 +68,11 @@ class CallPlan:
     policy: Policy
     context: PolicyContext
     meta: StreamMeta
+    started: float = 0.0  # perf_counter when the call arrived (metrics)
+
+
+class _Stale(Exception):
+    """The request may extend a call this process has not loaded yet."""
 
 
 class CallService:
@@ -84,6 +91,7 @@ class CallService:
         max_token_chars: int = 0,
         backend_deadline_s: float = 900.0,
         store_timeout_s: float = 30.0,
+        limit: InFlightLimit | None = None,
     ):
         self.builder = builder
         self.chat_format = chat_format  # the model family's: parses sampled ids, whatever the family
@@ -97,6 +105,7 @@ class CallService:
         self.max_token_chars = max_token_chars
         self.backend_deadline_s = backend_deadline_s
         self.store_timeout_s = store_timeout_s
+        self.limit = limit
 
     # ---- planning ---------------------------------------------------------------------------------
 
@@ -108,9 +117,14 @@ class CallService:
         request: ChatRequest,
         policy: Policy,
         history: SessionHistory | None = None,
+        *,
+        fresh: bool = True,
+        started: float | None = None,
     ) -> CallPlan:
         """Build the prompt and sampling parameters (blocking: runs in a worker thread). ``history`` is the
-        session's, loaded beforehand under the store deadline (``load_history``); None loads it here."""
+        session's (``plan_call`` gets it); None loads it here. Unless ``fresh`` (just read from the store), a
+        request holding an assistant message no known call explains raises ``_Stale``: a call this process has
+        not seen (another replica's) may be its parent."""
         if "\x00" in request.model or len(request.model) > MAX_MODEL_NAME:
             raise InvalidRequest(
                 f"model: a model name has at most {MAX_MODEL_NAME} characters and no NUL", field="model"
@@ -122,7 +136,13 @@ class CallService:
             )
         self._refuse_surely_too_long(request)
         history = history if history is not None else self.histories.load(session.id)
-        prompt = self.builder.build(request.messages, request.tools, history.prior_calls(), self.render_mode)
+        messages = request.messages
+        found = self.builder.find_parent(messages, request.tools, history.candidates(len(messages)), ordered=True)
+        if not fresh and any(m.role is Role.ASSISTANT for m in messages[found[1] if found else 0 :]):
+            raise _Stale()
+        prompt = self.builder.build_on(
+            found, messages, request.tools, self.render_mode, had_candidates=bool(history.nodes)
+        )
         budget = self.context_length - len(prompt.ids)
         if budget <= 0:
             raise ContextLengthExceeded(len(prompt.ids), self.context_length)
@@ -130,7 +150,34 @@ class CallService:
         sampling = SamplingParams.parse({**request.sampling, "max_new_tokens": min(wanted, budget)})
         meta = StreamMeta(uuid.uuid4().hex[:24], request.model, int(time.time()), len(prompt.ids))
         context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
-        return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta)
+        started = time.perf_counter() if started is None else started
+        return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started)
+
+    async def plan_call(
+        self,
+        session: SessionInfo,
+        codec: ProtocolCodec,
+        body: Any,
+        request: ChatRequest,
+        policy: Policy,
+        started: float | None = None,
+    ) -> CallPlan:
+        """``plan`` with the session's history: from memory in the steady state, read from the store (only the
+        captures this process lacks) on a session's first call here, after a seq this process skipped, or
+        when the request holds a reply no known call explains."""
+        history = self.histories.cached(session.id)
+        fresh = history is None
+        if history is None:
+            history = await self.load_history(session.id)
+        try:
+            return await asyncio.to_thread(
+                self.plan, session, codec, body, request, policy, history, fresh=fresh, started=started
+            )
+        except _Stale:
+            history = await self.load_history(session.id)
+            return await asyncio.to_thread(
+                self.plan, session, codec, body, request, policy, history, fresh=True, started=started
+            )
 
     def _refuse_surely_too_long(self, request: ChatRequest) -> None:
         """A prompt whose text alone needs more tokens than the context window holds is refused before it is
@@ -192,12 +239,17 @@ class CallService:
     # ---- non-streaming ----------------------------------------------------------------------------
 
     async def complete(self, plan: CallPlan) -> dict[str, Any]:
+        slot = await self._slot(plan)  # Overloaded (before any generation) records nothing
+        generating = time.perf_counter()
         try:
             try:
                 async with asyncio.timeout(self.backend_deadline_s):
                     final = await plan.policy.generate(self._request(plan), plan.context)
             except TimeoutError:
                 raise self._timeout() from None
+            finally:
+                slot()
+                generated_s = time.perf_counter() - generating
             self._check(plan).result(final)
         except PolarError as exc:
             await self._record_error(plan, exc)
@@ -206,12 +258,34 @@ class CallService:
         completion = self._completion(plan, final, parsed_events)
         response = plan.codec.response(completion, request=plan.request)
         await self._record(plan, final, completion, response)
+        _finished(plan, final, generated_s)
         return response
+
+    async def _slot(self, plan: CallPlan) -> Callable[[], None]:
+        """Take one of the inference server's in-flight slots (scripted policies need none); returns its
+        release, which may be called more than once."""
+        limit = self.limit
+        if limit is None or plan.policy.scripted:
+            return _nothing
+        await limit.acquire()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                limit.release()
+
+        return release
 
     # ---- streaming --------------------------------------------------------------------------------
 
-    async def open_stream(self, plan: CallPlan) -> AsyncIterator[str]:
-        """Start generating; errors before the first token raise here (a normal error response)."""
+    async def open_stream(self, plan: CallPlan) -> tuple[AsyncIterator[str], Callable[[], None]]:
+        """Start generating; errors before the first token raise here (a normal error response). Returns the
+        frames and the release of the call's in-flight slot: the frames release it when the generation ends;
+        the caller calls it too once the response is over (a stream whose client left before it started)."""
+        slot = await self._slot(plan)
+        generating = time.perf_counter()
         check = self._check(plan)
         deadline = asyncio.get_running_loop().time() + self.backend_deadline_s
         chunks = plan.policy.stream(self._request(plan), plan.context)
@@ -220,11 +294,17 @@ class CallService:
             if first is None:
                 raise BackendProtocolError("the backend ended its stream without a result")
             self._check_chunk(check, first)
+            metrics.TTFT.labels(plan.codec.name).observe(time.perf_counter() - plan.started)
         except PolarError as exc:
             await _aclose(chunks)
+            slot()
             await self._record_error(plan, exc)
             raise
-        return self._frames(plan, first, chunks, check, deadline)
+        except BaseException:
+            await _aclose(chunks)
+            slot()
+            raise
+        return self._frames(plan, first, chunks, check, deadline, slot, generating), slot
 
     async def _frames(
         self,
@@ -233,6 +313,8 @@ class CallService:
         chunks: AsyncIterator[GenerateChunk],
         check: OutputCheck,
         deadline: float,
+        slot: Callable[[], None] = lambda: None,
+        generating: float = 0.0,
     ) -> AsyncIterator[str]:
         encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
         parser = self.chat_format.stream_parser(plan.request.tools, list(plan.prompt.ids))
@@ -251,6 +333,8 @@ class CallService:
                 chunk = await self._next(chunks, deadline)
                 if chunk is not None:
                     self._check_chunk(check, chunk)
+            slot()  # the generation is over: the next call may use the server while this one commits
+            generated_s = time.perf_counter() - generating
             for frame in _encode(encoder, events, parser.finish()):
                 yield frame
             if final is None:
@@ -259,7 +343,9 @@ class CallService:
             completion = self._completion(plan, final, parsed)
             await self._record(plan, final, completion, plan.codec.response(completion, request=plan.request))
             recorded = True
+            _finished(plan, final, generated_s)
         except PolarError as exc:
+            metrics.CALLS.labels(plan.codec.name, exc.error_type).inc()
             if not recorded:
                 await self._record_error(plan, exc)
             for frame in encoder.error(exc):
@@ -274,6 +360,7 @@ class CallService:
             return
         finally:
             await _aclose(chunks)  # a disconnected client stops the generation
+            slot()
         for frame in encoder.finish(completion):
             yield frame
 
@@ -297,11 +384,14 @@ class CallService:
         )
 
     async def _stored_request(self, plan: CallPlan) -> Any:
-        """The request as stored: relative to the parent capture's (db.request_json)."""
+        """The request as stored: relative to the parent capture's (db.request_json); the parent's body is
+        in memory in the steady state, else rebuilt from the store."""
         parent = plan.prompt.parent
         if parent is None or parent.ref is None:
             return compact_request(plan.body, None)
-        parent_body = await self._in_store(self.histories.parent_body, plan.session.id, parent.ref)
+        parent_body = self.histories.body_in_memory(plan.session.id, parent.ref)
+        if parent_body is None:
+            parent_body = await self._in_store(self.histories.parent_body, plan.session.id, parent.ref)
         return compact_request(plan.body, parent_body)
 
     async def _record(self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict) -> None:
@@ -319,7 +409,10 @@ class CallService:
         )
         row.n_malformed_tool_calls = completion.malformed_tool_calls
         row.scripted = plan.policy.scripted
-        capture_id = await self.writer.write(row, timeout_s=self.store_timeout_s)
+        committing = time.perf_counter()
+        stored = await self.writer.store(row, timeout_s=self.store_timeout_s, key_hash=plan.session.key_hash)
+        metrics.COMMIT_WAIT.observe(time.perf_counter() - committing)
+        capture_id = stored.id
         self.histories.remember_body(plan.session.id, capture_id, plan.body)
         reply = Message(Role.ASSISTANT, completion.content, completion.reasoning, completion.tool_calls)
         parent = plan.prompt.parent
@@ -335,7 +428,9 @@ class CallService:
                 messages=plan.request.messages,
                 tools=plan.request.tools,
                 reply=reply,
+                seq=stored.seq,
             ),
+            plan.prompt.ids,
         )
 
     async def _record_error(self, plan: CallPlan, error: PolarError) -> None:
@@ -354,9 +449,22 @@ class CallService:
                 error=f"{error.error_type}: {error.message}".replace("\x00", "\\x00"),  # a text column
             )
             row.scripted = plan.policy.scripted
-            await self.writer.write(row, timeout_s=self.store_timeout_s)
+            stored = await self.writer.store(row, timeout_s=self.store_timeout_s, key_hash=plan.session.key_hash)
+            self.histories.note_seq(plan.session.id, stored.seq)
         except PolarError:
             log.warning("could not record the failed call of session %s", plan.session.id)
+
+
+def _finished(plan: CallPlan, final: GenerateResult, generated_s: float) -> None:
+    """Metrics of a call whose reply is committed: the time it spent beyond generation, its tokens."""
+    metrics.CALLS.labels(plan.codec.name, "ok").inc()
+    metrics.ADDED_LATENCY.labels(plan.codec.name).observe(max(0.0, time.perf_counter() - plan.started - generated_s))
+    metrics.TOKENS.labels("in").inc(len(plan.prompt.ids))
+    metrics.TOKENS.labels("out").inc(len(final.output_ids))
+
+
+def _nothing() -> None:
+    return None
 
 
 async def _aclose(chunks: AsyncIterator[GenerateChunk]) -> None:

@@ -2,12 +2,20 @@
 
 Only a hash of the key is stored. Unknown keys are rejected (401) and closed sessions refused (403);
 nothing is ever auto-created.
+
+The gateway's hot path asks ``cached`` first: a key checked against the store within ``ttl_s`` is trusted
+without a read. Closing or re-keying a session in this process drops its entries at once; done elsewhere
+(another replica, the control API, a flow's takeover) it is seen within ``ttl_s`` here, and before that by the
+capture writer, which commits a capture only while its session is open under the key it was authenticated with
+(``CaptureWriter``), so no reply is ever acknowledged on a revoked key.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +38,7 @@ class SessionInfo:
     policy: dict[str, Any] | None
     models: tuple[str, ...]  # model names this session accepts; empty accepts any
     closed: bool
+    key_hash: str | None = None  # the hash of the key it was opened with (the writer checks it at commit)
 
 
 def _info(row: Rollout) -> SessionInfo:
@@ -39,12 +48,45 @@ def _info(row: Rollout) -> SessionInfo:
         policy=policy.get("policy"),
         models=tuple(policy.get("models") or ()),
         closed=row.closed_at is not None,
+        key_hash=row.session_token_hash,
     )
 
 
 class SessionStore:
-    def __init__(self, factory: sessionmaker[Session]):
+    def __init__(self, factory: sessionmaker[Session], *, ttl_s: float = 0.0, max_keys: int = 100_000):
+        """``ttl_s``: how long ``cached`` trusts a key checked against the store (0: never)."""
         self._factory = factory
+        self._ttl_s = ttl_s
+        self._max_keys = max_keys
+        self._cache: dict[str, tuple[SessionInfo, float]] = {}  # key hash -> (open session, checked at)
+        self._lock = threading.Lock()  # held for dict updates only, never across I/O
+
+    def cached(self, key: str | None) -> SessionInfo | None:
+        """The open session of ``key`` when it was checked within the TTL; None means: ask ``authenticate``.
+        Never blocks (no I/O)."""
+        if not key or self._ttl_s <= 0:
+            return None
+        entry = self._cache.get(hash_key(key))
+        if entry is None or time.monotonic() - entry[1] > self._ttl_s:
+            return None
+        return entry[0]
+
+    def _remember(self, info: SessionInfo) -> None:
+        if self._ttl_s <= 0 or info.key_hash is None or info.closed:
+            return
+        now = time.monotonic()
+        with self._lock:
+            if len(self._cache) >= self._max_keys:
+                stale = [h for h, (_, at) in self._cache.items() if now - at > self._ttl_s]
+                for h in stale or list(self._cache)[: self._max_keys // 2]:
+                    del self._cache[h]
+            self._cache[info.key_hash] = (info, now)
+
+    def forget(self, session_id: str) -> None:
+        """Drop every cached key of ``session_id`` (closed or re-keyed here)."""
+        with self._lock:
+            for h in [h for h, (info, _) in self._cache.items() if info.id == session_id]:
+                del self._cache[h]
 
     def create(
         self,
@@ -74,7 +116,9 @@ class SessionStore:
             row.session_token_hash = hash_key(key)
             row.policy = {"policy": policy, "models": models or []}
             db.flush()
-            return _info(row), key
+            info = _info(row)
+        self.forget(info.id)  # a replaced key stops working here at once
+        return info, key
 
     def authenticate(self, key: str | None) -> SessionInfo:
         if not key:
@@ -87,7 +131,9 @@ class SessionStore:
                 raise AuthenticationError("invalid API key: no session has this key")
             info = _info(row)
         if info.closed:
+            self.forget(info.id)
             raise PermissionDenied(f"session {info.id} is closed")
+        self._remember(info)
         return info
 
     def session_of_key(self, key: str) -> str | None:
@@ -113,4 +159,6 @@ class SessionStore:
                 # trajectories can be built. A pipeline rollout's status stays the pipeline's to set.
                 row.status = RolloutStatus.COMPLETED
                 row.finished_at = row.finished_at or row.closed_at
-            return _info(row)
+            info = _info(row)
+        self.forget(session_id)
+        return info

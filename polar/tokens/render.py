@@ -17,7 +17,7 @@ equals a canonical render (a family that is not prefix-stable there); the call i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -110,11 +110,19 @@ class PromptBuilder:
         return tuple(self.tokenizer.encode(self.template.render(messages, tools)))
 
     def find_parent(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec], candidates: Sequence[PriorCall]
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        candidates: Iterable[PriorCall],
+        *,
+        ordered: bool = False,
     ) -> tuple[PriorCall, int] | None:
         """The deepest earlier call this request extends (the latest one among equals), and where its
-        new messages start. Deepest first, so the usual case (the previous turn) costs one comparison."""
-        for prior in sorted(reversed(candidates), key=lambda p: len(p.messages), reverse=True):
+        new messages start. Deepest first, so the usual case (the previous turn) costs one comparison.
+        ``ordered``: ``candidates`` already come deepest first, latest first among equals (and may be lazy)."""
+        if not ordered:
+            candidates = sorted(reversed(list(candidates)), key=lambda p: len(p.messages), reverse=True)
+        for prior in candidates:
             start = extension_start(messages, tools, prior.messages, prior.tools, prior.reply)
             if start is not None:
                 return prior, start
@@ -128,8 +136,20 @@ class PromptBuilder:
         mode: RenderMode = RenderMode.APPEND,
     ) -> Prompt:
         found = self.find_parent(messages, tools, candidates)
+        return self.build_on(found, messages, tools, mode, had_candidates=bool(candidates))
+
+    def build_on(
+        self,
+        found: tuple[PriorCall, int] | None,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        mode: RenderMode = RenderMode.APPEND,
+        *,
+        had_candidates: bool = True,
+    ) -> Prompt:
+        """``build`` with the parent already found (``find_parent``)."""
         if found is None:
-            reason = "no earlier call is extended by this request" if candidates else None
+            reason = "no earlier call is extended by this request" if had_candidates else None
             return Prompt(self.canonical_ids(messages, tools), mode=RenderMode.CANONICAL, fallback_reason=reason)
         parent, start = found
         if mode is RenderMode.CANONICAL:

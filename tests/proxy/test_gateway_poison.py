@@ -20,6 +20,7 @@ from db import Capture, session_scope
 from db.enums import CaptureStatus
 from polar.backends.local import LocalBackend
 from polar.errors import StoreError
+from polar.proxy.recorder import Stored
 from tests.pg import STORES, migrated_store
 from tests.proxy.asgi_gateway import asgi_gateway, captures, open_session
 from tests.proxy.gateway_server import settings_for
@@ -124,18 +125,18 @@ async def _group_commit(settings, engine) -> None:
         commits = writer.commits
         writer._ensure_started()
         outcomes = await asyncio.gather(*futures, return_exceptions=True)
-        assert all(isinstance(o, int) for o in outcomes[:8]), outcomes
+        assert all(isinstance(o, Stored) and o.seq == 0 for o in outcomes[:8]), outcomes
         assert isinstance(outcomes[8], StoreError)
         assert sessions[8] in outcomes[8].message, outcomes[8].message
         assert writer.commits > commits + 1  # the batch failed, then its halves committed apart
         with session_scope(gw.factory) as db:
-            stored = db.scalars(sa.select(Capture).where(Capture.id.in_(outcomes[:8]))).all()
+            stored = db.scalars(sa.select(Capture).where(Capture.id.in_([o.id for o in outcomes[:8]]))).all()
             assert sorted(c.rollout_id for c in stored) == sorted(sessions[:8])
             assert all(c.request_json["messages"][0]["content"] == "x\u0000y" for c in stored)
 
 
 def _pending(row, loop, future):
-    from polar.proxy.recorder import _Pending
+    from polar.proxy.recorder import _Pending  # white-box: rows put on the writer's queue directly
 
     return _Pending(row, loop, future)
 

@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from polar.errors import InvalidRequest, PolarError
+from polar.errors import InvalidRequest, Overloaded, PolarError
 from polar.proxy.canonical import ChatRequest, Completion
 from polar.proxy.protocols._wire import media_placeholder, not_none, parse_body
 from polar.proxy.protocols.anthropic_output import (
@@ -263,7 +263,10 @@ class AnthropicCodec:
 
     def error_response(self, error: PolarError) -> tuple[int, dict[str, Any]]:
         """The status code is the error's own: a 503 stays 503 (``overloaded_error``), though Anthropic
-        itself answers overload with 529, because proxies and load balancers understand 503."""
+        itself answers overload with 529, because proxies and load balancers understand 503. A full
+        inference server (``Overloaded``) is Anthropic's own 529, which its SDK and CLI retry."""
+        if isinstance(error, Overloaded):
+            return 529, {"type": "error", "error": {"type": "overloaded_error", "message": error.message}}
         return error.status_code, error_body(error)
 
 

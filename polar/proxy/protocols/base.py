@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 from polar.errors import PolarError
 from polar.proxy.canonical import ChatRequest, Completion
 from polar.tokens.parsers import Event
@@ -67,7 +69,15 @@ class ProtocolCodec(Protocol):
         ...
 
 
+def dumps_text(data: Any) -> str:
+    """Compact JSON text (orjson; the standard encoder for what orjson refuses, e.g. a lone surrogate)."""
+    try:
+        return orjson.dumps(data).decode()
+    except TypeError:
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
 def sse(data: Any, event: str | None = None) -> str:
     """One SSE frame. Compact JSON, no ASCII escaping (the SDKs read UTF-8)."""
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    payload = data if isinstance(data, str) else dumps_text(data)
     return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"

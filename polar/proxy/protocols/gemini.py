@@ -39,7 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from polar.errors import InvalidRequest, PolarError
+from polar.errors import InvalidRequest, Overloaded, PolarError
 from polar.proxy.canonical import ChatRequest, Completion
 from polar.proxy.protocols._wire import media_placeholder, not_none, parse_body
 from polar.proxy.protocols.base import StreamMeta
@@ -321,6 +321,8 @@ class GeminiCodec:
         return GeminiStream(meta)
 
     def error_response(self, error: PolarError) -> tuple[int, dict[str, Any]]:
+        if isinstance(error, Overloaded):  # Google answers overload with 503 UNAVAILABLE
+            return 503, {"error": {"code": 503, "message": error.message, "status": "UNAVAILABLE"}}
         return error.status_code, error_body(error)
 
 

@@ -1,0 +1,351 @@
+"""Gateway at fleet concurrency (issue 14): the hot path's cost, flat in the session, and its limits.
+
+Starts the instant backend (benchmarks/instant_backend.py) and gateways on SQLite and Postgres as subprocesses
+on loopback, and prints, each against a baseline measured in the same run:
+
+1. append mode at concurrency 1, the 20-message agent call extended turn by turn: added p50 over the direct
+   backend call, with the capture commit wait (the gateway's own histogram) printed apart; the per-call cost
+   at turns 191-200 against turns 1-10;
+2. calls/s at concurrency 64 through one gateway process (SQLite, Postgres) against the direct backend;
+3. N streaming calls in flight at once (backend at 20 ms per token): errors, event-loop lag p99 (the gateway's
+   histogram, as a bucket bound), every capture committed, memory per open session;
+4. the capture writer alone on Postgres (in this process): captures/s with group commit from 64 sessions.
+
+    .venv/bin/python benchmarks/bench_gateway_scale.py [--quick]
+
+The LiteLLM comparison lives in bench_gateway.py (it needs ``.venv-litellm``). On a shared machine the
+numbers move with the other load; ratios in one run are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import sqlalchemy as sa
+from gateway_support import Server, chat_body, closed_loop, conversation, echo, free_port, percentile
+from prometheus_client.parser import text_string_to_metric_families
+
+from db import Rollout, make_engine, make_session_factory, migrate
+from polar.capture import capture_row
+from polar.models.tiny import ensure_model_dir
+from polar.proxy.recorder import CaptureWriter
+from polar.settings import get_settings
+
+POSTGRES_URL = os.environ.get("POLAR_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+CONTROL = "bench-" + secrets.token_urlsafe(12)
+AUTH = {"Authorization": f"Bearer {CONTROL}"}
+BIN = Path(sys.executable).parent
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f}"
+
+
+def schema_url(schema: str) -> str:
+    return str(sa.make_url(POSTGRES_URL).update_query_dict({"options": f"-csearch_path={schema}"}))
+
+
+def start(stack: ExitStack, tmp: Path, pg_url: str) -> dict[str, Server]:
+    cache = get_settings().cache_dir
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")}
+    servers: dict[str, Server] = {}
+
+    def server(name: str, argv: list[str], extra: dict[str, str], port: int, ready: str) -> Server:
+        s = Server(name, argv, env={**env, **extra}, log_dir=tmp, port=port, ready_path=ready)
+        stack.callback(s.stop)
+        servers[name] = s
+        return s
+
+    port = free_port()
+    upstream = server(
+        "upstream", [sys.executable, "benchmarks/instant_backend.py", "--port", str(port)], {}, port, "/health"
+    )
+    upstream.wait_ready()
+    for name, url in (("sqlite", f"sqlite:///{tmp / 'sqlite' / 'polar.db'}"), ("postgres", pg_url)):
+        port = free_port()
+        extra = {
+            "POLAR_HOME": str(tmp / name),
+            "POLAR_CACHE": str(cache),
+            "POLAR_BACKEND": "sglang",
+            "POLAR_BACKEND_URL": upstream.url,
+            "POLAR_MODEL": "tiny",
+            "POLAR_MODEL_PATH": str(ensure_model_dir("tiny", cache)),  # the instant backend names no folder
+            "POLAR_DATABASE_URL": url,
+            "POLAR_CONTROL_TOKEN": CONTROL,
+            "POLAR_BACKEND_MAX_IN_FLIGHT": "2048",
+        }
+        server(name, [str(BIN / "polar"), "gateway", "--port", str(port)], extra, port, "/")
+    for s in servers.values():
+        s.wait_ready()
+    return servers
+
+
+async def session_key(client: httpx.AsyncClient, gateway: Server) -> str:
+    reply = await client.post(gateway.url + "/v1/sessions", json={}, headers=AUTH)
+    reply.raise_for_status()
+    return reply.json()["api_key"]
+
+
+async def scrape(client: httpx.AsyncClient, gateway: Server) -> dict[tuple[str, tuple], float]:
+    text = (await client.get(gateway.url + "/metrics", headers=AUTH)).text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def histogram_quantile(samples: dict, name: str, labels: dict[str, str], q: float) -> float:
+    """The upper bound of the bucket holding quantile ``q`` (as Prometheus's histogram_quantile, coarse)."""
+    buckets = sorted(
+        (float(dict(k[1])["le"]), v)
+        for k, v in samples.items()
+        if k[0] == name + "_bucket" and all(dict(k[1]).get(a) == b for a, b in labels.items())
+    )
+    total = buckets[-1][1] if buckets else 0
+    for bound, count in buckets:
+        if total and count >= q * total:
+            return bound
+    return float("nan")
+
+
+async def post(client: httpx.AsyncClient, url: str, body: dict, key: str | None) -> dict:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    reply = await client.post(url, json=body, headers=headers)
+    if reply.status_code != 200:
+        raise RuntimeError(f"{url}: HTTP {reply.status_code}: {reply.text[:300]}")
+    return reply.json()
+
+
+# ---- 1. append mode, concurrency 1 -----------------------------------------------------------------------
+
+
+async def section_append(client: httpx.AsyncClient, servers: dict[str, Server], turns: int) -> None:
+    print(f"\n== 1. append mode, concurrency 1: one agent session of {turns} turns (starts at 20 messages) ==")
+    print(
+        f"{'store':<9} {'added p50 ms':>12} {'commit wait p50-ish ms':>22} {'turns 1-10 ms':>14} "
+        f"{'last 10 ms':>11} {'last/first':>10}"
+    )
+    direct_url = servers["upstream"].url + "/v1/chat/completions"
+    for store in ("sqlite", "postgres"):
+        gateway = servers[store]
+        url = gateway.url + "/v1/chat/completions"
+        key = await session_key(client, gateway)
+        messages = conversation(9)
+        added: list[float] = []
+        before = await scrape(client, gateway)
+        for turn in range(turns):
+            body = chat_body(messages, max_tokens=64)
+            t0 = time.perf_counter()
+            await post(client, direct_url, body, None)
+            t1 = time.perf_counter()
+            reply = await post(client, url, body, key)
+            t2 = time.perf_counter()
+            added.append((t2 - t1) - (t1 - t0))
+            said = echo(reply)  # a short tool result: 200 turns stay inside the context window
+            result = {"role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": f"ok {turn}"}
+            messages = [*messages, said, result]
+        after = await scrape(client, gateway)
+        wait_sum = (
+            after[("polar_capture_commit_wait_seconds_sum", ())] - before[("polar_capture_commit_wait_seconds_sum", ())]
+        )
+        wait_n = (
+            after[("polar_capture_commit_wait_seconds_count", ())]
+            - before[("polar_capture_commit_wait_seconds_count", ())]
+        )
+        first, last = statistics.median(added[1:11]), statistics.median(added[-10:])
+        print(
+            f"{store:<9} {ms(statistics.median(added)):>12} {ms(wait_sum / max(wait_n, 1)) + ' (mean)':>22} "
+            f"{ms(first):>14} {ms(last):>11} {last / first:>10.2f}"
+        )
+
+
+# ---- 2. calls/s at concurrency 64 ------------------------------------------------------------------------
+
+
+async def section_throughput(client: httpx.AsyncClient, servers: dict[str, Server], n: int, conc: int) -> None:
+    print(f"\n== 2. calls/s at concurrency {conc} (the 20-message agent call, one session per connection) ==")
+    body = chat_body(conversation(9), max_tokens=64)
+    rows = []
+    for name in ("direct", "sqlite", "postgres"):
+        if name == "direct":
+            url, keys = servers["upstream"].url + "/v1/chat/completions", [None] * conc
+        else:
+            url = servers[name].url + "/v1/chat/completions"
+            keys = [await session_key(client, servers[name]) for _ in range(conc)]
+
+        failures: list[str] = []
+
+        async def call(worker: int, url=url, keys=keys, failures=failures) -> None:
+            try:
+                await post(client, url, body, keys[worker])
+            except (RuntimeError, httpx.HTTPError) as exc:
+                failures.append(str(exc)[:200])
+
+        await closed_loop(conc, conc * 2, call)  # warm-up
+        failures.clear()
+        lat, wall = await closed_loop(conc, n, call)
+        rows.append((name, len(lat) / wall, statistics.median(lat), percentile(lat, 99), failures))
+    direct = rows[0][1]
+    print(f"{'target':<9} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'vs direct':>9} {'errors':>6}")
+    for name, rps, p50, p99, failures in rows:
+        print(f"{name:<9} {rps:>8.0f} {ms(p50):>8} {ms(p99):>8} {rps / direct:>9.2f} {len(failures):>6}")
+        if failures:
+            print(f"          first error: {failures[0]}")
+
+
+# ---- 3. streaming calls in flight at once ----------------------------------------------------------------
+
+
+async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server], n: int) -> None:
+    gateway = servers["sqlite"]
+    await client.post(servers["upstream"].url + "/bench/config", json={"stream_token_delay_ms": 20})
+    print(f"\n== 3. {n} streaming calls in flight at once (SQLite gateway, backend 20 ms per token) ==")
+    keys = [await session_key(client, gateway) for _ in range(n)]
+    rss_before = gateway.rss_kib()
+    before = await scrape(client, gateway)
+    body = chat_body(conversation(9), max_tokens=64, stream=True)
+    errors = 0
+    lengths: list[int] = []
+
+    async def one(key: str) -> None:
+        nonlocal errors
+        try:
+            async with client.stream(
+                "POST", gateway.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+            ) as reply:
+                text = (await reply.aread()).decode()
+            if reply.status_code != 200 or "[DONE]" not in text or '"error"' in text:
+                errors += 1
+            lengths.append(text.count("data: "))
+        except httpx.HTTPError:
+            errors += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(k) for k in keys))
+    wall = time.perf_counter() - started
+    after = await scrape(client, gateway)
+    rss_after = gateway.rss_kib()
+    await client.post(servers["upstream"].url + "/bench/config", json={"stream_token_delay_ms": 0})
+    ok = after[("polar_gateway_calls_total", (("outcome", "ok"), ("protocol", "openai_chat")))] - before.get(
+        ("polar_gateway_calls_total", (("outcome", "ok"), ("protocol", "openai_chat"))), 0
+    )
+    lag99 = histogram_quantile(after, "polar_event_loop_lag_seconds", {"server": "gateway"}, 0.99)
+    print(
+        f"wall {wall:.1f} s, errors {errors}, committed (ok calls) {ok:.0f} of {n}, "
+        f"frames per stream {statistics.median(lengths) if lengths else 0:.0f}"
+    )
+    print(
+        f"event-loop lag p99 <= {ms(lag99)} ms (bucket bound, whole run); memory per open session "
+        f"{(rss_after - rss_before) / n:.1f} KiB (RSS after - before, {n} sessions of one call)"
+    )
+
+
+# ---- 4. the capture writer alone -------------------------------------------------------------------------
+
+
+def section_writer(pg_url: str, n: int, sessions: int) -> None:
+    engine = make_engine(pg_url)
+    factory = make_session_factory(engine)
+    ids = []
+    with factory() as db, db.begin():
+        for _ in range(sessions):
+            row = Rollout()
+            db.add(row)
+            db.flush()
+            ids.append(row.id)
+    writer = CaptureWriter(factory, max_batch=512)
+
+    def row(i: int):
+        from polar.backends.base import FinishReason, GenerateResult, LogprobSemantics, SamplingParams, VersionSpan
+        from polar.settings import RenderMode
+        from polar.tokens.render import Prompt
+
+        result = GenerateResult(
+            tuple(range(50)),
+            tuple([-0.5] * 50),
+            FinishReason.STOP,
+            None,
+            (VersionSpan("v0", 0, 50),),
+            300,
+            LogprobSemantics.TEMPERATURE_SCALED,
+        )
+        return capture_row(
+            rollout_id=ids[i % sessions],
+            seq=-1,
+            protocol="openai_chat",
+            model="tiny",
+            backend="sglang",
+            request_json={"messages": [{"role": "user", "content": "x" * 200}]},
+            prompt=Prompt(tuple(range(300)), RenderMode.APPEND),
+            sampling=SamplingParams(),
+            result=result,
+            response_json={"id": "x"},
+        )
+
+    async def main() -> float:
+        rows = [row(i) for i in range(n)]
+        await asyncio.gather(*(writer.write(r, timeout_s=120) for r in rows[:200]))  # warm-up
+        started = time.perf_counter()
+        await asyncio.gather(*(writer.write(r, timeout_s=120) for r in rows[200:]))
+        return time.perf_counter() - started
+
+    commits = writer.commits
+    wall = asyncio.run(main())
+    writer.close()
+    engine.dispose()
+    print(f"\n== 4. the capture writer alone on Postgres: {n - 200} captures from {sessions} sessions ==")
+    print(f"{(n - 200) / wall:.0f} captures/s committed, {writer.commits - commits} transactions (group commit)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--writer-only", action="store_true", help="only section 4 (no servers)")
+    parser.add_argument("--turns", type=int, help="section 1's session length (default 200; --quick 30)")
+    parser.add_argument("--calls", type=int, help="section 2's calls per target (default 2000; --quick 300)")
+    parser.add_argument("--in-flight", type=int, help="section 3's streams at once (default 1000; --quick 200)")
+    args = parser.parse_args()
+    turns, calls, in_flight, writes = (30, 300, 200, 3000) if args.quick else (200, 2000, 1000, 20000)
+    turns, calls, in_flight = args.turns or turns, args.calls or calls, args.in_flight or in_flight
+    print(
+        f"bench_gateway_scale on {os.cpu_count()} cores (load {os.getloadavg()[0]:.1f}: a shared machine moves these)"
+    )
+    schema = "bench_scale_" + secrets.token_hex(4)
+    admin = make_engine(POSTGRES_URL)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    pg_url = schema_url(schema)
+    try:
+        migrate.upgrade(pg_url)
+        if not args.writer_only:
+            with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
+                servers = start(stack, Path(tmp), pg_url)
+
+                async def run() -> None:
+                    limits = httpx.Limits(max_connections=in_flight + 64, max_keepalive_connections=in_flight + 64)
+                    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+                        await section_append(client, servers, turns)
+                        await section_throughput(client, servers, calls, 64)
+                        await section_in_flight(client, servers, in_flight)
+
+                asyncio.run(run())
+        section_writer(pg_url, writes, 64)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    main()

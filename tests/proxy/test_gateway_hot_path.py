@@ -1,0 +1,183 @@
+"""The gateway's hot path against the store, on SQLite and Postgres: in the steady state a call reads nothing
+and writes once; several gateways (replicas) on one store keep a session's seq dense and its history whole;
+a session closed elsewhere gets no reply acknowledged even while its key is still cached."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import sqlalchemy as sa
+
+from polar.backends.local import LocalBackend
+from polar.proxy.gateway import Gateway
+from polar.proxy.sessions import SessionStore
+from tests.pg import STORES, migrated_store
+from tests.proxy.asgi_gateway import asgi_gateway, captures, open_session
+from tests.proxy.gateway_server import settings_for
+
+N_REPLIES = 8
+SCRIPT = {"type": "scripted", "replies": [{"content": f"reply {i}"} for i in range(N_REPLIES)]}
+TOOLS = [{"type": "function", "function": {"name": "noop", "description": "", "parameters": {"type": "object"}}}]
+
+
+@pytest.fixture(params=STORES)
+def store_url(request, tmp_path) -> Iterator[str]:
+    with migrated_store(request.param, tmp_path) as url:
+        yield url
+
+
+@contextmanager
+def statements(gw: Gateway) -> Iterator[list[str]]:
+    """Every SQL statement the gateway's engine runs inside the block (the writer thread's included)."""
+    seen: list[str] = []
+    engine = gw.factory.kw["bind"]
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        seen.append(statement.split(None, 1)[0].upper())
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+
+
+async def _call(client, key: str, messages: list) -> str:
+    reply = await client.post(
+        "/v1/chat/completions",
+        json={"model": "tiny", "messages": messages, "tools": TOOLS, "max_tokens": 4},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert reply.status_code == 200, reply.text
+    return reply.json()["choices"][0]["message"]["content"]
+
+
+def test_steady_state_calls_read_nothing_and_write_once(store_url, tmp_path, cache_dir, engine):
+    asyncio.run(_steady_state(settings_for(tmp_path, cache_dir, store_url, session_cache_ttl_s=60), engine))
+
+
+async def _steady_state(settings, engine) -> None:
+    async with asgi_gateway(settings, LocalBackend(engine)) as (gw, client):
+        session = await open_session(client, policy=SCRIPT)
+        messages: list = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+        for turn in range(N_REPLIES):
+            loads = gw.histories.loads
+            with statements(gw) as seen:
+                content = await _call(client, session["api_key"], messages)
+            assert content == f"reply {turn}"
+            if turn > 0:  # the first call authenticates and loads the (empty) history
+                assert gw.histories.loads == loads
+                assert "SELECT" not in seen, seen
+                assert seen.count("INSERT") == 1 and seen.count("UPDATE") == 1, seen  # the counter, the capture
+            messages += [{"role": "assistant", "content": content}, {"role": "user", "content": f"next {turn}"}]
+        rows = await captures(client, session["session_id"])
+        assert [c["seq"] for c in rows] == list(range(N_REPLIES))
+        for parent, child in itertools.pairwise(rows):
+            assert child["parent_id"] == parent["id"] and child["render_mode"] == "append"
+
+
+def test_replicas_share_a_session_turn_by_turn(store_url, tmp_path, cache_dir, engine):
+    asyncio.run(_alternating(settings_for(tmp_path, cache_dir, store_url), engine))
+
+
+async def _alternating(settings, engine) -> None:
+    async with (
+        asgi_gateway(settings, LocalBackend(engine)) as (gw_a, a),
+        asgi_gateway(settings, LocalBackend(engine)) as (gw_b, b),
+    ):
+        session = await open_session(a, policy=SCRIPT)
+        messages: list = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+        # Two turns on A, then alternating: each replica must notice the other's calls it never saw.
+        for turn, client in enumerate([a, a, b, a, b, b, a, b]):
+            content = await _call(client, session["api_key"], messages)
+            assert content == f"reply {turn}"  # the scripted cursor counts every earlier call, from both
+            messages += [{"role": "assistant", "content": content}, {"role": "user", "content": f"next {turn}"}]
+        rows = await captures(b, session["session_id"])
+        assert [c["seq"] for c in rows] == list(range(N_REPLIES))
+        for parent, child in itertools.pairwise(rows):
+            assert child["parent_id"] == parent["id"] and child["render_mode"] == "append", child
+        assert gw_a.histories.loads >= 2 and gw_b.histories.loads >= 2
+
+
+def test_concurrent_replicas_get_dense_unique_seqs(store_url, tmp_path, cache_dir, engine):
+    asyncio.run(_concurrent(settings_for(tmp_path, cache_dir, store_url), engine))
+
+
+async def _concurrent(settings, engine) -> None:
+    async with (
+        asgi_gateway(settings, LocalBackend(engine)) as (_, a),
+        asgi_gateway(settings, LocalBackend(engine)) as (_, b),
+    ):
+        session = await open_session(a, policy=SCRIPT)
+        root = [{"role": "user", "content": "go"}]
+        calls = [_call(client, session["api_key"], root) for client in [a, b] * 12]
+        await asyncio.gather(*calls)
+        rows = await captures(a, session["session_id"])
+        assert sorted(c["seq"] for c in rows) == list(range(24))
+
+
+def test_a_session_closed_elsewhere_gets_no_reply_from_a_cached_key(store_url, tmp_path, cache_dir, engine):
+    asyncio.run(_revoked(settings_for(tmp_path, cache_dir, store_url, session_cache_ttl_s=600), engine))
+
+
+async def _revoked(settings, engine) -> None:
+    async with asgi_gateway(settings, LocalBackend(engine)) as (gw, client):
+        session = await open_session(client, policy=SCRIPT)
+        messages = [{"role": "user", "content": "go"}]
+        await _call(client, session["api_key"], messages)
+        assert gw.sessions.cached(session["api_key"]) is not None
+        # Closed by another process (a replica, the control API, a flow's takeover): this one still trusts the key.
+        SessionStore(gw.factory).close(session["session_id"])
+        assert gw.sessions.cached(session["api_key"]) is not None
+        reply = await client.post(
+            "/v1/chat/completions",
+            json={"model": "tiny", "messages": messages, "max_tokens": 4},
+            headers={"Authorization": f"Bearer {session['api_key']}"},
+        )
+        assert reply.status_code == 403, reply.text
+        assert "closed" in reply.json()["error"]["message"]
+        assert len(await captures(client, session["session_id"])) == 1  # nothing committed after the close
+
+
+def test_one_group_commit_checks_each_call_against_its_own_key(store_url, tmp_path, cache_dir, engine):
+    asyncio.run(_keys_in_one_batch(settings_for(tmp_path, cache_dir, store_url), engine))
+
+
+async def _keys_in_one_batch(settings, engine) -> None:
+    from db import Capture, session_scope
+    from polar.errors import PermissionDenied
+    from polar.proxy.recorder import Stored, _Pending  # white-box: rows put on the writer's queue at once
+    from polar.proxy.sessions import hash_key
+    from tests.proxy.test_gateway_poison import _row
+
+    async with asgi_gateway(settings, LocalBackend(engine)) as (gw, client):
+        a, b, c = [await open_session(client) for _ in range(3)]
+        await gw.in_store(SessionStore(gw.factory).close, c["session_id"])
+        current, stale = hash_key(a["api_key"]), hash_key("sk-polar-an-old-key")
+        batch = [
+            (a, current),
+            (a, stale),  # the same rollout under a key it no longer has: its own UPDATE, refused
+            (b, hash_key(b["api_key"])),
+            (c, hash_key(c["api_key"])),  # closed
+            (b, None),  # unchecked
+            (a, current),
+        ]
+        gw.writer.close()  # stop the thread, so that every row lands in one batch
+        loop = asyncio.get_running_loop()
+        futures = []
+        for session, key_hash in batch:
+            future = loop.create_future()
+            gw.writer._queue.put(_Pending(_row(session["session_id"], [5, 6]), loop, future, key_hash))
+            futures.append(future)
+        gw.writer._ensure_started()
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        kinds = [type(o).__name__ for o in outcomes]
+        assert kinds == ["Stored", "PermissionDenied", "Stored", "PermissionDenied", "Stored", "Stored"], outcomes
+        assert isinstance(outcomes[1], PermissionDenied) and isinstance(outcomes[0], Stored)
+        assert [outcomes[0].seq, outcomes[5].seq] == [0, 1] and sorted([outcomes[2].seq, outcomes[4].seq]) == [0, 1]
+        with session_scope(gw.factory) as db:
+            assert db.scalar(sa.select(sa.func.count()).select_from(Capture)) == 4

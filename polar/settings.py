@@ -35,8 +35,10 @@ class Isolation(StrEnum):
 
 
 class LimitScope(StrEnum):
-    """Where stage concurrency limits are counted: in each flow process, or fleet-wide by the Prefect server."""
+    """Where stage concurrency limits are counted: in each flow process, fleet-wide by the Prefect server, or
+    ``auto``: fleet-wide when a Prefect server is configured (``PREFECT_API_URL``), per process otherwise."""
 
+    AUTO = "auto"
     PROCESS = "process"
     PREFECT = "prefect"
 
@@ -111,7 +113,9 @@ class Settings(BaseSettings):
     run_concurrency: int = Field(default=8, ge=1, description="harnesses running at once")
     postrun_concurrency: int = Field(default=4, ge=1, description="rollouts in postrun at once")
     ready_buffer: int = Field(default=8, ge=1, description="runtimes initialising or initialised, not yet running")
-    stage_limits: LimitScope = LimitScope.PROCESS
+    stage_limits: LimitScope = Field(
+        default=LimitScope.AUTO, description="auto: Prefect global concurrency limits when a server is configured"
+    )
     init_retries: int = Field(default=2, ge=0)
     run_retries: int = Field(default=1, ge=0)
     postrun_retries: int = Field(default=2, ge=0)
@@ -121,7 +125,9 @@ class Settings(BaseSettings):
     stale_after_s: float = Field(default=600.0, gt=0, description="an unfinished rollout silent this long is retried")
     # Each in-flight rollout flow is a Prefect flow run; Prefect's SQLite-backed ephemeral server slows down
     # sharply with many concurrent flow-run creations, so the embedded default stays small.
-    batch_max_active: int = Field(default=8, ge=1, description="rollout flows a batch keeps in flight")
+    batch_max_active: int = Field(
+        default=8, ge=1, description="rollout flows an inline batch keeps in flight (deployment dispatch: no cap)"
+    )
     rollout_deployment: str = Field(default="polar-rollout/rollout", description="deployment a batch dispatches to")
 
     # ---- control API and trainer feed ---------------------------------------------------------------

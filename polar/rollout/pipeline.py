@@ -132,6 +132,7 @@ async def drive_rollout(
     limiter: Limiter,
     call: StageCall | None = None,
     takeover: bool = False,
+    stale_after_s: float | None = None,
 ) -> RolloutSummary:
     """Run ``rollout_id`` to a final status as flow run ``owner``. Raises the stage's error if one failed."""
     settings = ctx.settings
@@ -141,7 +142,7 @@ async def drive_rollout(
         rollout_id,
         owner,
         default_timeout_s=settings.rollout_timeout_s,
-        stale_after_s=settings.stale_after_s,
+        stale_after_s=settings.stale_after_s if stale_after_s is None else stale_after_s,
         takeover=takeover,
     )
     if view.status.is_terminal:

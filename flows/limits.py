@@ -7,7 +7,7 @@ The limits themselves (``polar-<slot>``, created idempotently by whoever needs t
 
 from __future__ import annotations
 
-from prefect.runtime import flow_run
+from prefect.runtime import deployment
 
 from polar.rollout.fleet_limits import PREFIX, PrefectLimiter, ensure_limits, limit_scope, warn_unbounded
 from polar.rollout.limits import Limiter, process_limiter
@@ -19,6 +19,6 @@ __all__ = ["PREFIX", "PrefectLimiter", "ensure_limits", "make_limiter"]
 def make_limiter(settings: Settings) -> Limiter:
     if limit_scope(settings) is LimitScope.PREFECT:
         return PrefectLimiter(settings)
-    if flow_run.get_deployment_id() is not None:  # a deployment run: this process runs this one rollout only
+    if deployment.get_id() is not None:  # a deployment run: this process runs this one rollout only
         warn_unbounded(settings, "rollout flow run of a deployment")
     return process_limiter(settings)

@@ -22,6 +22,7 @@ from prefect.states import Completed, State
 
 from flows.artifacts import publish_rollout
 from flows.limits import make_limiter
+from flows.owners import prefect_owner_probe
 from polar.rollout import (
     STAGE_FUNCTIONS,
     RolloutView,
@@ -101,6 +102,7 @@ def build_rollout_flow(stage_functions: Mapping[Stage, StageFunction], *, name: 
                 call=call,
                 takeover=takeover,
                 stale_after_s=stale_after_s,
+                owner_gone=prefect_owner_probe(ctx.settings),
             )
         finally:  # a rollout that failed a stage gets its artifact too (its failure cause is the point)
             await publish_rollout(ctx.factory, ctx.settings, rollout_id)

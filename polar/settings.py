@@ -83,6 +83,11 @@ class Settings(BaseSettings):
     control_token: str = Field(
         default="", description="Bearer token of the control routes; empty: the one generated in home/control-token"
     )
+    gateway_advertise_url: str = Field(
+        default="", description="URL other hosts reach this gateway at (registry); empty: http://host:port"
+    )
+    gateway_heartbeat_s: float = Field(default=5.0, gt=0, description="how often a gateway refreshes its registration")
+    gateway_stale_s: float = Field(default=30.0, gt=0, description="a gateway silent this long gets no weights")
     default_max_tokens: int = Field(default=2048, description="reply budget when the caller sets none")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="larger request bodies get a 413")
     max_json_depth: int = Field(default=64, ge=2, description="deeper nesting in a request body gets a 400")
@@ -125,6 +130,13 @@ class Settings(BaseSettings):
     stale_after_s: float = Field(default=600.0, gt=0, description="an unfinished rollout silent this long is retried")
     # Each in-flight rollout flow is a Prefect flow run; Prefect's SQLite-backed ephemeral server slows down
     # sharply with many concurrent flow-run creations, so the embedded default stays small.
+    artifact_url: str = Field(
+        default="",
+        description="where rollout artifacts go: a shared folder or an fsspec URL; empty: in the store (capped)",
+    )
+    artifact_max_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=0, description="largest artifact kept in the store (POLAR_ARTIFACT_URL: no cap)"
+    )
     batch_max_active: int = Field(
         default=8, ge=1, description="rollout flows an inline batch keeps in flight (deployment dispatch: no cap)"
     )
@@ -142,8 +154,9 @@ class Settings(BaseSettings):
     )
     weight_targets: str = Field(
         default="",
-        description="comma-separated gateway URLs that new weights are pushed to; empty: the rollout gateway",
+        description="extra comma-separated gateway URLs new weights are pushed to, besides the registered ones",
     )
+    weight_push_attempts: int = Field(default=3, ge=1, description="tries of a weight push to one gateway")
     claim_lease_s: float = Field(default=300.0, gt=0, description="lease of a trainer's claim before it expires")
     callback_attempts: int = Field(default=5, ge=1, description="webhook deliveries tried before giving up")
     callback_backoff_s: float = Field(default=1.0, ge=0, description="first delay between webhook attempts (doubles)")

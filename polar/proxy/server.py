@@ -8,6 +8,7 @@ from db.engine import describe_database, normalize_url
 from polar.auth import where
 from polar.proxy.app import create_app
 from polar.proxy.gateway import Gateway
+from polar.proxy.registration import registered
 from polar.settings import Settings
 
 
@@ -20,4 +21,5 @@ async def serve_gateway(settings: Settings, host: str, port: int) -> None:
         f"control routes need the token from {where(settings)}",
         flush=True,
     )
-    await uvicorn.Server(config).serve()
+    async with registered(gateway.factory, settings, host, port):  # the control API pushes weights to it
+        await uvicorn.Server(config).serve()

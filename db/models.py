@@ -360,3 +360,32 @@ class Evaluation(Base):
     created_at: Mapped[datetime] = _created_at()
 
     rollout: Mapped[Rollout] = relationship(back_populates="evaluations", lazy="raise")
+
+
+class RolloutArtifact(Base):
+    """A file a later stage of a rollout needs on any host (the agent's diff, files the evaluator reads, the
+    harness's logs): its bytes here (``content``, size-capped) or at ``url`` under ``POLAR_ARTIFACT_URL``."""
+
+    __tablename__ = "rollout_artifacts"
+    __table_args__ = (sa.UniqueConstraint("rollout_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    rollout_id: Mapped[str] = _rollout_fk(index=True)
+    name: Mapped[str] = mapped_column(sa.String(512))
+    size: Mapped[int] = mapped_column(sa.BigInteger)
+    sha256: Mapped[str] = mapped_column(sa.String(64))
+    content: Mapped[bytes | None] = mapped_column(sa.LargeBinary)
+    url: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = _created_at()
+
+
+class Gateway(Base):
+    """A running gateway replica: where the control API pushes weights; live while ``heartbeat_at`` is recent."""
+
+    __tablename__ = "gateways"
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    url: Mapped[str] = mapped_column(sa.Text)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

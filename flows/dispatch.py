@@ -2,10 +2,12 @@
 
 ``inline`` runs each rollout flow as a subflow of the caller, concurrently (at most ``POLAR_BATCH_MAX_ACTIVE``
 in flight), sharing this process's stage limits: the embedded mode. ``deployment`` creates one flow run of the
-rollout deployment (``POLAR_ROLLOUT_DEPLOYMENT``) per rollout, which whatever worker of the pool is free picks
-up: the scale-out mode. Its idempotency key is the rollout and the calling flow run, so a retried batch flow
-run does not create a second flow run for a rollout. Either way a rollout is claimed in its row before it
-runs, so no rollout runs twice.
+rollout deployment (``POLAR_ROLLOUT_DEPLOYMENT``) per rollout, all at once, which whatever worker of the pool
+is free picks up: the scale-out mode. There the in-flight cap is the pool's (each worker's ``--limit``, the
+fleet-wide stage limits), not the batch's, so adding workers adds throughput; the batch waits for the flow runs
+with one query per poll, however many there are. The idempotency key is the rollout and the calling flow run,
+so a retried batch flow run does not create a second flow run for a rollout. Either way a rollout is claimed in
+its row before it runs, so no rollout runs twice.
 """
 
 from __future__ import annotations
@@ -14,13 +16,22 @@ import asyncio
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
+from uuid import UUID
 
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.deployments import arun_deployment
 from prefect.runtime import flow_run
 
 from flows.limits import ensure_limits
 from flows.rollout import rollout
+from polar.rollout.fleet_limits import limit_scope, warn_unbounded
 from polar.settings import LimitScope, Settings
+
+# Flow runs created at once (each is one API call) and read per poll (the server's page size).
+CREATE_AT_ONCE = 16
+READ_PAGE = 200
+POLL_S = 1.0
 
 
 class Dispatch(StrEnum):
@@ -28,35 +39,76 @@ class Dispatch(StrEnum):
     DEPLOYMENT = "deployment"
 
 
-async def dispatch_rollouts(
-    rollout_ids: Sequence[str], *, dispatch: Dispatch, settings: Settings, takeover: bool = False
-) -> dict[str, str]:
-    """Run every rollout; returns rollout id -> how its flow run ended ("ok" or the error)."""
-    if settings.stage_limits is LimitScope.PREFECT:
-        await ensure_limits(settings)
+def _outcome(result: Any) -> str:
+    return "ok" if not isinstance(result, BaseException) else f"{result.__class__.__name__}: {result}"
+
+
+async def _inline(rollout_ids: Sequence[str], settings: Settings, takeover: bool, stale_after_s: float | None):
     gate = asyncio.Semaphore(settings.batch_max_active)
-    parent = flow_run.get_id() or "none"
 
     async def one(rollout_id: str) -> Any:
         async with gate:
-            if dispatch is Dispatch.INLINE:
-                return await rollout(rollout_id, takeover=takeover)
-            run = await arun_deployment(
+            return await rollout(rollout_id, takeover=takeover, stale_after_s=stale_after_s)
+
+    return await asyncio.gather(*(one(rollout_id) for rollout_id in rollout_ids), return_exceptions=True)
+
+
+async def _deployment(
+    rollout_ids: Sequence[str], settings: Settings, takeover: bool, stale_after_s: float | None
+) -> list[Any]:
+    parent = flow_run.get_id() or "none"
+    gate = asyncio.Semaphore(CREATE_AT_ONCE)
+
+    async def create(rollout_id: str) -> Any:
+        async with gate:
+            return await arun_deployment(
                 settings.rollout_deployment,
-                parameters={"rollout_id": rollout_id, "takeover": takeover},
-                timeout=None,
-                poll_interval=1,
+                parameters={"rollout_id": rollout_id, "takeover": takeover, "stale_after_s": stale_after_s},
+                timeout=0,
                 idempotency_key=f"polar-rollout-{rollout_id}-{parent}",
             )
-            if run.state is None or not run.state.is_completed():
-                raise RuntimeError(f"flow run {run.name} ended {run.state.name if run.state else 'without a state'}")
-            return run
 
-    results = await asyncio.gather(*(one(rollout_id) for rollout_id in rollout_ids), return_exceptions=True)
-    return {
-        rollout_id: "ok" if not isinstance(result, BaseException) else f"{result.__class__.__name__}: {result}"
-        for rollout_id, result in zip(rollout_ids, results, strict=True)
-    }
+    created = await asyncio.gather(*(create(rollout_id) for rollout_id in rollout_ids), return_exceptions=True)
+    results: dict[int, Any] = {i: run for i, run in enumerate(created) if isinstance(run, BaseException)}
+    waiting: dict[UUID, int] = {run.id: i for i, run in enumerate(created) if not isinstance(run, BaseException)}
+    async with get_client() as client:
+        while waiting:
+            ids = list(waiting)
+            for start in range(0, len(ids), READ_PAGE):
+                page = ids[start : start + READ_PAGE]
+                runs = await client.read_flow_runs(
+                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=page)), limit=READ_PAGE
+                )
+                for run in runs:
+                    if run.state is None or not run.state.is_final():
+                        continue
+                    index = waiting.pop(run.id)
+                    ok = run.state.is_completed()
+                    results[index] = run if ok else RuntimeError(f"flow run {run.name} ended {run.state.name}")
+            if waiting:
+                await asyncio.sleep(POLL_S)
+    return [results[i] for i in range(len(rollout_ids))]
+
+
+async def dispatch_rollouts(
+    rollout_ids: Sequence[str],
+    *,
+    dispatch: Dispatch,
+    settings: Settings,
+    takeover: bool = False,
+    stale_after_s: float | None = None,
+) -> dict[str, str]:
+    """Run every rollout; returns rollout id -> how its flow run ended ("ok" or the error). ``stale_after_s``
+    (the retry flow's) is how long an owner must have been silent before a takeover (None: the settings')."""
+    if limit_scope(settings) is LimitScope.PREFECT:
+        await ensure_limits(settings)
+    elif dispatch is Dispatch.DEPLOYMENT:
+        warn_unbounded(settings, "deployment dispatch")
+    if dispatch is Dispatch.INLINE:
+        results = await _inline(rollout_ids, settings, takeover, stale_after_s)
+    else:
+        results = await _deployment(rollout_ids, settings, takeover, stale_after_s)
+    return {rollout_id: _outcome(result) for rollout_id, result in zip(rollout_ids, results, strict=True)}
 
 
 async def run_inline(rollout_ids: list[str], settings: Settings) -> None:

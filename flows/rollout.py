@@ -22,6 +22,7 @@ from prefect.states import Completed, State
 
 from flows.artifacts import publish_rollout
 from flows.limits import make_limiter
+from flows.owners import prefect_owner_probe
 from polar.rollout import (
     STAGE_FUNCTIONS,
     RolloutView,
@@ -82,8 +83,10 @@ def build_rollout_flow(stage_functions: Mapping[Stage, StageFunction], *, name: 
     """A rollout flow over ``stage_functions`` (benchmarks pass simulated stages; deployments use ``rollout``)."""
     stage_tasks = {stage: _stage_task(stage, stage_functions[stage]) for stage in Stage}
 
-    async def rollout(rollout_id: str, takeover: bool = False) -> dict[str, Any]:
-        """Run one rollout to its final status (resuming it where an earlier attempt stopped)."""
+    async def rollout(rollout_id: str, takeover: bool = False, stale_after_s: float | None = None) -> dict[str, Any]:
+        """Run one rollout to its final status (resuming it where an earlier attempt stopped). ``takeover`` with
+        ``stale_after_s``: the retry flow's, how long the current owner must have been silent (None: the
+        settings'); the owner's flow run must also not be running (``flows.owners``)."""
         ctx = await get_context()
         owner = str(flow_run.get_id() or f"local-{uuid.uuid4()}")
 
@@ -92,7 +95,14 @@ def build_rollout_flow(stage_functions: Mapping[Stage, StageFunction], *, name: 
 
         try:
             summary = await drive_rollout(
-                ctx, rollout_id, owner, limiter=make_limiter(ctx.settings), call=call, takeover=takeover
+                ctx,
+                rollout_id,
+                owner,
+                limiter=make_limiter(ctx.settings),
+                call=call,
+                takeover=takeover,
+                stale_after_s=stale_after_s,
+                owner_gone=prefect_owner_probe(ctx.settings),
             )
         finally:  # a rollout that failed a stage gets its artifact too (its failure cause is the point)
             await publish_rollout(ctx.factory, ctx.settings, rollout_id)

@@ -204,11 +204,24 @@ class EvaluationError(PolarError):
     error_type = "evaluation_error"
 
 
+class ArtifactMissing(PolarError):
+    """A file a stage needs from an earlier one (on another host, its runtime folder gone) was never stored."""
+
+    status_code = 409
+    error_type = "artifact_missing"
+
+
 class GatewayError(PolarError):
     """The gateway's control API failed or could not be reached while opening or closing a session."""
 
     status_code = 502
     error_type = "gateway_error"
+
+
+class PartialPush(GatewayError):
+    """New weights reached only some gateways (after retries); the message names which have them."""
+
+    error_type = "partial_weight_push"
 
 
 class TokenizerMismatch(Conflict):

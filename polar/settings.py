@@ -35,8 +35,10 @@ class Isolation(StrEnum):
 
 
 class LimitScope(StrEnum):
-    """Where stage concurrency limits are counted: in each flow process, or fleet-wide by the Prefect server."""
+    """Where stage concurrency limits are counted: in each flow process, fleet-wide by the Prefect server, or
+    ``auto``: fleet-wide when a Prefect server is configured (``PREFECT_API_URL``), per process otherwise."""
 
+    AUTO = "auto"
     PROCESS = "process"
     PREFECT = "prefect"
 
@@ -92,6 +94,11 @@ class Settings(BaseSettings):
     control_token: str = Field(
         default="", description="Bearer token of the control routes; empty: the one generated in home/control-token"
     )
+    gateway_advertise_url: str = Field(
+        default="", description="URL other hosts reach this gateway at (registry); empty: http://host:port"
+    )
+    gateway_heartbeat_s: float = Field(default=5.0, gt=0, description="how often a gateway refreshes its registration")
+    gateway_stale_s: float = Field(default=30.0, gt=0, description="a gateway silent this long gets no weights")
     default_max_tokens: int = Field(default=2048, description="reply budget when the caller sets none")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="larger request bodies get a 413")
     max_json_depth: int = Field(default=64, ge=2, description="deeper nesting in a request body gets a 400")
@@ -140,7 +147,9 @@ class Settings(BaseSettings):
     run_concurrency: int = Field(default=8, ge=1, description="harnesses running at once")
     postrun_concurrency: int = Field(default=4, ge=1, description="rollouts in postrun at once")
     ready_buffer: int = Field(default=8, ge=1, description="runtimes initialising or initialised, not yet running")
-    stage_limits: LimitScope = LimitScope.PROCESS
+    stage_limits: LimitScope = Field(
+        default=LimitScope.AUTO, description="auto: Prefect global concurrency limits when a server is configured"
+    )
     init_retries: int = Field(default=2, ge=0)
     run_retries: int = Field(default=1, ge=0)
     postrun_retries: int = Field(default=2, ge=0)
@@ -150,7 +159,16 @@ class Settings(BaseSettings):
     stale_after_s: float = Field(default=600.0, gt=0, description="an unfinished rollout silent this long is retried")
     # Each in-flight rollout flow is a Prefect flow run; Prefect's SQLite-backed ephemeral server slows down
     # sharply with many concurrent flow-run creations, so the embedded default stays small.
-    batch_max_active: int = Field(default=8, ge=1, description="rollout flows a batch keeps in flight")
+    artifact_url: str = Field(
+        default="",
+        description="where rollout artifacts go: a shared folder or an fsspec URL; empty: in the store (capped)",
+    )
+    artifact_max_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=0, description="largest artifact kept in the store (POLAR_ARTIFACT_URL: no cap)"
+    )
+    batch_max_active: int = Field(
+        default=8, ge=1, description="rollout flows an inline batch keeps in flight (deployment dispatch: no cap)"
+    )
     rollout_deployment: str = Field(default="polar-rollout/rollout", description="deployment a batch dispatches to")
 
     # ---- control API and trainer feed ---------------------------------------------------------------
@@ -165,8 +183,9 @@ class Settings(BaseSettings):
     )
     weight_targets: str = Field(
         default="",
-        description="comma-separated gateway URLs that new weights are pushed to; empty: the rollout gateway",
+        description="extra comma-separated gateway URLs new weights are pushed to, besides the registered ones",
     )
+    weight_push_attempts: int = Field(default=3, ge=1, description="tries of a weight push to one gateway")
     claim_lease_s: float = Field(default=300.0, gt=0, description="lease of a trainer's claim before it expires")
     callback_attempts: int = Field(default=5, ge=1, description="webhook deliveries tried before giving up")
     callback_backoff_s: float = Field(default=1.0, ge=0, description="first delay between webhook attempts (doubles)")

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session, sessionmaker
 
+from db import gateways
 from db.enums import TaskStatus
 from db.models import Rollout
 from polar import feed, metrics
@@ -31,6 +32,7 @@ from polar.api.runner import InlineDispatch, TaskRunner, flow_run_states
 from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody, WeightsRequest
 from polar.api.weights import WeightSource, publish
 from polar.auth import announce, bearer_of, install_access_log_redaction, matches
+from polar.clock import now
 from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, StoreError, invalid_from
 from polar.export.filters import ExportFilter
 from polar.models.tiny import get_spec
@@ -54,9 +56,19 @@ def model_tokenizer(settings: Settings) -> ChatTokenizer:
     return load_tokenizer(get_spec(settings.model).tokenizer, settings.cache_dir)
 
 
-def weight_targets(settings: Settings, gateway_url: str | None) -> list[str]:
+def weight_targets(settings: Settings, gateway_url: str | None, registered: list[str] | None = None) -> list[str]:
+    """Every gateway new weights go to: the live registered ones, those listed in POLAR_WEIGHT_TARGETS and the
+    rollouts' gateway, each once."""
     listed = [url.strip() for url in settings.weight_targets.split(",") if url.strip()]
-    return listed or [url for url in (gateway_url or settings.gateway_url,) if url]
+    candidates = [*(registered or []), *listed, *(url for url in (gateway_url or settings.gateway_url,) if url)]
+    seen: dict[str, str] = {}
+    for url in candidates:
+        seen.setdefault(url.rstrip("/"), url)
+    return list(seen.values())
+
+
+def live_gateways(factory: sessionmaker[Session], settings: Settings) -> list[str]:
+    return [url for _, url in gateways.live(factory, now(), settings.gateway_stale_s)]
 
 
 def create_api(
@@ -69,7 +81,6 @@ def create_api(
     """The app over the store ``factory``; ``gateway_url`` is the rollouts' gateway (default weight target);
     ``run_inline`` runs rollouts in this process, required when tasks are dispatched inline."""
     runner = TaskRunner(settings, factory, run_inline)
-    targets = weight_targets(settings, gateway_url)
     wake = asyncio.Event()
 
     async def background() -> None:
@@ -287,9 +298,16 @@ def create_api(
     async def register_weights(request: Request) -> dict[str, Any]:
         """JSON ``{version, checkpoint_path?, notes?}``, or one safetensors file's bytes with ``?version=``."""
         source = await _weight_source(request)
-        record = await publish(factory, targets, source, token)
+        registered = await asyncio.to_thread(live_gateways, factory, settings)
+        targets = weight_targets(settings, gateway_url, registered)
+        record, pushes = await publish(factory, targets, source, token, attempts=settings.weight_push_attempts)
         wake.set()  # tasks held by admission control may start now
-        return {**asdict(record), "created_at": record.created_at.isoformat(), "targets": targets}
+        return {
+            **asdict(record),
+            "created_at": record.created_at.isoformat(),
+            "targets": targets,
+            "pushes": [asdict(p) for p in pushes],
+        }
 
     install_ui(app, settings, factory)  # the web UI at /ui, behind the same control token
     return app

@@ -3,7 +3,9 @@
 ``TaskRunner.tick`` admits tasks (admission control) and starts their rollouts:
 
 - ``deployment``: one flow run of the rollout deployment (``POLAR_ROLLOUT_DEPLOYMENT``) per rollout, which any
-  worker on the pool picks up; the flow run's id is kept in ``rollouts.dispatch_id``.
+  worker on the pool picks up; the flow run's id is kept in ``rollouts.dispatch_id``. Before its first flow
+  run the runner creates the fleet-wide stage limits (``polar.rollout.fleet_limits``) if they are missing, so
+  control-API rollouts never meet limits that do not exist.
 - ``inline``: the rollout flows run in this process (Prefect's ephemeral mode), as one asyncio task per task.
 
 Admission: with ``POLAR_MAX_ASYNC_LEVEL = N`` a task whose ``metadata.step`` is more than ``N`` ahead of the
@@ -35,7 +37,8 @@ from db.models import Rollout, Task
 from polar.clock import now
 from polar.errors import NotConfigured, NotFound
 from polar.feed import versions
-from polar.settings import Settings, TaskDispatch
+from polar.rollout.fleet_limits import ensure_limits, limit_scope, warn_unbounded
+from polar.settings import LimitScope, Settings, TaskDispatch
 
 log = logging.getLogger(__name__)
 CANCELLED_OWNER = "cancelled"
@@ -119,6 +122,7 @@ class TaskRunner:
             raise NotConfigured("inline task dispatch needs the rollout flows: build the app with run_inline")
         self._run_rollouts = run_inline
         self._inline: dict[str, asyncio.Task[Any]] = {}
+        self._limits_ready = False
 
     async def tick(self) -> list[str]:
         """Admit and start what may start now; returns the task ids started."""
@@ -139,9 +143,20 @@ class TaskRunner:
         finally:
             self._inline.pop(task_id, None)
 
+    async def ensure_fleet_limits(self) -> None:
+        """Create the fleet-wide stage limits once (resizing them to these settings), before the first flow run."""
+        if self._limits_ready:
+            return
+        if limit_scope(self.settings) is LimitScope.PREFECT:
+            await ensure_limits(self.settings)
+        else:
+            warn_unbounded(self.settings, "control API deployment dispatch")
+        self._limits_ready = True
+
     async def _create_flow_runs(self, rollout_ids: list[str]) -> None:
         from prefect.deployments import arun_deployment
 
+        await self.ensure_fleet_limits()
         for rollout_id in rollout_ids:
             run = await arun_deployment(
                 self.settings.rollout_deployment,

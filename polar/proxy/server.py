@@ -20,6 +20,7 @@ from db.engine import describe_database, normalize_url
 from polar.auth import control_token, where
 from polar.proxy.app import create_app
 from polar.proxy.gateway import Gateway
+from polar.proxy.registration import registered
 from polar.settings import Settings
 
 
@@ -40,14 +41,15 @@ async def serve_gateway(settings: Settings, host: str, port: int, *, reuse_port:
         f"control routes need the token from {where(settings)}",
         flush=True,
     )
-    if reuse_port:
-        sock = _shared_socket(host, port)
-        try:
-            await uvicorn.Server(config).serve(sockets=[sock])
-        finally:
-            sock.close()
-    else:
-        await uvicorn.Server(config).serve()
+    async with registered(gateway.factory, settings, host, port):  # the control API pushes weights to it
+        if reuse_port:
+            sock = _shared_socket(host, port)
+            try:
+                await uvicorn.Server(config).serve(sockets=[sock])
+            finally:
+                sock.close()
+        else:
+            await uvicorn.Server(config).serve()
 
 
 def run_workers(settings: Settings, host: str, port: int, workers: int, extra_args: list[str]) -> int:

@@ -4,10 +4,15 @@ When the working folder is a git repository, the diff against ``HEAD`` (untracke
 git's binary patch) is written to ``artifacts/diff.patch`` and summarised in the stage result (its first
 ``DIFF_EXCERPT_CHARS`` characters, its size, the changed paths). A temporary index is used, so the agent's own
 index is left as it was. A folder that is not a repository gets a list of its files instead.
+
+``keep_artifacts`` (the run stage, as soon as the harness has ended) also stores what postrun and evaluate need
+if they run on another host (``artifact_store``).
 """
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 from polar.runtime.base import Runtime
@@ -42,3 +47,40 @@ async def collect_artifacts(runtime: Runtime) -> dict[str, Any]:
         "changed": result.stdout.splitlines(),
         "patch_file": str(patch),
     }
+
+
+async def keep_artifacts(factory: Any, settings: Any, view: Any, runtime: Runtime) -> dict[str, Any]:
+    """``collect_artifacts`` and keep what a later stage may need on another host (``artifact_store``); the
+    summary's ``kept`` maps each artifact's name to its manifest entry."""
+    from polar.rollout import artifact_store
+
+    summary = await collect_artifacts(runtime)
+    work = runtime.layout.work
+
+    def keep() -> dict[str, Any]:
+        kept: dict[str, Any] = {}
+
+        def put(name: str, data: bytes) -> None:
+            kept[name] = artifact_store.save(factory, settings, view.id, name, data)
+
+        if summary.get("git") and summary.get("patch_file"):
+            put("diff.patch", Path(summary["patch_file"]).read_bytes())
+        elif not summary.get("git"):
+            put("work.tar.gz", artifact_store.tar_folder(work))
+        for path in view.task.evaluator.copy_paths:
+            source = work / path
+            if source.is_file():
+                put(f"work/{path}", source.read_bytes())
+            elif source.is_dir():
+                put(f"work/{path}.tar.gz", artifact_store.tar_folder(source))
+            else:
+                kept[f"work/{path}"] = {"stored": False, "absent": True}  # the agent left no such file
+        for name in artifact_store.LOG_FILES:
+            log = runtime.layout.logs / name
+            if log.is_file():
+                put(f"logs/{name}", log.read_bytes())
+        return kept
+
+    if summary.get("git") and summary.get("error"):
+        return summary
+    return {**summary, "kept": await asyncio.to_thread(keep)}

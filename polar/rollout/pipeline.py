@@ -9,6 +9,10 @@ functions directly.
 
 A resumed rollout whose init is done but whose runtime is not on this machine (the retry ran on another
 worker) initialises again before its run.
+
+From its claim to its end the driver refreshes the rollout's heartbeat every ``POLAR_HEARTBEAT_S``, also while
+it waits for a slot, so a silent heartbeat means a dead owner, never a busy fleet. Taking over another owner's
+rollout needs that silence and ``owner_gone`` (``state.claim``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from polar.rollout.stages import STAGE_FUNCTIONS
 from polar.rollout.stages.common import agent_runtime, eval_runtime
 from polar.rollout.stages.postrun import build_trajectories
 from polar.rollout.state import RolloutView, Stage
+from polar.rollout.state.ownership import OwnerProbe
 
 log = logging.getLogger("polar.rollout")
 
@@ -132,6 +137,8 @@ async def drive_rollout(
     limiter: Limiter,
     call: StageCall | None = None,
     takeover: bool = False,
+    stale_after_s: float | None = None,
+    owner_gone: OwnerProbe | None = None,
 ) -> RolloutSummary:
     """Run ``rollout_id`` to a final status as flow run ``owner``. Raises the stage's error if one failed."""
     settings = ctx.settings
@@ -141,11 +148,34 @@ async def drive_rollout(
         rollout_id,
         owner,
         default_timeout_s=settings.rollout_timeout_s,
-        stale_after_s=settings.stale_after_s,
+        stale_after_s=settings.stale_after_s if stale_after_s is None else stale_after_s,
         takeover=takeover,
+        owner_gone=owner_gone,
     )
     if view.status.is_terminal:
         return RolloutSummary(rollout_id, view.status, None, None, tuple(s.value for s in view.done))
+    beat = asyncio.create_task(_keep_alive(ctx, rollout_id, owner))
+    try:
+        return await _drive(ctx, view, owner, limiter=limiter, call=call)
+    finally:
+        beat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beat
+
+
+async def _keep_alive(ctx: RolloutContext, rollout_id: str, owner: str) -> None:
+    while True:
+        await asyncio.sleep(ctx.settings.heartbeat_s)
+        try:
+            await asyncio.to_thread(state.heartbeat, ctx.factory, rollout_id, owner)
+        except Exception:  # noqa: BLE001 - a store hiccup; the next beat retries, the stages report real failures
+            log.warning("rollout %s: heartbeat failed", rollout_id, exc_info=True)
+
+
+async def _drive(
+    ctx: RolloutContext, view: RolloutView, owner: str, *, limiter: Limiter, call: StageCall | None
+) -> RolloutSummary:
+    settings, rollout_id = ctx.settings, view.id
     if Stage.INIT in view.done and Stage.RUN not in view.done and not agent_runtime(ctx, view).exists():
         await asyncio.to_thread(state.reopen_stage, ctx.factory, rollout_id, Stage.INIT, owner)
         view = await asyncio.to_thread(

@@ -48,9 +48,7 @@ from tests.rollout.helpers import GIT_INIT, bash
 # CI installs what the test needs (make tools): there a missing tool is a failure, not a skip.
 pytestmark = [
     pytest.mark.cluster,
-    pytest.mark.skipif(
-        missing_tools() is not None and os.environ.get("CI") != "true", reason=str(missing_tools())
-    ),
+    pytest.mark.skipif(missing_tools() is not None and os.environ.get("CI") != "true", reason=str(missing_tools())),
 ]
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,6 +22,8 @@ MODEL_TABLES = {
     "trajectories",
     "merge_stats",
     "evaluations",
+    "rollout_artifacts",
+    "gateways",
 }
 
 

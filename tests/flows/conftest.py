@@ -38,6 +38,16 @@ def gateway(tmp_path_factory, cache_dir, store_url, engine) -> Iterator[Embedded
     gw.stop()
 
 
+STALE_AFTER_S = 4.0
+
+
+async def wait_out_staleness() -> None:
+    """Wait until a killed flow's rollouts are silent for ``POLAR_STALE_AFTER_S``, so a retry may take them over."""
+    import asyncio
+
+    await asyncio.sleep(STALE_AFTER_S + 0.5)
+
+
 def polar_environment(tmp: Path, cache: Path, database_url: str, gateway_url: str, **overrides: str) -> dict[str, str]:
     env = {
         "POLAR_HOME": str(tmp),
@@ -46,6 +56,8 @@ def polar_environment(tmp: Path, cache: Path, database_url: str, gateway_url: st
         "POLAR_GATEWAY_URL": gateway_url,
         "POLAR_RUNTIME_ROOT": str(tmp / "runtimes"),
         "POLAR_HEARTBEAT_S": "1",
+        # A killed flow run's rollouts may be taken over once silent this long (Prefect still has them Running).
+        "POLAR_STALE_AFTER_S": str(STALE_AFTER_S),
         "POLAR_STAGE_RETRY_DELAY_S": "0",
         "POLAR_ALLOW_SCRIPTED_POLICIES": "1",  # the toy tasks script their replies
     }

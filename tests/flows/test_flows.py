@@ -17,6 +17,7 @@ from flows.batch import rollout_batch
 from flows.retry import retry_failed
 from polar.rollout.context import store_factory
 from tests.flows.artifacts import PUBLIC_URL, check_artifacts
+from tests.flows.conftest import wait_out_staleness
 from tests.flows.prefect_api import flow_runs_named, task_runs_of
 from tests.rollout.helpers import (
     answer_task,
@@ -139,7 +140,6 @@ def wait_for(condition, timeout_s: float = 60.0, what: str = "condition"):
 async def test_a_flow_run_killed_during_evaluate_resumes_without_redoing_finished_stages(
     flow_env, prefect_server, tmp_path
 ):
-    flow_env(POLAR_STALE_AFTER_S="3600")
     gate = tmp_path / "hold-evaluation"
     gate.touch()
     check = f"while [ -f {gate} ]; do sleep 0.1; done; grep -qx polar answer.txt && echo 1 || echo 0"
@@ -165,6 +165,7 @@ async def test_a_flow_run_killed_during_evaluate_resumes_without_redoing_finishe
     assert killed.status is RolloutStatus.EVALUATING and n_captures == 2 and n_traj == 1
     gate.unlink()
 
+    await wait_out_staleness()  # Prefect still has the killed flow run Running
     result = await retry_failed(rollout_ids=[rid], stale_after_s=0)
     assert rid in result["retried"]
     row = rollout_row(factory, rid)
@@ -195,6 +196,7 @@ async def test_a_flow_run_killed_mid_run_is_resumed_without_launching_the_harnes
     # The harness dies with its flow process (parent-death signal; the launcher kills its whole group).
     await asyncio.to_thread(wait_for, lambda: not _alive(harness_pid), 30, "the harness to die with its flow")
 
+    await wait_out_staleness()  # Prefect still has the killed flow run Running
     result = await retry_failed(rollout_ids=[rid], stale_after_s=0)
     assert rid in result["retried"]
     row = rollout_row(factory, rid)

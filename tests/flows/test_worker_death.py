@@ -27,7 +27,7 @@ from flows.retry import retry_failed
 from polar.rollout.context import close_contexts, store_factory
 from polar.runtime.launcher import EXIT_FILE
 from polar.settings import get_settings
-from tests.flows.conftest import polar_environment
+from tests.flows.conftest import polar_environment, wait_out_staleness
 from tests.pg import needs_postgres
 from tests.rollout.conftest import start_gateway
 from tests.rollout.helpers import answer_task, bash, captures, rollout_row
@@ -45,7 +45,12 @@ def pg_gateway(tmp_path_factory, cache_dir, postgres_url, engine):
 
 @pytest.fixture
 def worker_env(monkeypatch, tmp_path, cache_dir, postgres_url, pg_gateway, prefect_server) -> Iterator[dict]:
-    env = polar_environment(tmp_path, cache_dir, postgres_url, pg_gateway.url, POLAR_STALE_AFTER_S="3600")
+    env = polar_environment(
+        tmp_path,
+        cache_dir,
+        postgres_url,
+        pg_gateway.url,
+    )
     env.update(PREFECT_API_URL=prefect_server, POLAR_RUN_CONCURRENCY="8", POLAR_BATCH_MAX_ACTIVE="8")
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -153,6 +158,7 @@ async def test_kill_9_of_a_worker_mid_batch_loses_no_finished_harness(worker_env
         assert "ended" not in rollout_row(factory, rid).stage_results["progress"]["run"]  # the end was lost...
     calls_before = {rid: len(captures(factory, rid)) for rid in ids["still-running"]}
 
+    await wait_out_staleness()  # Prefect still has the dead worker's flow runs Running
     result = await retry_failed(stale_after_s=0)
     assert set(everyone) <= set(result["retried"])
     for rid in ids["finishes"]:

@@ -216,7 +216,7 @@ async def test_a_resumed_rollout_whose_runtime_is_gone_initialises_again(context
 
     shutil.rmtree(context.settings.runtime_dir / rollout_id)
     summary = await drive_rollout(
-        context, rollout_id, "this-machine", limiter=process_limiter(context.settings), takeover=True
+        context, rollout_id, "this-machine", limiter=process_limiter(context.settings), takeover=True, stale_after_s=0
     )
     assert summary.status is RolloutStatus.COMPLETED and summary.reward == 1.0
     assert rollout_row(context.factory, rollout_id).stage_timings["init"]["attempts"] == 1  # re-run from scratch

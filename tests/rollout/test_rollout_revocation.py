@@ -35,7 +35,7 @@ def test_a_takeover_revokes_the_old_owners_session(store):
     assert sessions.authenticate(key).id == rid
     state.claim(factory, rid, "worker-a", default_timeout_s=60, stale_after_s=600)  # the same owner again: no-op
     assert sessions.authenticate(key).id == rid
-    state.claim(factory, rid, "worker-b", default_timeout_s=60, stale_after_s=600, takeover=True)
+    state.claim(factory, rid, "worker-b", default_timeout_s=60, stale_after_s=0, takeover=True)
     with pytest.raises(PermissionDenied, match="closed"):
         sessions.authenticate(key)
     assert rollout_row(factory, rid).flow_run_id == "worker-b"

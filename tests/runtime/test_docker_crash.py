@@ -17,7 +17,7 @@ from polar.rollout import submit_tasks
 from polar.rollout.context import close_contexts, store_factory
 from polar.runtime.docker import LABEL
 from polar.settings import get_settings
-from tests.flows.conftest import polar_environment, prefect_server  # noqa: F401
+from tests.flows.conftest import polar_environment, prefect_server, wait_out_staleness  # noqa: F401
 from tests.flows.test_flows import start_flow_process, wait_for
 from tests.rollout.helpers import GIT_INIT, answer_task, rollout_row
 from tests.runtime.conftest import IMAGE, tools_dir
@@ -69,6 +69,7 @@ async def test_a_frozen_flow_leaves_nothing_once_the_retry_flow_takes_over(
         (left,) = polar_containers(docker_engine, docker_flow_env)
         assert left.status == "running" and "sleep 300" in left.exec_run(["ps", "-eo", "args"]).output.decode()
 
+        await wait_out_staleness()  # Prefect still has the frozen flow run Running
         result = await retry_failed(rollout_ids=[rid], stale_after_s=0)
         assert rid in result["retried"]
         row = rollout_row(factory, rid)

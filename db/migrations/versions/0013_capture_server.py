@@ -1,7 +1,7 @@
 """Which inference server made a capture: ``captures.server``.
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-12-01
 
 With several inference servers (``POLAR_BACKEND_URL`` lists a fleet), a session sticks to one server and moves
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013"
-down_revision: str | Sequence[str] | None = "0011"
+down_revision: str | Sequence[str] | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -30,7 +30,7 @@ from polar.rollout.stages.common import (
     eval_runtime,
     run_stage,
 )
-from polar.rollout.stages.fresh import fresh_eval_runtime
+from polar.rollout.stages.fresh import fresh_eval_runtime, rebuild_agent_runtime
 from polar.rollout.stages.postrun import build_trajectories
 from polar.rollout.state import RolloutView, Stage, StageOutput
 from polar.trajectory import TrajectoriesConsumed
@@ -61,7 +61,10 @@ async def _score(ctx: RolloutContext, view: RolloutView) -> tuple[float, dict[st
         runtime, report["fresh_runtime"] = await fresh_eval_runtime(ctx, view, artifacts)
     else:
         runtime = agent_runtime(ctx, view)
-        await runtime.start(fresh=False)
+        if runtime.exists():
+            await runtime.start(fresh=False)
+        else:  # resumed on another host: the agent's runtime rebuilt from the kept artifacts
+            report["rebuilt_runtime"] = await rebuild_agent_runtime(ctx, view, artifacts)
     eval_ctx = EvalContext(
         rollout_id=view.id,
         instruction=view.task.instruction,

@@ -2,13 +2,21 @@
 ``prepare``), in which the evaluator grades the agent's changes without anything else the agent left behind.
 The run stage prepares it while the agent works; the evaluate stage prepares it if that did not happen (or
 happened on another machine), then applies the agent's diff and copies ``copy_paths`` into it.
+
+On a host without the agent's runtime folder (the rollout resumed elsewhere) the diff and the ``copy_paths``
+come from the artifacts the run kept (``artifact_store``), and ``rebuild_agent_runtime`` recreates the agent's
+runtime for an evaluator that grades it in place: prepared like the agent's, its changes applied. A needed
+artifact that was not kept fails the stage naming it (``ArtifactMissing``), never a grade of untouched files.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from typing import Any
 
-from polar.errors import SandboxError
+from polar.errors import ArtifactMissing, SandboxError
+from polar.rollout import artifact_store
 from polar.rollout.context import RolloutContext
 from polar.rollout.prepare import run_prepare
 from polar.rollout.stages.common import agent_runtime, eval_runtime
@@ -37,18 +45,79 @@ async def fresh_eval_runtime(
         report.update(await prepare_eval_runtime(ctx, view))
     else:
         await runtime.start(fresh=False)
-    patch = artifacts.get("patch_file")
-    if patch and artifacts.get("diff_bytes"):
-        await runtime.upload(patch, str(runtime.layout.private / "agent.patch"))
-        applied = await runtime.exec(
-            f"git apply --binary --whitespace=nowarn {runtime.layout.private / 'agent.patch'}", timeout_s=120
-        )
-        if not applied.ok:
-            raise SandboxError(f"the agent's diff does not apply in the fresh runtime: {applied.stderr[-300:].strip()}")
-        report["applied_diff"] = True
-    source = agent_runtime(ctx, view)
-    for path in view.task.evaluator.copy_paths:
-        if (source.layout.work / path).exists():
-            await runtime.upload(source.layout.work / path, path)
-    report["copied"] = list(view.task.evaluator.copy_paths)
+    report.update(await _apply_changes(ctx, view, runtime, artifacts, local=agent_runtime(ctx, view).exists()))
     return runtime, report
+
+
+def _kept(view: RolloutView, artifacts: Mapping[str, Any]) -> Mapping[str, Any]:
+    kept = artifacts.get("kept")
+    if not kept:
+        raise ArtifactMissing(
+            f"rollout {view.id}: its runtime folder is not on this host and its run kept no artifacts"
+            f" ({artifacts.get('error') or 'none were recorded'})",
+            field="artifacts",
+        )
+    return kept
+
+
+async def _stored(ctx: RolloutContext, view: RolloutView, kept: Mapping[str, Any], name: str) -> bytes:
+    entry = kept.get(name) or {}
+    why = entry.get("reason", "") if not entry.get("stored") else ""
+    return await asyncio.to_thread(artifact_store.load, ctx.factory, view.id, name, why=why)
+
+
+async def _apply_patch(runtime: Runtime, patch: bytes) -> None:
+    target = runtime.layout.private / "agent.patch"
+    await runtime.write_file(str(target), patch)
+    applied = await runtime.exec(f"git apply --binary --whitespace=nowarn {target}", timeout_s=120)
+    if not applied.ok:
+        raise SandboxError(f"the agent's diff does not apply in the fresh runtime: {applied.stderr[-300:].strip()}")
+
+
+async def _apply_changes(
+    ctx: RolloutContext, view: RolloutView, runtime: Runtime, artifacts: Mapping[str, Any], *, local: bool
+) -> dict[str, Any]:
+    """The agent's diff and the evaluator's ``copy_paths``, from the agent's runtime folder when this host has it
+    (``local``), else from the kept artifacts."""
+    report: dict[str, Any] = {}
+    source = agent_runtime(ctx, view)
+    kept = {} if local else _kept(view, artifacts)
+    patch_file = artifacts.get("patch_file")
+    if artifacts.get("diff_bytes"):
+        if local and patch_file:
+            with open(patch_file, "rb") as f:
+                patch = f.read()
+        else:
+            patch = await _stored(ctx, view, kept, "diff.patch")
+        await _apply_patch(runtime, patch)
+        report["applied_diff"] = True
+    elif not local and "work.tar.gz" in kept:
+        data = await _stored(ctx, view, kept, "work.tar.gz")
+        await asyncio.to_thread(artifact_store.untar_into, data, runtime.layout.work)
+        report["restored_work"] = True
+    for path in view.task.evaluator.copy_paths:
+        if local:
+            if (source.layout.work / path).exists():
+                await runtime.upload(source.layout.work / path, path)
+            continue
+        if (kept.get(f"work/{path}") or {}).get("absent"):
+            continue
+        if f"work/{path}.tar.gz" in kept:
+            data = await _stored(ctx, view, kept, f"work/{path}.tar.gz")
+            await asyncio.to_thread(artifact_store.untar_into, data, runtime.layout.work / path)
+        else:
+            await runtime.write_file(path, await _stored(ctx, view, kept, f"work/{path}"))
+    report["copied"] = list(view.task.evaluator.copy_paths)
+    report["from_artifacts"] = not local
+    return report
+
+
+async def rebuild_agent_runtime(ctx: RolloutContext, view: RolloutView, artifacts: Mapping[str, Any]) -> dict[str, Any]:
+    """The agent's runtime recreated on this host (its folder is elsewhere): prepared like the agent's, then the
+    agent's changes applied from the kept artifacts."""
+    _kept(view, artifacts)  # fail before preparing anything when nothing was kept
+    runtime = agent_runtime(ctx, view)
+    await runtime.start(fresh=True)
+    reports = await run_prepare(runtime, view.task.runtime.prepare, copy_roots=ctx.settings.copy_root_paths)
+    changes = await _apply_changes(ctx, view, runtime, artifacts, local=False)
+    return {"rebuilt": True, "prepare": reports, **changes}

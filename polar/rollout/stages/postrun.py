@@ -1,10 +1,13 @@
 """The ``postrun`` stage: keep what the rollout produced, whatever its outcome.
 
-It collects the artifacts (the git diff of the working folder), makes sure the gateway session is closed, and
-builds the rollout's trajectories from its captures with the task's builder. Trajectories are built for every
-outcome: an ERROR or TIMEOUT rollout keeps its captures and gets trajectories under the fail-closed training
-filter (``build_and_store`` with the run's outcome and whether the agent budget expired). Rewards are assigned
-when evaluate rebuilds them. The rollout's weight-version range is set from its first and last captures.
+It uses the artifacts the run kept (the git diff of the working folder, the evaluator's files, the harness's logs:
+``polar.rollout.artifact_store``), keeping them now if the run could not and this host has the runtime folder; a
+COMPLETED run whose folder is elsewhere and whose artifacts were not kept fails here, naming them. It makes sure
+the gateway session is closed, and builds the rollout's trajectories from its captures with the task's builder.
+Trajectories are built for every outcome: an ERROR or TIMEOUT rollout keeps its captures and gets trajectories
+under the fail-closed training filter (``build_and_store`` with the run's outcome and whether the agent budget
+expired). Rewards are assigned when evaluate rebuilds them. The rollout's weight-version range is set from its
+first and last captures.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from db.engine import session_scope
-from db.enums import CaptureStatus
+from db.enums import CaptureStatus, RolloutStatus
 from db.models import Capture, Rollout
-from polar.rollout.artifacts import collect_artifacts
+from polar.errors import ArtifactMissing
+from polar.rollout.artifacts import keep_artifacts
 from polar.rollout.context import RolloutContext
 from polar.rollout.stages.common import StageReport, agent_runtime, run_stage
 from polar.rollout.state import RolloutView, Stage, StageOutput
@@ -74,10 +78,21 @@ def build_trajectories(
 async def _postrun(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutput:
     run = view.result(Stage.RUN)
     runtime = agent_runtime(ctx, view)
-    if runtime.exists():
-        artifacts = await asyncio.wait_for(collect_artifacts(runtime), ctx.settings.postrun_timeout_s)
-    else:
-        artifacts = {"error": f"the runtime folder {runtime.layout.root} is gone; no artifacts"}
+    artifacts = dict(run.get("artifacts") or {})
+    if not artifacts.get("kept"):
+        if runtime.exists():
+            artifacts = await asyncio.wait_for(
+                keep_artifacts(ctx.factory, ctx.settings, view, runtime), ctx.settings.postrun_timeout_s
+            )
+        elif run.get("outcome") == RolloutStatus.COMPLETED.value:
+            # Its evaluator needs the agent's changes: without them it would grade untouched files (a silent 0).
+            raise ArtifactMissing(
+                f"rollout {view.id}: the runtime folder {runtime.layout.root} is not on this host and the run kept "
+                f"no artifacts (diff.patch, the evaluator's files): {artifacts.get('error') or 'none recorded'}",
+                field="artifacts",
+            )
+        else:  # an ERROR or TIMEOUT run is rewarded 0 by its outcome; nothing will read its changes
+            artifacts = {"error": f"the runtime folder {runtime.layout.root} is gone; no artifacts"}
     await ctx.gateway.close_session(view.id)
     built = await asyncio.to_thread(
         build_trajectories,

@@ -32,6 +32,7 @@ from typing import Any
 
 from db.enums import RolloutStatus
 from polar.rollout import state
+from polar.rollout.artifacts import keep_artifacts
 from polar.rollout.context import RolloutContext
 from polar.rollout.stages.common import (
     StageReport,
@@ -95,7 +96,18 @@ async def _recovered(ctx: RolloutContext, view: RolloutView, runtime: Runtime, p
     }
     await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, view.owner or "", {"ended": report})
     await ctx.gateway.close_session(view.id)
+    report["artifacts"] = await _keep(ctx, view, runtime)
     return StageOutput(report)
+
+
+async def _keep(ctx: RolloutContext, view: RolloutView, runtime: Runtime) -> dict[str, Any]:
+    """The artifacts a later stage needs on any host, kept while this host still has the runtime folder."""
+    try:
+        return await asyncio.wait_for(
+            keep_artifacts(ctx.factory, ctx.settings, view, runtime), ctx.settings.postrun_timeout_s
+        )
+    except Exception as exc:  # noqa: BLE001 - postrun keeps them again if it runs here; elsewhere it fails naming them
+        return {"error": f"keeping the artifacts failed: {exc.__class__.__name__}: {exc}"}
 
 
 def _log_tail(runtime: Runtime, name: str) -> str:
@@ -206,6 +218,7 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
     # Recorded before anything else can fail: a retry of this stage then reports the harness as it ended.
     await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"ended": report})
     await ctx.gateway.close_session(view.id)
+    report["artifacts"] = await _keep(ctx, view, runtime)
     if prewarm is not None:
         report["eval_runtime"] = await prewarm
     return StageOutput(report)

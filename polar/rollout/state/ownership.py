@@ -3,7 +3,7 @@ rollouts the retry flow should resume."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +21,12 @@ def _spent_s(timings: Mapping[str, Any], stages: Sequence[Stage]) -> float:
     return sum(float((timings.get(s.value) or {}).get("duration_s") or 0.0) for s in stages)
 
 
+OwnerProbe = Callable[[str, float], bool]
+"""``(owner flow run id, seconds since its last heartbeat) -> whether that flow run is not running any more``.
+
+The flows layer asks the Prefect server (``flows.owners``); without one the stale heartbeat alone decides."""
+
+
 def claim(
     factory: sessionmaker[Session],
     rollout_id: str,
@@ -29,31 +35,51 @@ def claim(
     default_timeout_s: float,
     stale_after_s: float,
     takeover: bool = False,
+    owner_gone: OwnerProbe | None = None,
 ) -> RolloutView:
     """Make ``owner`` the rollout's flow run and arm its deadline; a finished rollout is returned untouched.
     Taking it from another owner closes (revokes) its gateway session first.
 
-    Raises ``RolloutClaimed`` when another flow run holds it (and neither ``takeover`` nor staleness allows
-    taking it), ``NotFound`` for an unknown rollout.
+    A rollout is free when nobody owns it, ``owner`` already does, or its owner gave it up (a failure was
+    recorded). Another owner's rollout is taken over only when both hold: its heartbeat is older than
+    ``stale_after_s`` and ``owner_gone`` says its flow run is not running. ``takeover`` (the retry flow's) asks
+    for that; it never overrides it, so a second retry run cannot steal a rollout a first one is running, nor
+    kill its harness. The claim is one conditional UPDATE on what was read (the owner, its attempt count, the
+    heartbeat still stale), so of two claimers at most one wins: never two owners.
+
+    Raises ``RolloutClaimed`` when another flow run holds it, ``NotFound`` for an unknown rollout.
     """
-    at = now()
-    with session_scope(factory) as db:
+    del takeover  # every takeover is conditional; the flag only says the caller expects to take one over
+    with factory() as db:
         row = _row(db, rollout_id, lock=False)
         if RolloutStatus(row.status).is_terminal and not (row.stage_results or {}).get("failure"):
             return _view(db, row, default_timeout_s)
-        free = (
-            (Rollout.flow_run_id.is_(None))
-            | (Rollout.flow_run_id == owner)
-            | (Rollout.heartbeat_at < at - timedelta(seconds=stale_after_s))
-        )
-        condition = sa.true() if takeover else free
+        current, seen_attempt, beat = row.flow_run_id, row.attempt, row.heartbeat_at
+        given_up = bool((row.stage_results or {}).get("failure"))
+    at = now()
+    cutoff = at - timedelta(seconds=stale_after_s)
+    same_claim = (Rollout.attempt == seen_attempt) & (
+        Rollout.flow_run_id.is_(None) if current is None else Rollout.flow_run_id == current
+    )
+    if current is not None and current != owner and not given_up:
+        age = (at - beat).total_seconds() if beat is not None else float("inf")
+        if age < stale_after_s:
+            raise RolloutClaimed(
+                f"rollout {rollout_id} is owned by flow run {current} (heartbeat {age:.1f} s ago)", field="rollout_id"
+            )
+        if owner_gone is not None and not owner_gone(current, age):
+            raise RolloutClaimed(
+                f"rollout {rollout_id} is owned by flow run {current}, which is still running", field="rollout_id"
+            )
+        same_claim &= Rollout.heartbeat_at.is_(None) | (Rollout.heartbeat_at < cutoff)
+    with session_scope(factory) as db:
         # Taking a rollout from another owner revokes its gateway session in the same statement (the gateway reads
         # ``closed_at`` on every call), so no harness of the old owner makes a call once the new one holds it.
         taken_from_other = Rollout.flow_run_id.is_not(None) & (Rollout.flow_run_id != owner)
         claimed = rows_matched(
             db,
             sa.update(Rollout)
-            .where(Rollout.id == rollout_id, condition)
+            .where(Rollout.id == rollout_id, same_claim)
             .values(
                 flow_run_id=owner,
                 attempt=Rollout.attempt + 1,
@@ -63,8 +89,7 @@ def claim(
             .execution_options(synchronize_session=False),
         )
         if not claimed:
-            raise RolloutClaimed(f"rollout {rollout_id} is owned by flow run {row.flow_run_id}", field="rollout_id")
-        db.expire(row)
+            raise RolloutClaimed(f"rollout {rollout_id} was claimed by another flow run meanwhile", field="rollout_id")
         row = _row(db, rollout_id)
         _clear_failure(row)
         view = _view(db, row, default_timeout_s)

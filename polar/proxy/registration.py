@@ -1,0 +1,51 @@
+"""A gateway replica's entry in the gateway registry (``db.gateways``): registered at start, a heartbeat every
+``POLAR_GATEWAY_HEARTBEAT_S`` while it serves, marked stopped at the end. The control API pushes new weights to
+every live entry. The URL is ``POLAR_GATEWAY_ADVERTISE_URL`` (how other hosts reach it), else host and port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from db import gateways
+from polar.clock import now
+from polar.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def advertised_url(settings: Settings, host: str, port: int) -> str:
+    if settings.gateway_advertise_url:
+        return settings.gateway_advertise_url
+    reachable = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
+    return f"http://{reachable}:{port}"
+
+
+@contextlib.asynccontextmanager
+async def registered(factory: sessionmaker[Session], settings: Settings, host: str, port: int) -> AsyncIterator[str]:
+    """Keeps this replica registered while the block runs; yields its registry id."""
+    url = advertised_url(settings, host, port)
+    gateway_id = f"{socket.gethostname()}:{port}"
+    await asyncio.to_thread(gateways.register, factory, gateway_id, url, now())
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(settings.gateway_heartbeat_s)
+            try:
+                await asyncio.to_thread(gateways.heartbeat, factory, gateway_id, now())
+            except Exception:  # noqa: BLE001 - a store hiccup; the next beat retries
+                log.warning("gateway %s: registry heartbeat failed", gateway_id, exc_info=True)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield gateway_id
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(gateways.deregister, factory, gateway_id, now())

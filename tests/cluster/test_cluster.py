@@ -55,6 +55,7 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 HOSTS = ["db", "inf1", "inf2", "w1", "w2", "lb"]
 POOL = "polar-process"
+STALE_AFTER_S = 15
 PER_BATCH = {"solve": 8, "fail": 8, "model": 8}  # x2 batches = 48 rollouts
 RUN_LIMIT = 6  # harnesses at once per worker host
 
@@ -245,7 +246,9 @@ def cluster(tmp_path_factory, cache_dir, tiny_model_dir) -> Iterator[Cluster]:
                 POLAR_RUNTIME_ROOT=str(root / "shared-runtimes"),
                 POLAR_HEARTBEAT_S="1",
                 POLAR_STAGE_RETRY_DELAY_S="0",
-                POLAR_STALE_AFTER_S="3600",
+                # Prefect still shows a killed host's flow run Running: a retry takes its rollouts over only after
+                # this much heartbeat silence (a live owner heartbeats every second).
+                POLAR_STALE_AFTER_S=str(STALE_AFTER_S),
                 POLAR_ALLOW_SCRIPTED_POLICIES="1",
                 # Each host's own limits: with fleet-wide Prefect limits, the slots a killed host held stay taken
                 # until their leases expire (Prefect's default: 300 s), which would stall the other host that long.
@@ -381,6 +384,8 @@ def test_a_batch_over_two_worker_hosts_survives_an_inference_server_and_a_worker
     )
     phase("surviving half done")
     stuck = [r for r, _ in rows() if not RolloutStatus(r.status).is_terminal]
+    silent_s = (datetime.now().astimezone() - host_killed_at).total_seconds()
+    time.sleep(max(0.0, STALE_AFTER_S + 1 - silent_s))
     out = cluster.prefect(
         "deployment", "run", "polar-retry-failed/retry-failed", "--param", "stale_after_s=3",
         "--param", "dispatch=inline", "--watch", "--watch-timeout", "300", host="w2", timeout_s=330,

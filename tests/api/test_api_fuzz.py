@@ -44,8 +44,9 @@ def test_every_operation_is_in_the_spec(fuzz_schema):
         ("POST", "/v1/weights"),
         ("GET", "/v1/trajectories"),
         ("GET", "/v1/model"),
+        ("GET", "/metrics"),
     } <= paths
-    assert len(paths) == 14
+    assert len(paths) == 15
 
 
 def test_no_request_gets_a_server_error(fuzz_schema):

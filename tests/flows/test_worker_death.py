@@ -2,9 +2,9 @@
 end COMPLETED with their real reward after the retry, the harnesses still running die with the worker, none of
 them makes a call after the takeover, and no process is left.
 
-To catch a worker exactly between "the harness exited" and "the end is recorded", the test holds the finished
-rollouts' rows (``FOR NO KEY UPDATE``: the worker's writes wait, the gateway's capture inserts do not) from just
-before those harnesses finish until the worker is dead, which is the window a slow or overloaded store opens."""
+To catch a worker exactly between "the harness exited" and "the end is recorded", the test freezes the worker
+(SIGSTOP) just before those harnesses finish and kills it once they have: the window a stalled or overloaded
+worker opens. The harnesses and the gateway are other processes and go on meanwhile."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from db.engine import make_engine
 from db.enums import RolloutStatus
 from db.models import Rollout, Task
 from flows.retry import retry_failed
@@ -126,24 +125,18 @@ async def test_kill_9_of_a_worker_mid_batch_loses_no_finished_harness(worker_env
         ids = wait_for(lambda: (r := rollouts()) and sum(map(len, r.values())) == 5 and r, 120, "the batch's rollouts")
         everyone = ids["finishes"] + ids["still-running"]
         wait_for(lambda: all(captures(factory, rid) for rid in everyone), 180, "every harness's first call")
-        # Hold the finished ones' rows, then let their harnesses finish: the worker cannot record their end.
-        lock_engine = make_engine(postgres_url)
-        with lock_engine.connect() as lock:
-            lock.execute(
-                sa.select(Rollout.id).where(Rollout.id.in_(ids["finishes"])).with_for_update(key_share=True)
-            ).all()
-            gate.unlink()
-            exits = [Path(worker_env["POLAR_RUNTIME_ROOT"]) / rid / ".polar" / EXIT_FILE for rid in ids["finishes"]]
-            wait_for(lambda: all(p.exists() for p in exits), 120, "the finished harnesses' exit files")
-            running = {
-                rid: rollout_row(factory, rid).stage_results["progress"]["run"]["process"]["pid"]
-                for rid in ids["still-running"]
-            }
-            assert all(alive(pid) for pid in running.values())
-            worker.send_signal(signal.SIGKILL)
-            worker.wait()
-            lock.rollback()
-        lock_engine.dispose()
+        # Freeze the worker, then let the finished ones' harnesses end: the worker cannot record their end.
+        worker.send_signal(signal.SIGSTOP)
+        gate.unlink()
+        exits = [Path(worker_env["POLAR_RUNTIME_ROOT"]) / rid / ".polar" / EXIT_FILE for rid in ids["finishes"]]
+        wait_for(lambda: all(p.exists() for p in exits), 120, "the finished harnesses' exit files")
+        running = {
+            rid: rollout_row(factory, rid).stage_results["progress"]["run"]["process"]["pid"]
+            for rid in ids["still-running"]
+        }
+        assert all(alive(pid) for pid in running.values())
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
     finally:
         if worker.poll() is None:
             worker.kill()

@@ -4,10 +4,11 @@ after the retry (the launcher's exit file is on the host, in the bind-mounted ru
 the dead worker stop with it (so do the harnesses still running in them), none of its harnesses makes a call
 after the takeover, the label-based reaper removes the stopped containers, and no container or process is left.
 
-The harness is a small stdlib client (the image has ``python3``, not the OpenAI SDK): one call, then the
-finishing ones wait for a ``go`` file the test writes into their folder, call again and write the answer; the
-others call every 0.2 s for far longer than the test. The window between "the harness exited" and "the end is
-recorded" is held open as in the local test, by locking the finished rollouts' rows."""
+The harness is a small stdlib client (the image has ``python3``, not the OpenAI SDK): the finishing ones call
+twice, then wait for a ``go`` file the test writes into their folder and write the answer; the others call every
+0.2 s for far longer than the test. The window between "the harness exited" and "the end is recorded" is held
+open by locking the finished rollouts' rows once their calls are in (the worker's writes wait on them, and so
+would their captures: the writer advances each rollout's seq counter)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from polar.runtime.docker import LABEL
 from polar.runtime.launcher import EXIT_FILE
 from polar.runtime.reaper import reap_orphans
 from polar.settings import get_settings
-from tests.flows.conftest import polar_environment, prefect_server  # noqa: F401
+from tests.flows.conftest import polar_environment, prefect_server, wait_out_staleness  # noqa: F401
 from tests.flows.test_worker_death import launchers_under, pg_gateway, wait_for  # noqa: F401
 from tests.pg import needs_postgres
 from tests.rollout.conftest import postgres_url  # noqa: F401
@@ -57,9 +58,9 @@ def call():
 
 call()
 if sys.argv[1] == "finish":
+    call()  # before the window the test holds open by locking this rollout's row (captures wait on it)
     while not os.path.exists("go"):
         time.sleep(0.1)
-    call()
     with open("answer.txt", "w") as f:
         f.write("polar\\n")
 else:
@@ -91,7 +92,6 @@ def worker_env(monkeypatch, tmp_path, cache_dir, postgres_url, pg_gateway, prefe
         cache_dir,
         postgres_url,
         pg_gateway.url,
-        POLAR_STALE_AFTER_S="3600",
         POLAR_TOOLS=str(tools_dir()),
         POLAR_DOCKER_IMAGE=IMAGE,
     )
@@ -136,6 +136,7 @@ async def test_kill_9_of_a_docker_worker_mid_batch_loses_no_finished_harness(
         ids = wait_for(lambda: (r := rollouts()) and sum(map(len, r.values())) == 6 and r, 120, "the batch's rollouts")
         everyone = ids["finishes"] + ids["still-running"]
         wait_for(lambda: all(captures(factory, rid) for rid in everyone), 180, "every harness's first call")
+        wait_for(lambda: all(len(captures(factory, rid)) == 2 for rid in ids["finishes"]), 180, "the finishers' calls")
         # Hold the finished ones' rows, then let their harnesses finish: the worker cannot record their end.
         lock_engine = make_engine(postgres_url)
         with lock_engine.connect() as lock:
@@ -173,6 +174,7 @@ async def test_kill_9_of_a_docker_worker_mid_batch_loses_no_finished_harness(
     assert containers_under(docker_engine, root) == []
     calls_before = {rid: captures(factory, rid) for rid in ids["still-running"]}
 
+    await wait_out_staleness()  # Prefect still has the killed flow run Running
     takeover = now()
     result = await retry_failed(stale_after_s=0)
     assert set(everyone) <= set(result["retried"])

@@ -42,6 +42,7 @@ from db.enums import CaptureStatus, RolloutStatus
 from db.models import Capture, Rollout, Task
 from polar.backends.base import GenerateRequest
 from polar.backends.fleet import FleetBackend, Member
+from polar.errors import StoreError
 from tests.cluster.hosts import SUBNET, Network, in_namespace, missing_tools, postgres_bin, wait_for
 from tests.rollout.helpers import GIT_INIT, bash
 
@@ -277,7 +278,7 @@ def _connects(url: str) -> bool:
     try:
         with probe.connect():
             return True
-    except sa.exc.OperationalError:
+    except (sa.exc.OperationalError, StoreError):  # the store's engine names a refused connection a StoreError
         return False
     finally:
         probe.dispose()

@@ -139,22 +139,24 @@ async def test_kill_9_of_a_docker_worker_mid_batch_loses_no_finished_harness(
         wait_for(lambda: all(len(captures(factory, rid)) == 2 for rid in ids["finishes"]), 180, "the finishers' calls")
         # Hold the finished ones' rows, then let their harnesses finish: the worker cannot record their end.
         lock_engine = make_engine(postgres_url)
-        with lock_engine.connect() as lock:
-            lock.execute(
-                sa.select(Rollout.id).where(Rollout.id.in_(ids["finishes"])).with_for_update(key_share=True)
-            ).all()
-            for rid in ids["finishes"]:
-                (root / rid / "work" / "go").touch()
-            exits = [root / rid / ".polar" / EXIT_FILE for rid in ids["finishes"]]
-            wait_for(lambda: all(p.exists() for p in exits), 120, "the finished harnesses' exit files")
-            assert all("process" in rollout_row(factory, rid).stage_results["progress"]["run"] for rid in everyone)
-            assert {c.name for c in containers_under(docker_engine, root) if c.status == "running"} == {
-                f"polar-{rid}" for rid in everyone
-            }
-            worker.send_signal(signal.SIGKILL)
-            worker.wait()
-            lock.rollback()
-        lock_engine.dispose()
+        try:
+            with lock_engine.connect() as lock:
+                lock.execute(
+                    sa.select(Rollout.id).where(Rollout.id.in_(ids["finishes"])).with_for_update(key_share=True)
+                ).all()
+                for rid in ids["finishes"]:
+                    (root / rid / "work" / "go").touch()
+                exits = [root / rid / ".polar" / EXIT_FILE for rid in ids["finishes"]]
+                wait_for(lambda: all(p.exists() for p in exits), 120, "the finished harnesses' exit files")
+                assert all("process" in rollout_row(factory, rid).stage_results["progress"]["run"] for rid in everyone)
+                assert {c.name for c in containers_under(docker_engine, root) if c.status == "running"} == {
+                    f"polar-{rid}" for rid in everyone
+                }
+                worker.send_signal(signal.SIGKILL)
+                worker.wait()
+                lock.rollback()
+        finally:
+            lock_engine.dispose()  # also when an assertion fails: no connection left to the collector
     finally:
         if worker.poll() is None:
             worker.kill()

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from db.enums import RolloutStatus
 from db.models import Rollout, Task
 from flows.retry import retry_failed
+from polar.clock import now
 from polar.rollout.context import close_contexts, store_factory
 from polar.runtime.launcher import EXIT_FILE
 from polar.settings import get_settings
@@ -90,6 +91,47 @@ def launchers_under(root: Path) -> list[int]:
     return found
 
 
+def start_polar_run(tmp_path: Path, tasks: list[dict], env: dict) -> subprocess.Popen:
+    """``polar run`` of ``tasks`` in its own process (the worker the tests kill), logging to worker.log."""
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    with (tmp_path / "worker.log").open("w") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "polar.cli", "run", str(tmp_path / "tasks.json")],
+            env={**os.environ, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+
+
+def rollouts_by_task(factory) -> dict[str, list[str]]:
+    with factory() as db:
+        rows = db.execute(sa.select(Task.name, Rollout.id).join(Rollout, Rollout.task_id == Task.id)).all()
+    out: dict[str, list[str]] = {}
+    for name, rid in rows:
+        out.setdefault(name, []).append(rid)
+    return out
+
+
+def assert_taken_over(factory, ids: dict[str, list[str]], calls_before: dict[str, list], takeover) -> None:
+    """After the retry: finished harnesses recovered from their exit file with the real reward; running ones ERROR
+    "interrupted", revoked, and with no call after the takeover."""
+    for rid in ids["finishes"]:
+        row = rollout_row(factory, rid)
+        # ...and recovered from the launcher's exit file: postrun and evaluate ran, the reward is the real one.
+        assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0, (row.status, row.error)
+        assert row.stage_results["run"]["recovered"] and row.stage_results["run"]["exit_code"] == 0
+        assert row.stage_timings["run"]["attempts"] == 2 and len(captures(factory, rid)) == 2
+    for rid in ids["still-running"]:
+        row = rollout_row(factory, rid)
+        assert row.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
+        assert not row.stage_results["run"]["leftover_killed"]  # nothing was left to kill
+        assert row.closed_at is not None  # revoked at takeover
+        calls = captures(factory, rid)
+        assert [c.id for c in calls] == [c.id for c in calls_before[rid]]  # no call after the takeover
+        assert all(c.created_at < takeover for c in calls)
+
+
 async def test_kill_9_of_a_worker_mid_batch_loses_no_finished_harness(worker_env, tmp_path, postgres_url):
     gate = tmp_path / "hold-harness"
     gate.touch()
@@ -102,27 +144,15 @@ async def test_kill_9_of_a_worker_mid_batch_loses_no_finished_harness(worker_env
         answer_task(name="finishes", samples=3, policies=[solve], harness=agent),
         answer_task(name="still-running", samples=2, policies=[busy], harness=agent),
     ]
-    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
-    with (tmp_path / "worker.log").open("w") as log:  # the child keeps its own copy of the descriptor
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "polar.cli", "run", str(tmp_path / "tasks.json")],
-            env={**os.environ, **worker_env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
+    worker = start_polar_run(tmp_path, tasks, worker_env)
     factory = store_factory()
 
-    def rollouts() -> dict[str, list[str]]:
-        with factory() as db:
-            rows = db.execute(sa.select(Task.name, Rollout.id).join(Rollout, Rollout.task_id == Task.id)).all()
-        out: dict[str, list[str]] = {}
-        for name, rid in rows:
-            out.setdefault(name, []).append(rid)
-        return out
-
     try:
-        ids = wait_for(lambda: (r := rollouts()) and sum(map(len, r.values())) == 5 and r, 120, "the batch's rollouts")
+        ids = wait_for(
+            lambda: (r := rollouts_by_task(factory)) and sum(map(len, r.values())) == 5 and r,
+            120,
+            "the batch's rollouts",
+        )
         everyone = ids["finishes"] + ids["still-running"]
         wait_for(lambda: all(captures(factory, rid) for rid in everyone), 180, "every harness's first call")
         # Freeze the worker, then let the finished ones' harnesses end: the worker cannot record their end.
@@ -149,21 +179,11 @@ async def test_kill_9_of_a_worker_mid_batch_loses_no_finished_harness(worker_env
     wait_for(lambda: not launchers_under(root), 30, "no process left in the runtimes")
     for rid in ids["finishes"]:
         assert "ended" not in rollout_row(factory, rid).stage_results["progress"]["run"]  # the end was lost...
-    calls_before = {rid: len(captures(factory, rid)) for rid in ids["still-running"]}
+    calls_before = {rid: captures(factory, rid) for rid in ids["still-running"]}
 
     await wait_out_staleness()  # Prefect still has the dead worker's flow runs Running
+    takeover = now()
     result = await retry_failed(stale_after_s=0)
     assert set(everyone) <= set(result["retried"])
-    for rid in ids["finishes"]:
-        row = rollout_row(factory, rid)
-        # ...and recovered from the launcher's exit file: postrun and evaluate ran, the reward is the real one.
-        assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0, (row.status, row.error)
-        assert row.stage_results["run"]["recovered"] and row.stage_results["run"]["exit_code"] == 0
-        assert row.stage_timings["run"]["attempts"] == 2 and len(captures(factory, rid)) == 2
-    for rid in ids["still-running"]:
-        row = rollout_row(factory, rid)
-        assert row.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
-        assert not row.stage_results["run"]["leftover_killed"]  # nothing was left to kill
-        assert row.closed_at is not None  # revoked at takeover
-        assert len(captures(factory, rid)) == calls_before[rid]  # no call after the takeover
+    assert_taken_over(factory, ids, calls_before, takeover)
     assert not launchers_under(root)

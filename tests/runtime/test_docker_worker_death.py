@@ -12,11 +12,7 @@ would their captures: the writer advances each rollout's seq counter)."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,8 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from db.engine import make_engine
-from db.enums import RolloutStatus
-from db.models import Rollout, Task
+from db.models import Rollout
 from flows.retry import retry_failed
 from polar.clock import now
 from polar.rollout.context import close_contexts, store_factory
@@ -34,7 +29,14 @@ from polar.runtime.launcher import EXIT_FILE
 from polar.runtime.reaper import reap_orphans
 from polar.settings import get_settings
 from tests.flows.conftest import polar_environment, prefect_server, wait_out_staleness  # noqa: F401
-from tests.flows.test_worker_death import launchers_under, pg_gateway, wait_for  # noqa: F401
+from tests.flows.test_worker_death import (  # noqa: F401
+    assert_taken_over,
+    launchers_under,
+    pg_gateway,
+    rollouts_by_task,
+    start_polar_run,
+    wait_for,
+)
 from tests.pg import needs_postgres
 from tests.rollout.conftest import postgres_url  # noqa: F401
 from tests.rollout.helpers import GIT_INIT, answer_task, captures, rollout_row
@@ -112,28 +114,16 @@ async def test_kill_9_of_a_docker_worker_mid_batch_loses_no_finished_harness(
     postgres_url,  # noqa: F811
 ):
     tasks = [docker_task("finishes", 3, "finish"), docker_task("still-running", 3, "busy")]
-    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
-    with (tmp_path / "worker.log").open("w") as log:  # the child keeps its own copy of the descriptor
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "polar.cli", "run", str(tmp_path / "tasks.json")],
-            env={**os.environ, **worker_env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
+    worker = start_polar_run(tmp_path, tasks, worker_env)
     factory = store_factory()
     root = Path(worker_env["POLAR_RUNTIME_ROOT"])
 
-    def rollouts() -> dict[str, list[str]]:
-        with factory() as db:
-            rows = db.execute(sa.select(Task.name, Rollout.id).join(Rollout, Rollout.task_id == Task.id)).all()
-        out: dict[str, list[str]] = {}
-        for name, rid in rows:
-            out.setdefault(name, []).append(rid)
-        return out
-
     try:
-        ids = wait_for(lambda: (r := rollouts()) and sum(map(len, r.values())) == 6 and r, 120, "the batch's rollouts")
+        ids = wait_for(
+            lambda: (r := rollouts_by_task(factory)) and sum(map(len, r.values())) == 6 and r,
+            120,
+            "the batch's rollouts",
+        )
         everyone = ids["finishes"] + ids["still-running"]
         wait_for(lambda: all(captures(factory, rid) for rid in everyone), 180, "every harness's first call")
         wait_for(lambda: all(len(captures(factory, rid)) == 2 for rid in ids["finishes"]), 180, "the finishers' calls")
@@ -180,19 +170,6 @@ async def test_kill_9_of_a_docker_worker_mid_batch_loses_no_finished_harness(
     takeover = now()
     result = await retry_failed(stale_after_s=0)
     assert set(everyone) <= set(result["retried"])
-    for rid in ids["finishes"]:
-        row = rollout_row(factory, rid)
-        # ...and recovered from the launcher's exit file: postrun and evaluate ran, the reward is the real one.
-        assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0, (row.status, row.error)
-        assert row.stage_results["run"]["recovered"] and row.stage_results["run"]["exit_code"] == 0
-        assert row.stage_timings["run"]["attempts"] == 2 and len(captures(factory, rid)) == 2
-    for rid in ids["still-running"]:
-        row = rollout_row(factory, rid)
-        assert row.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
-        assert not row.stage_results["run"]["leftover_killed"]  # nothing was left to kill
-        assert row.closed_at is not None  # revoked at takeover
-        calls = captures(factory, rid)
-        assert [c.id for c in calls] == [c.id for c in calls_before[rid]]  # no call after the takeover
-        assert all(c.created_at < takeover for c in calls)
+    assert_taken_over(factory, ids, calls_before, takeover)
     assert not launchers_under(root)
     assert containers_under(docker_engine, root) == []

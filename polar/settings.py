@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     keepalive_s: float = Field(
         default=20.0,
         ge=0,
-        description="a call silent this long gets keep-alive bytes (spaces before a JSON body, SSE comments in a "
+        description="a call silent this long gets keep-alive bytes (spaces before a JSON body, empty SSE lines in a "
         "stream) so idle-cutting proxies keep it; 0: never",
     )
     backend_max_in_flight: int = Field(

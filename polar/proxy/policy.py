@@ -7,6 +7,7 @@ captures still hold true token ids and true logprobs of those ids.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -93,6 +94,7 @@ class ScriptedPolicySpec(BaseModel):
     replies: list[ScriptedReply]
     tool_free_reply: str = "Polar session"
     then: str = "Done."
+    delay_s: float = Field(default=0.0, ge=0, le=3600, description="each reply held this long first (a slow server)")
 
     @classmethod
     def parse(cls, raw: Any) -> ScriptedPolicySpec:
@@ -123,6 +125,8 @@ class ScriptedPolicy:
 
     async def stream(self, request: GenerateRequest, context: PolicyContext) -> AsyncIterator[GenerateChunk]:
         started = time.perf_counter()
+        if self.spec.delay_s:
+            await asyncio.sleep(self.spec.delay_s)
         ids = self.chat_format.reply_ids(self.reply_for(context).message())
         self.scorer.validate(request)
         budget = min(request.sampling.max_new_tokens, self.scorer.context_length - len(request.input_ids))

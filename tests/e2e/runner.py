@@ -24,7 +24,8 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from harness_adapters.npm_cli import fill, render
@@ -124,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=int(os.environ.get("POLAR_E2E_THREADS", "2")))
     parser.add_argument("--dns-log", action="store_true", help="serve DNS on 127.0.0.1:53 and log the names asked for")
     parser.add_argument("--model-path", type=Path, help="serve this model folder with polar serve-model")
+    parser.add_argument(
+        "--lb-idle", type=float, help="put HAProxy cutting connections idle this long in front of the gateway"
+    )
+    parser.add_argument("--reply-delay", type=float, default=0.0, help="the scripted policy holds each reply this long")
     args = parser.parse_args(argv)
 
     t0 = time.monotonic()
@@ -157,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             backend = None
         else:
             settings = settings_for(gwdir, args.cache, model=MODEL, torch_threads=args.threads)
+        if args.lb_idle:  # the gateway keeps silent calls alive well within the load balancer's idle timeout
+            settings = settings.model_copy(update={"keepalive_s": args.lb_idle / 4})
             backend = LocalBackend.from_spec(MODEL, args.cache, threads=args.threads)
         run_harness(args, harness, settings, backend, dns, result, (home, work, tmp, run_dir))
     result["dns_lookups"] = dns.names if args.dns_log else None
@@ -213,11 +220,12 @@ def run_harness(args, harness: Harness, settings, backend, dns, result: dict, di
     home, work, tmp, run_dir = dirs
     server = LoggingGatewayServer(settings, backend)
     server.start_timeout_s = 240.0 if settings.model_path else server.start_timeout_s
-    with dns, server:
+    with dns, server, _load_balancer(server, args.lb_idle, run_dir) as url:
         if args.dns_log:
             result["dns_probe_logged"] = probe_dns(dns)
-        values = placeholders(home=home, workdir=work, gateway=server.url, key="", model=harness.model)
-        session = server.session(fill(harness.policy(), values))
+        values = placeholders(home=home, workdir=work, gateway=url, key="", model=harness.model)
+        policy = fill(harness.policy(), values)
+        session = server.session({**policy, "delay_s": args.reply_delay} if args.reply_delay else policy)
         values["key"] = session["api_key"]
         result.update(
             session_id=session["session_id"],
@@ -231,6 +239,18 @@ def run_harness(args, harness: Harness, settings, backend, dns, result: dict, di
         argv_filled = fill(harness.argv, values)
         result["argv"] = argv_filled
         result.update(run_cli(harness, argv_filled, env, work, run_dir, args.timeout))
+
+
+@contextmanager
+def _load_balancer(server, idle_s: float | None, run_dir: Path) -> Iterator[str]:
+    """The URL the CLI is given: the gateway's own, or HAProxy's in front of it."""
+    if not idle_s:
+        yield server.url
+        return
+    from tests.haproxy import HAProxy
+
+    with HAProxy(server.url.removeprefix("http://"), idle_s=idle_s, workdir=run_dir) as lb:
+        yield lb.url
 
 
 if __name__ == "__main__":

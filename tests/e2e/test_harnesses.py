@@ -143,6 +143,28 @@ def test_cli_tool_loop_on_a_real_family(name, tokenizer, family, isolated, cache
     run_and_check(name, harness, isolated, tmp_path / name, cache_dir, e2e_timings, reader, model_path=folder)
 
 
+# Keep-alive with real CLIs: each reply held longer than HAProxy's idle timeout; the gateway's keep-alive bytes
+# carry every call through (a cut call would be a 504 and a failed or retried CLI turn).
+LB_IDLE_S, REPLY_DELAY_S = 2.0, 5.0
+
+
+# Gemini CLI: google-genai's stream reader is the strictest about what may precede the first chunk.
+@pytest.mark.parametrize("name", ["gemini"])
+def test_cli_long_calls_through_an_idle_cutting_load_balancer(
+    name, isolated, request, small_tokenizer, tmp_path, e2e_timings
+):
+    harness: Harness = HARNESSES[name]
+    if not shutil.which("node"):
+        pytest.skip("node is not installed")
+    if not harness.installed:
+        pytest.skip(f"{harness.package}@{harness.version} is not installed: run scripts/install_harnesses.sh")
+    long_model_cache = request.getfixturevalue("long_model_cache")
+    slow = ["--lb-idle", str(LB_IDLE_S), "--reply-delay", str(REPLY_DELAY_S)]
+    reader = _toy_reader(small_tokenizer)
+    calls = run_and_check(name, harness, isolated, tmp_path / name, long_model_cache, e2e_timings, reader, extra=slow)
+    assert all(c.latency_s >= REPLY_DELAY_S > LB_IDLE_S for c in calls), [c.latency_s for c in calls]
+
+
 def run_and_check(
     name: str,
     harness: Harness,
@@ -152,7 +174,9 @@ def run_and_check(
     e2e_timings: list[dict],
     reader: Reader,
     model_path: Path | None = None,
-) -> None:
+    extra: list[str] | None = None,
+) -> list[Call]:
+    """Run ``name`` through the runner and check everything above; the run's calls, for further checks."""
     args = [
         "--harness",
         name,
@@ -163,6 +187,7 @@ def run_and_check(
         "--timeout",
         str(CLI_TIMEOUT_S),
         *(["--model-path", str(model_path)] if model_path else []),
+        *(extra or []),
     ]
     started = time.monotonic()
     proc = subprocess.run(
@@ -274,3 +299,4 @@ def run_and_check(
     last_prompt = reader.decode(main[-1].prompt_ids)
     assert MARKER in last_prompt, "the shell tool's output is missing from the last prompt"
     assert MARKER in json.dumps(main[-1].request_json), "the shell tool's output is missing from the last request"
+    return calls

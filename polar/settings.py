@@ -150,6 +150,12 @@ class Settings(BaseSettings):
     stage_limits: LimitScope = Field(
         default=LimitScope.AUTO, description="auto: Prefect global concurrency limits when a server is configured"
     )
+    limit_lease_s: float = Field(
+        default=60.0,
+        ge=60,  # the least the Prefect server accepts (prefect/server/api/concurrency_limits_v2.py: ge=60)
+        le=86400,
+        description="lease of a fleet-wide stage slot, renewed while held; a dead holder's slot is free after it",
+    )
     init_retries: int = Field(default=2, ge=0)
     run_retries: int = Field(default=1, ge=0)
     postrun_retries: int = Field(default=2, ge=0)

@@ -54,9 +54,9 @@ class Gateway:
         self.tokenizer = tokenizer
         self.chat_format = chat_format
         self.model_name = model_name or settings.model
-        self.sessions = SessionStore(factory, ttl_s=settings.session_cache_ttl_s)
-        self.writer = CaptureWriter(factory)
         self.histories = HistoryCache(factory, self._decode_request, self._parse_reply)
+        self.sessions = SessionStore(factory, ttl_s=settings.session_cache_ttl_s, on_key=self.histories.bind_key)
+        self.writer = CaptureWriter(factory)
         self.builder = PromptBuilder(tokenizer, chat_format=chat_format)
         self.calls = CallService(
             builder=self.builder,

@@ -10,6 +10,9 @@ Each process keeps what it has seen and reads the store only for what it may lac
   loads them too, and is planned again.
 
 Otherwise (the steady state: a session's calls reaching one process, one after the other) a call reads nothing.
+A history belongs to one session key (``bind_key``): when the run stage launches a harness again it opens the
+session with a new key, and every process starts that launch's history afresh; captures the store marks as not
+OK (failed, or made by an interrupted launch) are never loaded as calls to extend.
 Loading decodes each new capture's stored request with its protocol codec and re-parses its sampled ids.
 
 Per-call cost does not grow with the number of earlier calls: candidates for the parent come from an index by
@@ -84,6 +87,7 @@ class SessionHistory:
     prompts: OrderedDict[int, array] = field(default_factory=OrderedDict)
     # (number of messages, seq, id), sorted: the parent search goes deepest first, latest first among equals.
     by_depth: list[tuple[int, int, int]] = field(default_factory=list)
+    key_hash: str | None = None  # the session key these calls were made with (a new key: a new history)
     loaded: bool = False  # read from the store at least once in this process
     next_seq: int = 0  # every seq below is known here (a capture, or an error capture)
     ahead: set[int] = field(default_factory=set)  # known seqs above a gap (the gap: captures written elsewhere)
@@ -200,6 +204,19 @@ class HistoryCache:
             while len(self._sessions) > self._max:
                 self._sessions.popitem(last=False)
             return history
+
+    def bind_key(self, session_id: str, key_hash: str | None) -> None:
+        """The session is reached with ``key_hash`` now: a history kept under another key is dropped (the
+        harness was launched again; its earlier launch's captures are set aside in the store, and a load skips
+        them). Called by the session store whenever it reads or opens a session."""
+        with self._lock:
+            history = self._sessions.get(session_id)
+            # A history of no known key (evicted and rebuilt in between) is read again from the store, the truth.
+            if history is None or history.key_hash != key_hash:
+                self._sessions.pop(session_id, None)
+                self._sessions[session_id] = SessionHistory(key_hash=key_hash)
+                while len(self._sessions) > self._max:
+                    self._sessions.popitem(last=False)
 
     def cached(self, session_id: str) -> SessionHistory | None:
         """The session's history when nothing is known to be missing (no I/O); None: ``load`` first."""

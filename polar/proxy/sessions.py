@@ -7,7 +7,9 @@ The gateway's hot path asks ``cached`` first: a key checked against the store wi
 without a read. Closing or re-keying a session in this process drops its entries at once; done elsewhere
 (another replica, the control API, a flow's takeover) it is seen within ``ttl_s`` here, and before that by the
 capture writer, which commits a capture only while its session is open under the key it was authenticated with
-(``CaptureWriter``), so no reply is ever acknowledged on a revoked key.
+(``CaptureWriter``), so no reply is ever acknowledged on a revoked key. A new key is never in that cache, so the
+first call with it reads the store, and ``on_key`` tells the history cache (a relaunched harness's calls start
+a history of their own on every replica).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import hashlib
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -53,9 +56,19 @@ def _info(row: Rollout) -> SessionInfo:
 
 
 class SessionStore:
-    def __init__(self, factory: sessionmaker[Session], *, ttl_s: float = 0.0, max_keys: int = 100_000):
-        """``ttl_s``: how long ``cached`` trusts a key checked against the store (0: never)."""
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        *,
+        ttl_s: float = 0.0,
+        max_keys: int = 100_000,
+        on_key: Callable[[str, str | None], None] | None = None,
+    ):
+        """``ttl_s``: how long ``cached`` trusts a key checked against the store (0: never). ``on_key(session id,
+        key hash)`` is told the key of every session read from the store or opened here (the history cache drops
+        a session's calls when its key changed: a harness launched again starts a new history)."""
         self._factory = factory
+        self._on_key = on_key
         self._ttl_s = ttl_s
         self._max_keys = max_keys
         self._cache: dict[str, tuple[SessionInfo, float]] = {}  # key hash -> (open session, checked at)
@@ -118,6 +131,8 @@ class SessionStore:
             db.flush()
             info = _info(row)
         self.forget(info.id)  # a replaced key stops working here at once
+        if self._on_key is not None:
+            self._on_key(info.id, info.key_hash)
         return info, key
 
     def authenticate(self, key: str | None) -> SessionInfo:
@@ -133,6 +148,8 @@ class SessionStore:
         if info.closed:
             self.forget(info.id)
             raise PermissionDenied(f"session {info.id} is closed")
+        if self._on_key is not None:
+            self._on_key(info.id, info.key_hash)
         self._remember(info)
         return info
 

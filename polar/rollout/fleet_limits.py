@@ -9,8 +9,13 @@ batch runs in one process).
 The limits are created idempotently by whoever needs them: the batch and retry flows and the control API create
 or resize them from their settings before dispatching (``ensure_limits``), and a rollout flow that finds one
 missing (a worker's first flow run, a control-API rollout on a fresh server) creates it without resizing it.
-Creation races between processes are harmless: whoever loses reads the winner's limit. Slots are leases the
-Prefect client renews while held, so a crashed flow's slots come back when its lease expires.
+Creation races between processes are harmless: whoever loses reads the winner's limit.
+
+Each slot is a lease of ``POLAR_LIMIT_LEASE_S`` (default 60 s, the least the Prefect server accepts; Prefect's own
+default is 300 s) that the Prefect client renews while it is held (a thread renews it every 3/4 of the lease, and
+the holder is cancelled if renewal fails, so no slot is ever used unleased). A holder killed with ``kill -9`` (a
+dead worker host) renews nothing: the server's repossessor frees its slot once the lease has run out, within
+``PREFECT_SERVER_SERVICES_REPOSSESSOR_LOOP_SECONDS`` (default 15) after that, and the rest of the fleet goes on.
 """
 
 from __future__ import annotations
@@ -92,9 +97,10 @@ class PrefectLimiter:
         from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
         from prefect.concurrency.asyncio import concurrency
 
+        lease_s = self.settings.limit_lease_s
         entered = False
         try:
-            async with concurrency(PREFIX + name, occupy=1, strict=True):
+            async with concurrency(PREFIX + name, occupy=1, strict=True, lease_duration=lease_s):
                 entered = True
                 yield
             return
@@ -102,5 +108,5 @@ class PrefectLimiter:
             if entered:
                 raise
         await ensure_limits(self.settings, resize=False)
-        async with concurrency(PREFIX + name, occupy=1, strict=True):
+        async with concurrency(PREFIX + name, occupy=1, strict=True, lease_duration=lease_s):
             yield

@@ -8,7 +8,8 @@ Prefect flow passes a ``call`` that runs each stage as a Prefect task; tests and
 functions directly.
 
 A resumed rollout whose init is done but whose runtime is not on this machine (the retry ran on another
-worker) initialises again before its run.
+worker) initialises again before its run; a harness launch it had recorded is kept for the run stage, which
+launches the harness again (``stages.run``).
 
 From its claim to its end the driver refreshes the rollout's heartbeat every ``POLAR_HEARTBEAT_S``, also while
 it waits for a slot, so a silent heartbeat means a dead owner, never a busy fleet. Taking over another owner's
@@ -177,7 +178,10 @@ async def _drive(
 ) -> RolloutSummary:
     settings, rollout_id = ctx.settings, view.id
     if Stage.INIT in view.done and Stage.RUN not in view.done and not agent_runtime(ctx, view).exists():
-        await asyncio.to_thread(state.reopen_stage, ctx.factory, rollout_id, Stage.INIT, owner)
+        # A launch the run stage recorded stays: it is set aside (and the harness launched again) there.
+        await asyncio.to_thread(
+            state.reopen_stage, ctx.factory, rollout_id, Stage.INIT, owner, keep_progress=(Stage.RUN,)
+        )
         view = await asyncio.to_thread(
             state.load, ctx.factory, rollout_id, default_timeout_s=settings.rollout_timeout_s
         )

@@ -1,6 +1,6 @@
 """The Prefect flows: a batch on SQLite and on Postgres (each rollout a flow run with its four task runs), an
 evaluator failure resumed by the retry flow (only evaluate runs again), and flow runs killed mid-evaluation and
-mid-run, resumed without redoing finished stages or duplicating captures."""
+mid-run, resumed without redoing finished stages or duplicating captures (a harness cut short is launched again)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from db.enums import RolloutStatus
+from db.enums import CaptureStatus, RolloutStatus
 from flows.batch import rollout_batch
 from flows.retry import retry_failed
 from polar.rollout.context import store_factory
@@ -175,9 +175,7 @@ async def test_a_flow_run_killed_during_evaluate_resumes_without_redoing_finishe
     assert len(captures(factory, rid)) == n_captures and len(trajectories(factory, rid)) == n_traj
 
 
-async def test_a_flow_run_killed_mid_run_is_resumed_without_launching_the_harness_twice(
-    flow_env, prefect_server, tmp_path
-):
+async def test_a_flow_run_killed_mid_run_is_resumed_by_launching_the_harness_again(flow_env, prefect_server, tmp_path):
     gate = tmp_path / "hold-harness"
     gate.touch()
     blocked = script(f"while [ -f {gate} ]; do sleep 0.1; done; echo polar > answer.txt")
@@ -195,14 +193,19 @@ async def test_a_flow_run_killed_mid_run_is_resumed_without_launching_the_harnes
     harness_pid = rollout_row(factory, rid).stage_results["progress"]["run"]["process"]["pid"]
     # The harness dies with its flow process (parent-death signal; the launcher kills its whole group).
     await asyncio.to_thread(wait_for, lambda: not _alive(harness_pid), 30, "the harness to die with its flow")
+    (old,) = captures(factory, rid)
+    gate.unlink()  # the harness launched again goes through
 
     await wait_out_staleness()  # Prefect still has the killed flow run Running
     result = await retry_failed(rollout_ids=[rid], stale_after_s=0)
     assert rid in result["retried"]
     row = rollout_row(factory, rid)
-    assert row.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
-    assert not row.stage_results["run"]["leftover_killed"] and row.stage_timings["init"]["attempts"] == 1
-    gate.unlink()
-    await asyncio.sleep(0.5)
-    assert len(captures(factory, rid)) == 1  # no second launch, and the old harness can no longer call
-    assert all(t.n_loss_tokens == 0 for t in trajectories(factory, rid))
+    assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0, (row.status, row.error)
+    relaunched = row.stage_results["run"]["relaunched"]
+    assert relaunched["captures_set_aside"] == 1 and not relaunched["leftover_killed"]
+    assert row.stage_timings["init"]["attempts"] == 1 and relaunched["runtime_prepared_again"]
+    calls = captures(factory, rid)
+    assert calls[0].id == old.id and calls[0].status is CaptureStatus.INTERRUPTED
+    assert len(calls) == 3 and all(c.status is CaptureStatus.OK for c in calls[1:])
+    built = trajectories(factory, rid)
+    assert built and all(old.id not in t.capture_ids for t in built)  # the cut-short launch never trains

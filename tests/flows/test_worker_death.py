@@ -1,6 +1,7 @@
 """Kill -9 of a worker mid-batch (``polar run``, local runtime, Postgres): the rollouts whose harness had finished
-end COMPLETED with their real reward after the retry, the harnesses still running die with the worker, none of
-them makes a call after the takeover, and no process is left.
+end COMPLETED with their real reward after the retry, the harnesses still running die with the worker and are
+launched again by the retry (a fresh session, the runtime prepared afresh), ending COMPLETED with their real reward
+too; the cut-short launches' captures are kept, set aside (INTERRUPTED) and in no trajectory, and no process is left.
 
 To catch a worker exactly between "the harness exited" and "the end is recorded", the test freezes the worker
 (SIGSTOP) just before those harnesses finish and kills it once they have: the window a stalled or overloaded
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from db.enums import RolloutStatus
+from db.enums import CaptureStatus, RolloutStatus
 from db.models import Rollout, Task
 from flows.retry import retry_failed
 from polar.clock import now
@@ -30,7 +31,7 @@ from polar.settings import get_settings
 from tests.flows.conftest import polar_environment, wait_out_staleness
 from tests.pg import needs_postgres
 from tests.rollout.conftest import start_gateway
-from tests.rollout.helpers import answer_task, bash, captures, rollout_row
+from tests.rollout.helpers import answer_task, bash, captures, rollout_row, script, trajectories
 
 pytestmark = needs_postgres
 REPO = Path(__file__).resolve().parents[2]
@@ -114,8 +115,8 @@ def rollouts_by_task(factory) -> dict[str, list[str]]:
 
 
 def assert_taken_over(factory, ids: dict[str, list[str]], calls_before: dict[str, list], takeover) -> None:
-    """After the retry: finished harnesses recovered from their exit file with the real reward; running ones ERROR
-    "interrupted", revoked, and with no call after the takeover."""
+    """After the retry: finished harnesses recovered from their exit file with the real reward; running ones launched
+    again, COMPLETED with the real reward, their first launch's calls (all made before the takeover) set aside."""
     for rid in ids["finishes"]:
         row = rollout_row(factory, rid)
         # ...and recovered from the launcher's exit file: postrun and evaluate ran, the reward is the real one.
@@ -124,12 +125,19 @@ def assert_taken_over(factory, ids: dict[str, list[str]], calls_before: dict[str
         assert row.stage_timings["run"]["attempts"] == 2 and len(captures(factory, rid)) == 2
     for rid in ids["still-running"]:
         row = rollout_row(factory, rid)
-        assert row.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
-        assert not row.stage_results["run"]["leftover_killed"]  # nothing was left to kill
-        assert row.closed_at is not None  # revoked at takeover
+        assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0, (row.status, row.error)
+        relaunched = row.stage_results["run"]["relaunched"]
+        assert relaunched["launch"] == 1 and relaunched["reason"] and not relaunched["leftover_killed"]
+        old = calls_before[rid]
+        assert relaunched["captures_set_aside"] == len(old) and relaunched["seq_end"] == len(old)
         calls = captures(factory, rid)
-        assert [c.id for c in calls] == [c.id for c in calls_before[rid]]  # no call after the takeover
-        assert all(c.created_at < takeover for c in calls)
+        assert [c.id for c in calls[: len(old)]] == [c.id for c in old]  # none lost, none added to the old launch
+        assert all(c.created_at < takeover and c.status is CaptureStatus.INTERRUPTED for c in calls[: len(old)])
+        new = calls[len(old) :]
+        assert new and all(c.created_at > takeover and c.status is CaptureStatus.OK for c in new)
+        assert [c.seq for c in calls] == list(range(len(calls)))
+        built = trajectories(factory, rid)
+        assert built and {i for t in built for i in t.capture_ids} == {c.id for c in new}  # never the old ones
 
 
 async def test_kill_9_of_a_worker_mid_batch_loses_no_finished_harness(worker_env, tmp_path, postgres_url):
@@ -137,8 +145,10 @@ async def test_kill_9_of_a_worker_mid_batch_loses_no_finished_harness(worker_env
     gate.touch()
     solve = {"type": "scripted", "replies": [bash(f"while [ -f {gate} ]; do sleep 0.1; done; echo polar > answer.txt")]}
     solve["replies"].append({"content": "Done."})
-    # Calls the gateway every ~0.2 s for far longer than the test: it must die with its worker.
-    busy = {"type": "scripted", "replies": [bash("sleep 0.2") for _ in range(400)] + [{"content": "Done."}]}
+    # Blocks until the test lets it go (after the kill): it dies with its worker, and only its relaunch finishes.
+    hold = tmp_path / "hold-busy"
+    hold.touch()
+    busy = script(f"while [ -f {hold} ]; do sleep 0.1; done; echo polar > answer.txt")
     agent = {"name": "agent", "config": {"max_turns": 500}}
     tasks = [
         answer_task(name="finishes", samples=3, policies=[solve], harness=agent),
@@ -180,6 +190,7 @@ async def test_kill_9_of_a_worker_mid_batch_loses_no_finished_harness(worker_env
     for rid in ids["finishes"]:
         assert "ended" not in rollout_row(factory, rid).stage_results["progress"]["run"]  # the end was lost...
     calls_before = {rid: captures(factory, rid) for rid in ids["still-running"]}
+    hold.unlink()  # the still-running ones, launched again, go through
 
     await wait_out_staleness()  # Prefect still has the dead worker's flow runs Running
     takeover = now()

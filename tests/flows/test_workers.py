@@ -1,6 +1,8 @@
 """Scale-out as deployed: a Prefect server on Postgres (its own database), ``prefect deploy --all`` from the
 repository's prefect.yaml, and two process workers (separate processes) on one work pool sharing one batch.
-Every rollout runs exactly once, both workers take part, and the fleet-wide run limit holds across them.
+Every rollout runs exactly once, both workers take part, and the fleet-wide run limit holds across them; a stage
+slot's holder killed with ``kill -9`` gives its slot back once its lease has run out, while a live holder's lease
+is renewed.
 
 Every process is started and stopped here by its PID; Prefect's state lives in a temporary PREFECT_HOME."""
 
@@ -101,6 +103,8 @@ def prefect_env(tmp_path_factory, prefect_database) -> Iterator[dict[str, str]]:
         "PREFECT_LOGGING_LEVEL": "INFO",
         # The scheduler turns deployment schedules into runs; once a second, so a scheduled test need not wait.
         "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "1",
+        # The repossessor frees the slots of expired leases (a killed holder's); once a second here.
+        "PREFECT_SERVER_SERVICES_REPOSSESSOR_LOOP_SECONDS": "1",
     }
     log = (home / "server.log").open("w")
     server = subprocess.Popen([PREFECT, "server", "start"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=home)
@@ -408,3 +412,69 @@ def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, pos
     calls = [c for m in row["messages"] if m["tool_calls"] for c in m["tool_calls"]]
     assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"command": "echo polar > answer.txt"}]
     assert row["messages"][-1]["role"] == "assistant" and row["messages"][-1]["content"] == "Done."
+
+
+HOLDER = """
+import asyncio, sys
+from polar.rollout.fleet_limits import PrefectLimiter, ensure_limits
+from polar.settings import Settings
+
+async def main():
+    settings = Settings()
+    await ensure_limits(settings)
+    async with PrefectLimiter(settings).slot("run"):
+        print("held", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)  # until the test closes stdin (or kills this process)
+
+asyncio.run(main())
+"""
+
+
+def _run_slots(api: str) -> int:
+    return httpx.get(f"{api}/v2/concurrency_limits/polar-run", timeout=10).json()["active_slots"]
+
+
+def test_a_killed_holders_stage_slot_comes_back_after_its_lease(prefect_env, tmp_path):
+    lease_s = 60  # POLAR_LIMIT_LEASE_S's default: the least the Prefect server accepts
+    env = {
+        **prefect_env,
+        "POLAR_HOME": str(tmp_path),
+        "POLAR_RUN_CONCURRENCY": "2",
+        "POLAR_LIMIT_LEASE_S": str(lease_s),
+    }
+    api = prefect_env["PREFECT_API_URL"]
+    holders = []
+    try:
+        for _ in range(2):
+            holder = subprocess.Popen(
+                [sys.executable, "-c", HOLDER], env=env, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+            assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+            holders.append(holder)
+        live, killed = holders
+        assert _run_slots(api) == 2
+        killed.kill()  # kill -9: nothing released, nothing renewed
+        killed.wait()
+        gone = time.monotonic()
+        while _run_slots(api) == 2:
+            assert time.monotonic() - gone < lease_s + 30, "the killed holder's slot never came back"
+            time.sleep(0.5)
+        freed_after = time.monotonic() - gone
+        # The live holder acquired its slot before the killed one: its first lease has run out by now, but it was
+        # renewed (every 3/4 of the lease), so its slot is still held.
+        for _ in range(6):
+            assert _run_slots(api) == 1
+            time.sleep(0.5)
+        print(f"\nkilled holder's slot free {freed_after:.1f} s after kill -9 (lease {lease_s} s)")
+        assert live.stdin is not None
+        live.stdin.close()  # the live holder leaves its block: the slot is released at once
+        assert live.wait(timeout=30) == 0
+        assert _run_slots(api) == 0
+    finally:
+        for holder in holders:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
+            for pipe in (holder.stdin, holder.stdout):
+                if pipe is not None:
+                    pipe.close()

@@ -1,6 +1,7 @@
 """The gateway's hot path against the store, on SQLite and Postgres: in the steady state a call reads nothing
 and writes once; several gateways (replicas) on one store keep a session's seq dense and its history whole;
-a session closed elsewhere gets no reply acknowledged even while its key is still cached."""
+a session closed elsewhere gets no reply acknowledged even while its key is still cached; a session opened again
+with a new key (a relaunched harness) starts a new history on every replica."""
 
 from __future__ import annotations
 
@@ -101,6 +102,46 @@ async def _alternating(settings, engine) -> None:
         for parent, child in itertools.pairwise(rows):
             assert child["parent_id"] == parent["id"] and child["render_mode"] == "append", child
         assert gw_a.histories.loads >= 2 and gw_b.histories.loads >= 2
+
+
+def test_a_session_opened_again_with_a_new_key_starts_a_new_history_on_every_replica(
+    store_url, tmp_path, cache_dir, engine
+):
+    asyncio.run(_relaunched(settings_for(tmp_path, cache_dir, store_url, session_cache_ttl_s=60), engine))
+
+
+async def _relaunched(settings, engine) -> None:
+    from db import Capture, session_scope
+    from db.enums import CaptureStatus
+
+    async with (
+        asgi_gateway(settings, LocalBackend(engine)) as (gw, a),
+        asgi_gateway(settings, LocalBackend(engine)) as (_, b),
+    ):
+        session = await open_session(a, policy=SCRIPT)
+        sid, first = session["session_id"], [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+        messages = list(first)
+        for turn, client in enumerate([a, b, a]):  # both replicas hold the first launch's calls in memory
+            content = await _call(client, session["api_key"], messages)
+            messages += [{"role": "assistant", "content": content}, {"role": "user", "content": f"next {turn}"}]
+        # What the run stage does elsewhere before launching the harness again: close the session, set the old
+        # launch's captures aside, open the session with a new key (no replica is told but through the store).
+        store = SessionStore(gw.factory)
+        store.close(sid)
+        with session_scope(gw.factory) as db:
+            db.execute(sa.update(Capture).where(Capture.rollout_id == sid).values(status=CaptureStatus.INTERRUPTED))
+        _, key = store.create(rollout_id=sid, replace_key=True, policy=SCRIPT)
+        messages = list(first)
+        for turn, client in enumerate([b, a, b]):
+            content = await _call(client, key, messages)
+            assert content == f"reply {turn}"  # the script starts again: the old launch's calls are not counted
+            messages += [{"role": "assistant", "content": content}, {"role": "user", "content": f"next {turn}"}]
+        rows = await captures(a, sid)
+        assert [c["seq"] for c in rows] == list(range(6))
+        old, new = rows[:3], rows[3:]
+        assert all(c["status"] == "INTERRUPTED" for c in old) and all(c["status"] == "OK" for c in new)
+        assert new[0]["parent_id"] is None  # never extends a call of the old launch
+        assert [c["parent_id"] for c in new[1:]] == [new[0]["id"], new[1]["id"]]
 
 
 def test_concurrent_replicas_get_dense_unique_seqs(store_url, tmp_path, cache_dir, engine):

@@ -1,6 +1,7 @@
 """The pipeline without Prefect: a batch end to end on SQLite and Postgres, and the injected faults (a flaky
 prepare action, a harness that crashes mid-run, a harness past its budget or the deadline, a run cut short
-by a dead flow, two owners racing for one rollout, a runtime that vanished)."""
+by a dead flow (launched again, or not: past the relaunch limit), two owners racing for one rollout, a runtime
+that vanished)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import asyncio
 import itertools
 from datetime import timedelta
 
+import openai
 import pytest
 import sqlalchemy as sa
 
-from db.enums import RolloutStatus, TaskStatus
+from db.enums import CaptureStatus, RolloutStatus, TaskStatus
 from db.models import Rollout, Task
 from polar.errors import RolloutClaimed
 from polar.rollout import (
@@ -27,6 +29,7 @@ from polar.rollout.state import Stage
 from polar.runtime import bwrap_available
 from tests.rollout.helpers import (
     GIT_INIT,
+    SOLVE,
     answer_task,
     captures,
     evaluations,
@@ -152,24 +155,75 @@ async def test_a_harness_past_the_deadline_times_out_masked(context):
     assert len(captures(context.factory, ids[0])) >= 1
 
 
-async def test_a_run_cut_short_by_a_dead_flow_is_not_launched_again(context):
-    submitted = submit_tasks(context.factory, [answer_task(samples=1)])
-    rollout_id = submitted[0].rollout_ids[0]
-    kwargs = {"default_timeout_s": 60, "stale_after_s": 600}
-    state.claim(context.factory, rollout_id, "dead-flow", **kwargs)
-    await init_stage(context, rollout_id, owner="dead-flow")
+def _cut_short_launch(context, rollout_id: str) -> None:
+    """A dead flow's run stage: init done, the harness launched (recorded), then the flow died; its heartbeat goes
+    stale, so another flow may take the rollout over."""
     state.begin_stage(context.factory, rollout_id, Stage.RUN, "dead-flow", default_timeout_s=60)
-    state.record_progress(context.factory, rollout_id, Stage.RUN, "dead-flow", {"launched_at": state.now().isoformat()})
-    # The dead flow's heartbeat goes stale, so another flow may take the rollout over.
+    launched = {"launched_at": state.now().isoformat(), "launch_id": "dead-launch"}
+    state.record_progress(context.factory, rollout_id, Stage.RUN, "dead-flow", launched)
+
+
+def _stale(context, rollout_id: str) -> None:
     with context.factory() as db, db.begin():
         db.execute(
             sa.update(Rollout).where(Rollout.id == rollout_id).values(heartbeat_at=state.now() - timedelta(hours=1))
         )
+
+
+async def test_a_run_cut_short_by_a_dead_flow_is_launched_again_with_a_fresh_session(context):
+    (rollout_id,) = submit_tasks(context.factory, [answer_task(samples=1, policies=[SOLVE])])[0].rollout_ids
+    state.claim(context.factory, rollout_id, "dead-flow", default_timeout_s=60, stale_after_s=600)
+    await init_stage(context, rollout_id, owner="dead-flow")
+    _cut_short_launch(context, rollout_id)
+    # The dead launch's harness made one call (the script's first step) and left a file behind.
+    access = await context.gateway.open_session(rollout_id, policy=SOLVE)
+    client = openai.AsyncOpenAI(base_url=access.base_urls["openai"], api_key=access.api_key, max_retries=0)
+    tools: list = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+    await client.chat.completions.create(
+        model="polar",
+        messages=[{"role": "user", "content": "Go."}],
+        tools=tools,
+        max_tokens=32,  # type: ignore[list-item]
+    )
+    await client.close()
+    (context.settings.runtime_root / rollout_id / "work" / "left-behind.txt").write_text("x")
+    (old,) = captures(context.factory, rollout_id)
+    _stale(context, rollout_id)
+
+    summary = await drive_rollout(context, rollout_id, "second-flow", limiter=process_limiter(context.settings))
+    row = rollout_row(context.factory, rollout_id)
+    # Launched again from the start of the script (a new history), in a runtime prepared afresh: the real reward.
+    assert summary.status is RolloutStatus.COMPLETED and row.reward == 1.0, (row.status, row.error)
+    relaunched = row.stage_results["run"]["relaunched"]
+    assert relaunched["launch"] == 1 and relaunched["launch_id"] == "dead-launch" and relaunched["reason"]
+    assert relaunched["captures_set_aside"] == 1 and relaunched["seq_end"] == 1 and relaunched["runtime_prepared_again"]
+    (record,) = row.stage_results["interrupted_runs"]  # kept where a later stage or retry still sees it
+    assert record["launch_id"] == "dead-launch" and record["captures_set_aside"] == 1
+    assert not (context.settings.runtime_root / rollout_id / "work" / "left-behind.txt").exists()
+    calls = captures(context.factory, rollout_id)
+    assert calls[0].id == old.id and calls[0].status is CaptureStatus.INTERRUPTED and "launch 1" in calls[0].error
+    assert len(calls) >= 3 and all(c.status is CaptureStatus.OK for c in calls[1:])
+    built = trajectories(context.factory, rollout_id)
+    assert built and all(old.id not in t.capture_ids for t in built)  # never trained, never merged
+    assert sorted(i for t in built for i in t.capture_ids) == [c.id for c in calls[1:]]
+
+
+async def test_a_run_cut_short_past_the_relaunch_limit_ends_interrupted(context):
+    (rollout_id,) = submit_tasks(context.factory, [answer_task(samples=1)])[0].rollout_ids
+    state.claim(context.factory, rollout_id, "dead-flow", default_timeout_s=60, stale_after_s=600)
+    await init_stage(context, rollout_id, owner="dead-flow")
+    _cut_short_launch(context, rollout_id)
+    with context.factory() as db, db.begin():  # one relaunch already made: POLAR_RUN_RETRIES (1) allows no more
+        row = db.get(Rollout, rollout_id)
+        assert row is not None
+        row.stage_results = {**row.stage_results, "interrupted_runs": [{"launch": 1}]}
+    _stale(context, rollout_id)
     summary = await drive_rollout(context, rollout_id, "second-flow", limiter=process_limiter(context.settings))
     row = rollout_row(context.factory, rollout_id)
     assert summary.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
+    assert row.stage_results["run"]["relaunches"] == 1 and "POLAR_RUN_RETRIES (1)" in row.error
     assert row.stage_timings["init"]["attempts"] == 1 and row.attempt == 2
-    assert captures(context.factory, rollout_id) == []  # nothing was launched a second time
+    assert captures(context.factory, rollout_id) == []  # nothing was launched again
 
 
 async def test_a_run_retried_after_its_harness_ended_reports_that_end(context):

@@ -1,6 +1,7 @@
 """A flow process that freezes mid-run (SIGSTOP: alive, so its containers' lifelines hold, but silent) leaves its
 container running; the retry flow takes the rollout over, kills the leftover harness in that container, ends the
-rollout ERROR (a harness is never launched twice) and removes the container. Nothing is leaked, also once the
+rollout ERROR (here no relaunch is allowed: ``POLAR_RUN_RETRIES=0``; tests/runtime/test_docker_worker_death.py
+has harnesses launched again) and removes the container. Nothing is leaked, also once the
 frozen process is killed. (A flow process that dies stops its containers: tests/runtime/test_docker_worker_death.py.)"""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def docker_flow_env(monkeypatch, tmp_path, cache_dir, sqlite_url, sqlite_gateway
     env = polar_environment(
         tmp_path, cache_dir, sqlite_url, sqlite_gateway.url, POLAR_TOOLS=str(tools_dir()), POLAR_DOCKER_IMAGE=IMAGE
     )
+    env["POLAR_RUN_RETRIES"] = "0"  # a harness cut short is not launched again: the run ends ERROR (interrupted)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     get_settings.cache_clear()
@@ -74,7 +76,7 @@ async def test_a_frozen_flow_leaves_nothing_once_the_retry_flow_takes_over(
         assert rid in result["retried"]
         row = rollout_row(factory, rid)
         assert row.status is RolloutStatus.ERROR and row.stage_results["run"]["interrupted"]
-        assert row.stage_results["run"]["leftover_killed"]
+        assert row.stage_results["run"]["leftover_killed"] and row.stage_results["run"]["relaunches"] == 0
         assert polar_containers(docker_engine, docker_flow_env) == []
     finally:
         os.killpg(child.pid, signal.SIGKILL)

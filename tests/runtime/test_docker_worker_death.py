@@ -2,17 +2,22 @@
 tests/flows/test_worker_death.py. The rollouts whose harness had finished end COMPLETED with their real reward
 after the retry (the launcher's exit file is on the host, in the bind-mounted runtime folder), the containers of
 the dead worker stop with it (so do the harnesses still running in them), none of its harnesses makes a call
-after the takeover, the label-based reaper removes the stopped containers, and no container or process is left.
+after the takeover, the label-based reaper removes the stopped containers, the harnesses cut short are launched
+again in new containers and end COMPLETED with their real reward (their first launch's captures set aside), and
+no container or process is left.
 
 The harness is a small stdlib client (the image has ``python3``, not the OpenAI SDK): the finishing ones call
 twice, then wait for a ``go`` file the test writes into their folder and write the answer; the others call every
-0.2 s for far longer than the test. The window between "the harness exited" and "the end is recorded" is held
-open by locking the finished rollouts' rows once their calls are in (the worker's writes wait on them, and so
-would their captures: the writer advances each rollout's seq counter)."""
+0.2 s until the test writes their ``go`` file, which it does only once they are launched again. The window between
+"the harness exited" and "the end is recorded" is held open by locking the finished rollouts' rows once their
+calls are in (the worker's writes wait on them, and so would their captures: the writer advances each rollout's
+seq counter)."""
 
 from __future__ import annotations
 
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,10 +71,25 @@ if sys.argv[1] == "finish":
     with open("answer.txt", "w") as f:
         f.write("polar\\n")
 else:
-    while True:
+    while not os.path.exists("go"):
         time.sleep(0.2)
         call()
+    with open("answer.txt", "w") as f:
+        f.write("polar\\n")
 """
+
+
+def release_relaunched(factory, root: Path, rollout_ids: list[str], timeout_s: float = 300) -> None:
+    """Write the ``go`` file of each rollout once its harness is launched again (its runtime was prepared afresh
+    just before, which is why the file cannot be written earlier)."""
+    waiting, deadline = set(rollout_ids), time.monotonic() + timeout_s
+    while waiting and time.monotonic() < deadline:
+        for rid in list(waiting):
+            results = rollout_row(factory, rid).stage_results
+            if results.get("interrupted_runs") and (results.get("progress") or {}).get("run", {}).get("launched_at"):
+                (root / rid / "work" / "go").touch()
+                waiting.discard(rid)
+        time.sleep(0.1)
 
 
 def docker_task(name: str, samples: int, mode: str) -> dict:
@@ -168,7 +188,10 @@ async def test_kill_9_of_a_docker_worker_mid_batch_loses_no_finished_harness(
 
     await wait_out_staleness()  # Prefect still has the killed flow run Running
     takeover = now()
+    release = threading.Thread(target=release_relaunched, args=(factory, root, ids["still-running"]), daemon=True)
+    release.start()
     result = await retry_failed(stale_after_s=0)
+    release.join(timeout=5)
     assert set(everyone) <= set(result["retried"])
     assert_taken_over(factory, ids, calls_before, takeover)
     assert not launchers_under(root)

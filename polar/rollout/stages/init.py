@@ -9,6 +9,8 @@ rollout as TIMEOUT without launching anything.
 
 from __future__ import annotations
 
+from typing import Any
+
 from polar.rollout.context import RolloutContext
 from polar.rollout.prepare import DeadlinePassed, run_prepare
 from polar.rollout.stages.common import (
@@ -19,12 +21,14 @@ from polar.rollout.stages.common import (
     run_stage,
 )
 from polar.rollout.state import RolloutView, Stage, StageOutput
+from polar.runtime.base import Runtime
 
 
-async def _init(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutput:
-    runtime = agent_runtime(ctx, view)
+async def prepare_agent_runtime(ctx: RolloutContext, view: RolloutView, runtime: Runtime) -> dict[str, Any]:
+    """Start ``runtime`` fresh and prepare it for the harness; the init stage's result (also what the run stage
+    records when it prepares the runtime again before launching a harness a second time)."""
     await runtime.start(fresh=True)
-    result: dict = {"runtime": runtime.describe(), "harness": view.task.harness.name}
+    result: dict[str, Any] = {"runtime": runtime.describe(), "harness": view.task.harness.name}
     try:
         result["prepare"] = await run_prepare(
             runtime,
@@ -33,7 +37,7 @@ async def _init(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutp
             remaining_s=view.remaining_s,
         )
     except DeadlinePassed as exc:
-        return StageOutput({**result, "deadline_expired": True, "error": str(exc)})
+        return {**result, "deadline_expired": True, "error": str(exc)}
     adapter, config = harness_config(view)
     hctx = harness_context(ctx, view, runtime)
     await runtime.write_file(hctx.instruction_file, view.task.instruction)
@@ -41,7 +45,11 @@ async def _init(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutp
     for path, content in files.items():
         await runtime.write_file(path, content)
     result["harness_files"] = sorted(files)
-    return StageOutput(result)
+    return result
+
+
+async def _init(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutput:
+    return StageOutput(await prepare_agent_runtime(ctx, view, agent_runtime(ctx, view)))
 
 
 async def init(ctx: RolloutContext, rollout_id: str, *, owner: str) -> StageReport:

@@ -16,9 +16,11 @@ that finds the end reports it. The harness runs under the launcher (``polar.runt
 exit status and end time into the runtime folder: a resumed run that finds a launch but no end in the row (its
 flow run died) reads that file, and a harness that had finished is reported as it ended (``recovered``), so the
 rollout goes on to postrun and its real reward. Without the file (the harness was still running when its worker
-died) it does not launch again: the runtime's state is unknown and captures already exist, so it kills any
-leftover process of that attempt, closes the session and records ERROR (``interrupted``). The session is closed
-as soon as the harness is gone, so nothing reaches it afterwards.
+died) it launches the harness again with a fresh session and a freshly prepared runtime, after setting the cut-
+short launch and its captures aside (``relaunch``: they are kept, marked ``INTERRUPTED``, never trained); the
+report's ``relaunched`` says so and why. At most ``POLAR_RUN_RETRIES`` relaunches per rollout; past that the run
+records ERROR (``interrupted``). The session is closed as soon as the harness is gone, so nothing reaches it
+afterwards.
 
 With ``evaluator.fresh_runtime`` the evaluation runtime is prepared while the agent runs.
 """
@@ -26,6 +28,7 @@ With ``evaluator.fresh_runtime`` the evaluation runtime is prepared while the ag
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 from datetime import datetime
 from typing import Any
@@ -42,6 +45,7 @@ from polar.rollout.stages.common import (
     run_stage,
 )
 from polar.rollout.stages.fresh import prepare_eval_runtime
+from polar.rollout.stages.relaunch import after_interruption
 from polar.rollout.state import RolloutView, Stage, StageOutput
 from polar.runtime.base import ProcessHandle, Runtime
 from polar.runtime.launcher import clear_exit, exit_path, launcher_argv, read_exit
@@ -120,26 +124,6 @@ def _log_tail(runtime: Runtime, name: str) -> str:
         return ""
 
 
-async def _interrupted(ctx: RolloutContext, view: RolloutView, runtime: Runtime, progress: Any) -> StageOutput:
-    recovered = await _recovered(ctx, view, runtime, progress)
-    if recovered is not None:
-        return recovered
-    killed = False
-    process = progress.get("process")
-    if process and runtime.exists():
-        killed = await runtime.kill(ProcessHandle(int(process["pid"]), int(process["start_ticks"])))
-    await ctx.gateway.close_session(view.id)
-    return StageOutput(
-        {
-            "outcome": RolloutStatus.ERROR.value,
-            "interrupted": True,
-            "leftover_killed": killed,
-            "agent_budget_expired": False,
-            "error": "the harness run was interrupted (its flow run died); a harness is never launched twice",
-        }
-    )
-
-
 async def _prewarm(ctx: RolloutContext, view: RolloutView) -> dict[str, Any]:
     try:
         return await prepare_eval_runtime(ctx, view)
@@ -153,9 +137,17 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
     if progress.get("ended"):  # the harness ended, then the stage failed (closing the session, say)
         await ctx.gateway.close_session(view.id)
         return StageOutput(dict(progress["ended"]))
+    relaunched: dict[str, Any] | None = None
     if progress.get("launched_at"):
-        return await _interrupted(ctx, view, runtime, progress)
-    if view.result(Stage.INIT).get("deadline_expired") or view.remaining_s() <= 0:
+        recovered = await _recovered(ctx, view, runtime, progress)
+        if recovered is not None:
+            return recovered
+        after = await after_interruption(ctx, view, runtime, progress, owner)
+        if isinstance(after, StageOutput):
+            return after
+        relaunched = after
+    expired = view.result(Stage.INIT).get("deadline_expired") or (relaunched or {}).get("deadline_expired")
+    if expired or view.remaining_s() <= 0:
         return StageOutput(
             {
                 "outcome": RolloutStatus.TIMEOUT.value,
@@ -163,6 +155,7 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
                 "deadline_expired": True,
                 "agent_budget_expired": False,
                 "error": "the deadline passed before the harness could start",
+                **({"relaunched": relaunched} if relaunched else {}),
             }
         )
     await runtime.start(fresh=False)
@@ -180,7 +173,12 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
         by_agent = agent_budget is not None and agent_budget <= remaining
         budget = agent_budget if by_agent and agent_budget is not None else remaining
         launch_id = uuid.uuid4().hex
-        launched = {"launched_at": state.now().isoformat(), "budget_s": budget, "launch_id": launch_id}
+        launched = {
+            "launched_at": state.now().isoformat(),
+            "budget_s": budget,
+            "launch_id": launch_id,
+            "host": socket.gethostname(),
+        }
         clear_exit(runtime)
         await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, launched)
 
@@ -215,6 +213,8 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
         "stderr_tail": result.stderr[-OUTPUT_EXCERPT:],
     }
     report.update(_ended(result.returncode, result.timed_out, by_agent, budget, result.stderr))
+    if relaunched:
+        report["relaunched"] = relaunched  # which launch was set aside, why, and its captures
     # Recorded before anything else can fail: a retry of this stage then reports the harness as it ended.
     await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"ended": report})
     await ctx.gateway.close_session(view.id)

@@ -11,16 +11,19 @@ The row is the authority, not Prefect's task results, so any flow run on any wor
 - ``begin_stage``/``finish_stage``: a stage is done once ``stage_timings[stage]["finished_at"]`` is set; its
   result is then ``stage_results[stage]``. A stage that is already done is skipped, one whose predecessor is not
   done is refused. ``stage_results["progress"][stage]`` holds what a stage records while it runs (the run stage
-  records the harness launch there before starting it, so a resumed run knows it must not launch again).
+  records the harness launch there before starting it, so a resumed run knows a launch was cut short).
+- ``set_aside``: a launch cut short (and its captures) is set aside before the harness is launched again
+  (``launches``).
 - ``mark_failed``: a stage failed for good; the rollout becomes ERROR with ``stage_results["failure"]`` naming
   the stage, which is what the retry flow looks for. The next ``claim`` resumes it at that stage.
 
 Functions are synchronous (call them through ``asyncio.to_thread`` from async code) and each runs in its own
 transaction. JSON columns are always reassigned, never mutated in place, so SQLAlchemy writes them. The modules:
 ``view`` (stages, ``RolloutView``, row lookups), ``ownership`` (claim, takeover, heartbeat, what to retry),
-``stages`` (stage bookkeeping and the task status).
+``stages`` (stage bookkeeping and the task status), ``launches`` (interrupted harness launches).
 """
 
+from polar.rollout.state.launches import interrupted_runs, set_aside
 from polar.rollout.state.ownership import claim, heartbeat, select_retryable
 from polar.rollout.state.stages import (
     StageOutput,
@@ -44,10 +47,12 @@ __all__ = [
     "claim",
     "finish_stage",
     "heartbeat",
+    "interrupted_runs",
     "load",
     "mark_failed",
     "now",
     "record_progress",
     "reopen_stage",
     "select_retryable",
+    "set_aside",
 ]

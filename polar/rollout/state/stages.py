@@ -115,13 +115,17 @@ def mark_failed(factory: sessionmaker[Session], rollout_id: str, stage: Stage, o
         _update_task_status(db, row.task_id)
 
 
-def reopen_stage(factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str) -> None:
-    """Make a done stage (and every later one) run again, e.g. init when the runtime is gone."""
+def reopen_stage(
+    factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str, *, keep_progress: tuple[Stage, ...] = ()
+) -> None:
+    """Make a done stage (and every later one) run again, e.g. init when the runtime is gone. ``keep_progress``:
+    later stages whose progress stays (a harness launch the run stage must still account for)."""
     with session_scope(factory) as db:
         row = _owned(db, rollout_id, owner)
         later = {s.value for s in STAGES[STAGES.index(stage) :]}
+        kept = {s.value for s in keep_progress}
         results = {k: v for k, v in (row.stage_results or {}).items() if k not in later}
-        results["progress"] = {k: v for k, v in (results.get("progress") or {}).items() if k not in later}
+        results["progress"] = {k: v for k, v in (results.get("progress") or {}).items() if k not in later or k in kept}
         row.stage_timings = {k: v for k, v in (row.stage_timings or {}).items() if k not in later}
         row.stage_results = results
         row.stage = stage.previous.value if stage.previous else None

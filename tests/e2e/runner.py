@@ -162,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             backend = None
         else:
             settings = settings_for(gwdir, args.cache, model=MODEL, torch_threads=args.threads)
+            backend = LocalBackend.from_spec(MODEL, args.cache, threads=args.threads)
         if args.lb_idle:  # the gateway keeps silent calls alive well within the load balancer's idle timeout
             settings = settings.model_copy(update={"keepalive_s": args.lb_idle / 4})
-            backend = LocalBackend.from_spec(MODEL, args.cache, threads=args.threads)
         run_harness(args, harness, settings, backend, dns, result, (home, work, tmp, run_dir))
     result["dns_lookups"] = dns.names if args.dns_log else None
     result["total_s"] = round(time.monotonic() - result.pop("t0"), 2)

@@ -42,19 +42,24 @@ class JsonLimits:
 DEFAULT_LIMITS = JsonLimits()
 
 
-def parse_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
+def parse_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: Any = None) -> Any:
     """Decode ``raw`` and check it against ``limits``; every failure is an ``InvalidRequest`` (400).
 
     orjson first (fast, and strict: what it accepts has no NaN, no lone surrogate, no integer beyond 64 bits);
     a body it refuses, or one with a 19-digit run (orjson reads integers beyond 64 bits as floats), is decoded
-    again by the standard parser, whose errors name the offending field."""
+    again by the standard parser, whose errors name the offending field.
+
+    ``checked``: a body that passed these checks before (the session's previous request). On the strict path
+    a top-level value equal to its counterpart there, and the leading items of a list equal to its list, are
+    not walked again: equal values at the same place pass alike (the next turn of an agent re-sends its whole
+    conversation; only what is new costs)."""
     if not _LONG_DIGITS.search(raw):
         try:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
         else:
-            check_json(value, limits, strict=True)
+            check_json(value, limits, strict=True, skip=_known_parts(value, checked))
             return value
     try:
         value = json.loads(raw)
@@ -92,10 +97,47 @@ def _check_string(text: str, path: tuple[str | int, ...], limits: JsonLimits, wh
         ) from None
 
 
-def check_json(value: Any, limits: JsonLimits = DEFAULT_LIMITS, *, strict: bool = False) -> None:
+def _known_parts(value: Any, checked: Any) -> dict[str, int]:
+    """Top-level key -> how many of its leading items (-1: all of it) equal ``checked``'s, already checked."""
+    if not isinstance(value, dict) or not isinstance(checked, dict):
+        return {}
+    known: dict[str, int] = {}
+    for key, item in value.items():
+        if key not in checked:
+            continue
+        old = checked[key]
+        if isinstance(item, list) and isinstance(old, list) and 0 < len(old) <= len(item):
+            if item[: len(old)] == old:
+                known[key] = -1 if len(old) == len(item) else len(old)
+        elif type(item) is type(old) and isinstance(item, dict | list) and item == old:
+            known[key] = -1
+    return known
+
+
+def check_json(
+    value: Any, limits: JsonLimits = DEFAULT_LIMITS, *, strict: bool = False, skip: dict[str, int] | None = None
+) -> None:
     """Raise ``InvalidRequest`` naming a field of ``value`` that breaks ``limits`` (module docstring).
-    ``strict``: ``value`` came from orjson, so its strings are valid Unicode (no surrogate check)."""
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    ``strict``: ``value`` came from orjson, so its strings are valid Unicode (no surrogate check).
+    ``skip``: top-level keys known to pass, wholly (-1) or in their first N list items (``parse_json``)."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = []
+    if skip and isinstance(value, dict):
+        if limits.max_depth <= 0:
+            raise InvalidRequest(f"body: nested deeper than the limit of {limits.max_depth} levels", field="body")
+        for key, child in value.items():
+            _check_string(key, (key,), limits, "key", strict)
+            known = skip.get(key)
+            if known is None:
+                stack.append((child, (key,)))
+            elif known >= 0:
+                if limits.max_depth <= 1:
+                    raise InvalidRequest(
+                        f"{_field((key,))}: nested deeper than the limit of {limits.max_depth} levels",
+                        field=_field((key,)),
+                    )
+                stack.extend((child[i], (key, i)) for i in range(known, len(child)))
+    else:
+        stack.append((value, ()))
     while stack:
         node, path = stack.pop()
         if isinstance(node, str):

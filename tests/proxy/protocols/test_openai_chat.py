@@ -486,3 +486,51 @@ def test_store_and_request_errors():
     status, body = CODEC.error_response(InvalidRequest("messages[0].role: bad", field="messages[0].role"))
     assert status == 400 and body["error"]["param"] == "messages[0].role"
     assert body["error"]["type"] == "invalid_request_error"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(junk_bodies(VALID))
+def test_a_turn_parsed_on_the_previous_one_equals_a_whole_parse(body):
+    """``parse_extension`` (only the messages a turn adds are decoded) gives exactly what ``parse_request`` gives,
+    or None where it cannot tell (then the whole body is parsed, which names any error)."""
+    prior_body = {**VALID, "messages": VALID["messages"][:2]}
+    prior = CODEC.parse_request(prior_body)
+    extended = CODEC.parse_extension(body, prior_body, prior)
+    if extended is None:
+        return
+    assert extended == CODEC.parse_request(body)
+
+
+def test_a_turn_that_re_sends_the_history_is_parsed_on_it():
+    prior_body = {**VALID, "messages": VALID["messages"][:2]}
+    prior = CODEC.parse_request(prior_body)
+    extended = CODEC.parse_extension(VALID, prior_body, prior)
+    assert extended is not None and extended == CODEC.parse_request(VALID)
+    assert extended.messages[:2] == prior.messages and extended.messages[0] is prior.messages[0]
+    changed = {**VALID, "messages": [{"role": "system", "content": "other"}, *VALID["messages"][1:]]}
+    assert CODEC.parse_extension(changed, prior_body, prior) is None
+    bad_tail = {**VALID, "messages": [*VALID["messages"][:2], {"role": "robot", "content": "x"}]}
+    assert CODEC.parse_extension(bad_tail, prior_body, prior) is None
+    with pytest.raises(InvalidRequest) as caught:
+        CODEC.parse_request(bad_tail)
+    assert caught.value.field == "messages[2].role"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(junk_bodies(VALID))
+def test_the_body_checks_skip_only_what_the_previous_body_passed(body):
+    """``parse_json(raw, checked=previous)`` refuses exactly what a full check refuses, naming the same field."""
+    from polar.proxy.json_guard import JsonLimits, parse_json
+
+    limits = JsonLimits(max_depth=8, max_string_chars=40)
+    raw = json.dumps(body).encode()
+    prior = {**VALID, "messages": VALID["messages"][:2]}
+    parse_json(json.dumps(prior).encode(), limits)  # it passed: that is what makes it "checked"
+
+    def outcome(checked):
+        try:
+            return parse_json(raw, limits, checked)
+        except InvalidRequest as exc:
+            return exc.field, exc.message
+
+    assert outcome(prior) == outcome(None)

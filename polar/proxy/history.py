@@ -271,7 +271,9 @@ class HistoryCache:
         with history.lock:
             history.insert(node)
             if prompt_ids is not None:
-                history.remember_prompt(node.id, prompt_ids)
+                # A root's full prompt is its delta: one array for both, not two copies.
+                full = node.prompt_delta_ids if node.prefix_len == 0 and node.parent_id is None else prompt_ids
+                history.remember_prompt(node.id, full)
 
     def note_seq(self, session_id: str, seq: int) -> None:
         """A seq this process used without a node (an error capture)."""

@@ -1,20 +1,21 @@
 """Durable capture writes with group commit (DESIGN §2.4: durable before acknowledged).
 
 Concurrent calls hand their capture rows to one writer thread, which commits everything pending in one
-transaction and then wakes each caller with its capture id. Throughput scales with concurrency while
-every caller still waits for its own commit. ``seq`` numbers are assigned in the transaction from the
-rollout's counter (``rollouts.next_capture_seq``, incremented with ``UPDATE ... RETURNING``): the row lock orders
-writers in every gateway process and replica, so there is no ``max(seq)`` read and no race. Rollouts are
-locked in id order, so two writers' batches never deadlock. Only a capture inserted by something that does not
-use the counter can make a number collide; then the counter is moved past the rollout's highest seq and the
-batch is retried.
+transaction (one counter update and one multi-row insert, on its own connection: ``polar.proxy.capture_sql``)
+and then wakes each caller with its capture id (one wake-up of the event loop per batch). Throughput scales
+with concurrency while every caller still waits for its own commit. ``seq`` numbers are assigned in the
+transaction from the rollout's counter (``rollouts.next_capture_seq``, incremented with ``UPDATE ... RETURNING``):
+the row lock orders writers in every gateway process and replica, so there is no ``max(seq)`` read and no race.
+Rollouts are locked in id order, so two writers' batches never deadlock. Only a capture inserted by something
+that does not use the counter can make a number collide; then the counter is moved past the rollout's highest
+seq and the batch is retried.
 
-A bad row fails only itself: when a batch fails for a reason other than the store itself (unreachable, a
-timeout, a lost connection), a value the database rejects or a constraint is to blame, and the batch is split
-in halves and each half committed on its own, down to single rows, so the other sessions' captures commit and
-the offending row's caller gets the database's reason.
-A caller waits at most ``timeout_s`` (a frozen store is a 503, not a hang); a row whose caller has given up
-before its transaction began is not written.
+A bad row fails only itself: a row whose values cannot be encoded is refused alone, before the transaction; when
+a batch fails for a reason other than the store itself (unreachable, a timeout, a lost connection), a value the
+database rejects or a constraint is to blame, and the batch is split in halves and each half committed on its
+own, down to single rows, so the other sessions' captures commit and the offending row's caller gets the
+database's reason. A caller waits at most ``timeout_s`` (a frozen store is a 503, not a hang); a row whose
+caller has given up before its transaction began is not written.
 """
 
 from __future__ import annotations

@@ -279,7 +279,7 @@ class CallService(StreamingCalls):
     # ---- shared -----------------------------------------------------------------------------------
 
     def _parse_all(self, plan: CallPlan, output_ids):
-        return self.chat_format.parse(output_ids, plan.request.tools, list(plan.prompt.ids))
+        return self.chat_format.parse(output_ids, plan.request.tools, plan.prompt.ids)
 
     def _completion(self, plan: CallPlan, final: GenerateResult, parsed) -> Completion:
         return Completion(

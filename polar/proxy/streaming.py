@@ -98,7 +98,7 @@ class StreamingCalls:
         generating: float = 0.0,
     ) -> AsyncIterator[str]:
         encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
-        parser = self.chat_format.stream_parser(plan.request.tools, list(plan.prompt.ids))
+        parser = self.chat_format.stream_parser(plan.request.tools, plan.prompt.ids)
         events: list = []
         final: GenerateResult | None = None
         recorded = False

@@ -40,7 +40,7 @@ from polar.proxy.body import OFFLOAD_BYTES, FastJSONResponse, read_body
 from polar.proxy.canonical import ChatRequest
 from polar.proxy.gateway import Gateway
 from polar.proxy.health import add_health_routes
-from polar.proxy.json_guard import parse_json
+from polar.proxy.json_guard import parse_json_after
 from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
 from polar.proxy.session_routes import add_session_routes, api_key
 from polar.proxy.sessions import SessionInfo
@@ -62,22 +62,23 @@ async def _frames_as_bytes(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
 
 async def _decode(
     gw: Gateway, request: Request, codec: ProtocolCodec, model: str | None, stream: bool | None, *, count: bool = False
-) -> tuple[Any, ChatRequest]:
-    """The body checked and decoded into a ChatRequest; in a worker thread when it is large, so one big body
-    does not hold up the event loop (and with it every other session's calls)."""
+) -> tuple[Any, ChatRequest, bool]:
+    """The body checked and decoded into a ChatRequest, and whether it went the strict way (it may then spare the
+    session's next call the same work: ``parse_json_after``); in a worker thread when it is large, so one big
+    body does not hold up the event loop (and with it every other session's calls)."""
     raw = await read_body(request, gw.settings.max_body_bytes)
     prior = None if count else _prior_request(gw, request, codec)
 
-    def decode() -> tuple[Any, ChatRequest]:
-        body = parse_json(raw, gw.limits, prior[1] if prior is not None else None)
+    def decode() -> tuple[Any, ChatRequest, bool]:
+        body, strict = parse_json_after(raw, gw.limits, prior[1] if prior is not None else None)
         if count and isinstance(body, dict) and codec is ANTHROPIC:
             body = {"max_tokens": 1, **body}  # count_tokens bodies carry no max_tokens
         extend = getattr(codec, "parse_extension", None)
         if prior is not None and extend is not None:
             extended = extend(body, prior[1], prior[2])
             if extended is not None:
-                return body, extended
-        return body, codec.parse_request(body, path_model=model, path_stream=False if count else stream)
+                return body, extended, strict
+        return body, codec.parse_request(body, path_model=model, path_stream=False if count else stream), strict
 
     if len(raw) >= OFFLOAD_BYTES:
         return await asyncio.to_thread(decode)
@@ -103,9 +104,12 @@ async def _model_call(
 ) -> Response:
     started = time.perf_counter()
     try:
-        body, chat = await _decode(gw, request, codec, model, stream)
+        body, chat, strict = await _decode(gw, request, codec, model, stream)
         session = await _authenticate(gw, api_key(request, query=codec is GEMINI))
-        gw.histories.remember_request(session.id, codec.name, body, chat)
+        if strict:
+            gw.histories.remember_request(session.id, codec.name, body, chat)
+        else:
+            gw.histories.forget_request(session.id)
         plan = await gw.calls.plan_call(session, codec, body, chat, gw.policy_for(session), started)
         every_s = gw.settings.keepalive_s
         if not chat.stream:
@@ -176,7 +180,7 @@ async def _authenticate(gw: Gateway, key: str | None) -> SessionInfo:
 
 
 async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> int:
-    _, chat = await _decode(gw, request, codec, model, False, count=True)
+    _, chat, _ = await _decode(gw, request, codec, model, False, count=True)
     await _authenticate(gw, api_key(request, query=codec is GEMINI))
     ids = await asyncio.to_thread(gw.builder.canonical_ids, chat.messages, chat.tools)  # tokenizing: off the loop
     return len(ids)

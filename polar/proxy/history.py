@@ -306,7 +306,13 @@ class HistoryCache:
         return history.last_request if history is not None else None
 
     def remember_request(self, session_id: str, protocol: str, body: Any, request: ChatRequest) -> None:
+        """The session's latest request, decoded from a body that went the strict way (``parse_json_after``)."""
         self._history(session_id).last_request = (protocol, body, request)
+
+    def forget_request(self, session_id: str) -> None:
+        history = self._sessions.get(session_id)
+        if history is not None:
+            history.last_request = None
 
     def forget(self, session_id: str) -> None:
         with self._lock:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,7 @@ import orjson
 from polar.errors import InvalidRequest
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_BIG = float(2**63)
 
 
 @dataclass(frozen=True)
@@ -42,25 +41,32 @@ class JsonLimits:
 DEFAULT_LIMITS = JsonLimits()
 
 
-def parse_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: Any = None) -> Any:
+def parse_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
     """Decode ``raw`` and check it against ``limits``; every failure is an ``InvalidRequest`` (400).
 
     orjson first (fast, and strict: what it accepts has no NaN, no lone surrogate, no integer beyond 64 bits);
-    a body it refuses, or one with a 19-digit run (orjson reads integers beyond 64 bits as floats), is decoded
-    again by the standard parser, whose errors name the offending field.
+    a body it refuses, or one holding a float of 2**63 or more (orjson reads integers beyond 64 bits as floats),
+    is decoded again by the standard parser, whose errors name the offending field."""
+    return parse_json_after(raw, limits)[0]
 
-    ``checked``: a body that passed these checks before (the session's previous request). On the strict path
-    a top-level value equal to its counterpart there, and the leading items of a list equal to its list, are
-    not walked again: equal values at the same place pass alike (the next turn of an agent re-sends its whole
-    conversation; only what is new costs)."""
-    if not _LONG_DIGITS.search(raw):
+
+def parse_json_after(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: Any = None) -> tuple[Any, bool]:
+    """``parse_json``, and whether the body went the strict (orjson) way: only such a body may be ``checked``
+    for the next one. ``checked``: a strict body that passed these checks before (the session's previous
+    request): a top-level value equal to its counterpart there, and the leading items of a list equal to its
+    list, are not walked again; equal values at the same place pass alike (an agent re-sends its whole
+    conversation every turn; only what is new costs)."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    else:
         try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            check_json(value, limits, strict=True, skip=_known_parts(value, checked))
+        except _MaybeBigInteger:
             pass
         else:
-            check_json(value, limits, strict=True, skip=_known_parts(value, checked))
-            return value
+            return value, True
     try:
         value = json.loads(raw)
     except RecursionError:
@@ -70,7 +76,11 @@ def parse_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: Any = N
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, and ints beyond Python's digit limit
         raise InvalidRequest(f"request body is not valid JSON: {exc}", field="body") from None
     check_json(value, limits)
-    return value
+    return value, False
+
+
+class _MaybeBigInteger(Exception):
+    """A float of 2**63 or more on the strict path: orjson may have read an integer beyond 64 bits as it."""
 
 
 def _field(path: tuple[str | int, ...]) -> str:
@@ -145,6 +155,8 @@ def check_json(
         elif isinstance(node, bool) or node is None:
             continue
         elif isinstance(node, float):
+            if strict and abs(node) >= _BIG:
+                raise _MaybeBigInteger()
             if not math.isfinite(node):
                 raise InvalidRequest(
                     f"{_field(path)}: numbers must be finite, not {node!r}", field=_field(path)

@@ -509,6 +509,12 @@ def test_a_turn_that_re_sends_the_history_is_parsed_on_it():
     assert extended.messages[:2] == prior.messages and extended.messages[0] is prior.messages[0]
     changed = {**VALID, "messages": [{"role": "system", "content": "other"}, *VALID["messages"][1:]]}
     assert CODEC.parse_extension(changed, prior_body, prior) is None
+    big = {**VALID, "messages": [*VALID["messages"], {"role": "user", "content": "x", "name": None, "n": 1e19}]}
+    from polar.proxy.json_guard import parse_json_after
+
+    assert (
+        parse_json_after(json.dumps(big).encode(), checked=prior_body)[1] is False
+    )  # a float orjson may have read from an integer literal
     bad_tail = {**VALID, "messages": [*VALID["messages"][:2], {"role": "robot", "content": "x"}]}
     assert CODEC.parse_extension(bad_tail, prior_body, prior) is None
     with pytest.raises(InvalidRequest) as caught:
@@ -519,17 +525,18 @@ def test_a_turn_that_re_sends_the_history_is_parsed_on_it():
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(junk_bodies(VALID))
 def test_the_body_checks_skip_only_what_the_previous_body_passed(body):
-    """``parse_json(raw, checked=previous)`` refuses exactly what a full check refuses, naming the same field."""
-    from polar.proxy.json_guard import JsonLimits, parse_json
+    """``parse_json_after(raw, checked=previous)`` refuses exactly what a full check refuses, naming the same
+    field, and accepts the same value."""
+    from polar.proxy.json_guard import JsonLimits, parse_json, parse_json_after
 
     limits = JsonLimits(max_depth=8, max_string_chars=40)
     raw = json.dumps(body).encode()
     prior = {**VALID, "messages": VALID["messages"][:2]}
-    parse_json(json.dumps(prior).encode(), limits)  # it passed: that is what makes it "checked"
+    assert parse_json_after(json.dumps(prior).encode(), limits)[1]  # it passed the strict way: "checked"
 
     def outcome(checked):
         try:
-            return parse_json(raw, limits, checked)
+            return parse_json_after(raw, limits, checked)[0] if checked is not None else parse_json(raw, limits)
         except InvalidRequest as exc:
             return exc.field, exc.message
 

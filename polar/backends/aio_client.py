@@ -73,7 +73,9 @@ class Client:
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             # No pool bound here: the gateway bounds calls in flight per server (polar.proxy.limits).
-            connector = aiohttp.TCPConnector(limit=0)
+            # Idle connections are dropped before a uvicorn-based server (SGLang) closes them at 5 s, so a call never
+            # goes out on a connection the server is closing.
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=3.0)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, auto_decompress=True)
         return self._session
 

@@ -190,7 +190,7 @@ async def section_throughput(client: httpx.AsyncClient, servers: dict[str, Serve
             try:
                 await post(client, url, body, keys[worker])
             except (RuntimeError, httpx.HTTPError) as exc:
-                failures.append(str(exc)[:200])
+                failures.append(f"{type(exc).__name__}: {exc}"[:200])
 
         await closed_loop(conc, conc * 2, call)  # warm-up
         failures.clear()
@@ -217,6 +217,7 @@ async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server
     body = chat_body(conversation(9), max_tokens=64, stream=True)
     errors = 0
     lengths: list[int] = []
+    kinds: list[str] = []
 
     async def one(key: str) -> None:
         nonlocal errors
@@ -227,9 +228,11 @@ async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server
                 text = (await reply.aread()).decode()
             if reply.status_code != 200 or "[DONE]" not in text or '"error"' in text:
                 errors += 1
+                kinds.append(f"HTTP {reply.status_code}: {text[:120]}")
             lengths.append(text.count("data: "))
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
             errors += 1
+            kinds.append(type(exc).__name__)
 
     started = time.perf_counter()
     await asyncio.gather(*(one(k) for k in keys))
@@ -245,6 +248,8 @@ async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server
         f"wall {wall:.1f} s, errors {errors}, committed (ok calls) {ok:.0f} of {n}, "
         f"frames per stream {statistics.median(lengths) if lengths else 0:.0f}"
     )
+    if kinds:
+        print(f"first error: {kinds[0]}")
     print(
         f"event-loop lag p99 <= {ms(lag99)} ms (bucket bound, whole run); memory per open session "
         f"{(rss_after - rss_before) / n:.1f} KiB (RSS after - before, {n} sessions of one call)"

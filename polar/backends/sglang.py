@@ -18,6 +18,7 @@ parse as SGLang's wire format -> BackendProtocolError naming what was wrong. An 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -26,7 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 
+from polar.backends import aio_client
+from polar.backends.aio_client import TRANSPORT_ERRORS, Reply
 from polar.backends.base import (
     GenerateChunk,
     GenerateRequest,
@@ -55,6 +59,15 @@ from polar.errors import (
 PAUSE_MODES = ("abort", "retract", "in_place")
 
 
+def _json(body: dict[str, Any]) -> bytes:
+    """A generation request body: orjson, one C call for thousands of prompt ids (httpx's ``json=`` is the
+    standard encoder, several milliseconds for a long prompt); the standard encoder for what orjson refuses."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body).encode()
+
+
 class SGLangBackend:
     """A Backend over an SGLang server (or ``polar serve-model``) at ``base_url``."""
 
@@ -76,7 +89,8 @@ class SGLangBackend:
         self.model_info: dict[str, Any] = dict(model_info or {})
         self.extra_sampling_params = dict(extra_sampling_params or {})
         timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
-        self._client = client or httpx.AsyncClient(timeout=timeout)
+        self._client = client or httpx.AsyncClient(timeout=timeout)  # control calls
+        self._aio = aio_client.Client(timeout_s)  # generation: polar.backends.aio_client says why
 
     @classmethod
     async def connect(cls, base_url: str, *, timeout_s: float = 600.0, **kw: Any) -> SGLangBackend:
@@ -111,11 +125,17 @@ class SGLangBackend:
         body = self._body(request, stream=False)
         url = self.base_url + "/generate"
         try:
-            response = await self._send("POST", "/generate", json=body, request=request)
+            async with self._aio.post(url, _json(body)) as raw:
+                response = Reply(raw)
+                await response.aread()
         except asyncio.CancelledError:
             # The server keeps generating for a request nobody waits for: free its slot (best effort).
             await self._abort_quietly(body["rid"])
             raise
+        except TRANSPORT_ERRORS as exc:
+            raise unavailable(exc, url, self.timeout_s) from exc
+        if response.status_code >= 400:
+            raise http_error(response, url, request, self.model_info)
         payload = json_of(response, url)
         reader = OutputReader(url, request)
         reader.add(payload)
@@ -132,7 +152,8 @@ class SGLangBackend:
         started = time.perf_counter()
         last: GenerateChunk | None = None
         try:
-            async with self._client.stream("POST", url, json=body) as response:
+            async with self._aio.post(url, _json(body)) as raw:
+                response = Reply(raw)
                 if response.status_code >= 400:
                     await response.aread()
                     raise http_error(response, url, request, self.model_info)
@@ -144,8 +165,8 @@ class SGLangBackend:
                         reader.ttft_s = time.perf_counter() - started
                     meta = payload.get("meta_info") or {}
                     if meta.get("finish_reason") is not None:
-                        # Held until the body is read to its end (data: [DONE]), so httpx can reuse the
-                        # connection: a consumer that stops at the final chunk would make it discard it.
+                        # Held until the body is read to its end (data: [DONE]), so the connection can be
+                        # reused: a consumer that stops at the final chunk would make the client discard it.
                         last = GenerateChunk(new_ids, new_logprobs, final=reader.result(payload))
                         continue
                     if new_ids:
@@ -153,7 +174,7 @@ class SGLangBackend:
                 if last is not None:
                     yield last
                     return
-        except httpx.TransportError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise unavailable(exc, url, self.timeout_s) from exc
         raise BackendProtocolError(f"{url}: the stream ended before a chunk with a finish_reason")
 
@@ -229,6 +250,7 @@ class SGLangBackend:
         await self._send("POST", "/abort_request", json={"rid": rid or "", "abort_all": rid is None})
 
     async def aclose(self) -> None:
+        await self._aio.aclose()
         await self._client.aclose()
 
     # ---- HTTP plumbing ----------------------------------------------------------------------------

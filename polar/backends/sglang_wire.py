@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import orjson
 
+from polar.backends.aio_client import Reply
 from polar.backends.base import FinishReason, GenerateRequest, GenerateResult, LogprobSemantics, VersionSpan
 from polar.errors import (
     BackendError,
@@ -158,7 +159,7 @@ def _spans_of(meta: dict[str, Any], n_output: int, url: str) -> tuple[VersionSpa
     return spans
 
 
-async def sse_payloads(response: httpx.Response, url: str) -> AsyncIterator[Any]:
+async def sse_payloads(response: httpx.Response | Reply, url: str) -> AsyncIterator[Any]:
     """The JSON objects of ``data:`` events, up to ``data: [DONE]``.
 
     A server that ignored ``stream`` and answered one JSON body yields that body as the only payload.
@@ -190,7 +191,7 @@ def _loads(data: str, url: str) -> Any:
         raise BackendProtocolError(f"{url}: a stream event is not JSON: {data[:200]!r}") from None
 
 
-def json_of(response: httpx.Response, url: str, *, allow_error: bool = False) -> Any:
+def json_of(response: httpx.Response | Reply, url: str, *, allow_error: bool = False) -> Any:
     if response.status_code >= 400 and not allow_error:
         raise BackendProtocolError(f"{url} answered HTTP {response.status_code}")
     try:
@@ -212,7 +213,7 @@ def message_of(payload: Any) -> str | None:
 
 
 def http_error(
-    response: httpx.Response, url: str, request: GenerateRequest | None, model_info: Mapping[str, Any]
+    response: httpx.Response | Reply, url: str, request: GenerateRequest | None, model_info: Mapping[str, Any]
 ) -> PolarError:
     try:
         payload = response.json()
@@ -256,8 +257,9 @@ def error_from_body(
     return BackendError(f"{url} answered {status}: {message}")
 
 
-def unavailable(exc: httpx.TransportError, url: str, timeout_s: float) -> BackendUnavailable:
-    if isinstance(exc, httpx.TimeoutException):
+def unavailable(exc: Exception, url: str, timeout_s: float) -> BackendUnavailable:
+    """A transport failure (httpx's or aiohttp's) as BackendUnavailable naming the URL."""
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return BackendUnavailable(f"{url} timed out (limit {timeout_s:g} s): {type(exc).__name__}")
     return BackendUnavailable(f"cannot reach {url}: {type(exc).__name__}: {exc}")
 

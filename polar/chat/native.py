@@ -54,7 +54,8 @@ class NativeFormat:
     def render_ids(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, add_generation_prompt: bool = True
     ) -> list[int]:
-        return self.tokenizer.encode(self.template.render(messages, tools, add_generation_prompt=add_generation_prompt))
+        text = self.template.render(messages, tools, add_generation_prompt=add_generation_prompt)
+        return self.tokenizer.encode_rendered(text)
 
     def parse(
         self, output_ids: Sequence[int], tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None

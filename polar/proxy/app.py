@@ -1,4 +1,4 @@
-"""HTTP surface of the gateway: the four provider protocols plus session control.
+"""HTTP surface of the gateway: the four provider protocols, plus session control (``polar.proxy.session_routes``).
 
 Every error leaves through ``_error``: the codec of the route turns a PolarError into its provider's
 status and body. Nothing reaches the harness as a bare 500 traceback. Bodies are checked against the JSON
@@ -17,16 +17,12 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
-import sqlalchemy as sa
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from db import Capture, full_prompt_ids, session_scope
-from db.request_json import full_request_json
 from polar import metrics
 from polar.auth import announce, bearer_of, install_access_log_redaction, matches
 from polar.errors import (
@@ -35,20 +31,18 @@ from polar.errors import (
     InvalidRequest,
     NotFound,
     Overloaded,
-    PermissionDenied,
     PolarError,
     StoreError,
-    invalid_from,
 )
 from polar.proxy import keepalive, ws_denial
 from polar.proxy.admin import add_admin_routes
-from polar.proxy.body import OFFLOAD_BYTES, FastJSONResponse, read_body, read_json
+from polar.proxy.body import OFFLOAD_BYTES, FastJSONResponse, read_body
 from polar.proxy.canonical import ChatRequest
 from polar.proxy.gateway import Gateway
-from polar.proxy.health import add_health_routes, finite_or_none
-from polar.proxy.json_guard import parse_json
-from polar.proxy.policy import ScriptedPolicySpec
+from polar.proxy.health import add_health_routes
+from polar.proxy.json_guard import parse_json_after
 from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
+from polar.proxy.session_routes import add_session_routes, api_key
 from polar.proxy.sessions import SessionInfo
 
 log = logging.getLogger(__name__)
@@ -61,16 +55,6 @@ def _error(codec: ProtocolCodec, exc: PolarError) -> JSONResponse:
     return FastJSONResponse(body, status_code=status, headers=headers)
 
 
-def _api_key(request: Request, *, query: bool = False) -> str | None:
-    """A session key: a Bearer token or the provider's own header; ``?key=`` only where ``query`` (the Gemini
-    paths, where Google's clients put it; the access log redacts it)."""
-    key = bearer_of(request.headers.get("authorization"))
-    key = key or request.headers.get("x-api-key") or request.headers.get("x-goog-api-key")
-    if key is None and query:
-        key = request.query_params.get("key")
-    return key
-
-
 async def _frames_as_bytes(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
     async for frame in frames:
         yield frame.encode()
@@ -78,20 +62,35 @@ async def _frames_as_bytes(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
 
 async def _decode(
     gw: Gateway, request: Request, codec: ProtocolCodec, model: str | None, stream: bool | None, *, count: bool = False
-) -> tuple[Any, ChatRequest]:
-    """The body checked and decoded into a ChatRequest; in a worker thread when it is large, so one big body
-    does not hold up the event loop (and with it every other session's calls)."""
+) -> tuple[Any, ChatRequest, bool]:
+    """The body checked and decoded into a ChatRequest, and whether it went the strict way (it may then spare the
+    session's next call the same work: ``parse_json_after``); in a worker thread when it is large, so one big
+    body does not hold up the event loop (and with it every other session's calls)."""
     raw = await read_body(request, gw.settings.max_body_bytes)
+    prior = None if count else _prior_request(gw, request, codec)
 
-    def decode() -> tuple[Any, ChatRequest]:
-        body = parse_json(raw, gw.limits)
+    def decode() -> tuple[Any, ChatRequest, bool]:
+        body, strict = parse_json_after(raw, gw.limits, prior[1] if prior is not None else None)
         if count and isinstance(body, dict) and codec is ANTHROPIC:
             body = {"max_tokens": 1, **body}  # count_tokens bodies carry no max_tokens
-        return body, codec.parse_request(body, path_model=model, path_stream=False if count else stream)
+        extend = getattr(codec, "parse_extension", None)
+        if prior is not None and extend is not None:
+            extended = extend(body, prior[1], prior[2])
+            if extended is not None:
+                return body, extended, strict
+        return body, codec.parse_request(body, path_model=model, path_stream=False if count else stream), strict
 
     if len(raw) >= OFFLOAD_BYTES:
         return await asyncio.to_thread(decode)
     return decode()
+
+
+def _prior_request(gw: Gateway, request: Request, codec: ProtocolCodec) -> tuple[str, Any, ChatRequest] | None:
+    """The latest request of the caller's session in this codec, when its key is in the process's cache (no I/O,
+    and nothing is trusted from it: it only says which parts of the new body were checked and decoded before)."""
+    session = gw.sessions.cached(api_key(request, query=codec is GEMINI))
+    prior = gw.histories.last_request(session.id) if session is not None else None
+    return prior if prior is not None and prior[0] == codec.name else None
 
 
 def _internal(codec: ProtocolCodec, what: str) -> JSONResponse:
@@ -105,8 +104,12 @@ async def _model_call(
 ) -> Response:
     started = time.perf_counter()
     try:
-        body, chat = await _decode(gw, request, codec, model, stream)
-        session = await _authenticate(gw, _api_key(request, query=codec is GEMINI))
+        body, chat, strict = await _decode(gw, request, codec, model, stream)
+        session = await _authenticate(gw, api_key(request, query=codec is GEMINI))
+        if strict:
+            gw.histories.remember_request(session.id, codec.name, body, chat)
+        else:
+            gw.histories.forget_request(session.id)
         plan = await gw.calls.plan_call(session, codec, body, chat, gw.policy_for(session), started)
         every_s = gw.settings.keepalive_s
         if not chat.stream:
@@ -177,18 +180,10 @@ async def _authenticate(gw: Gateway, key: str | None) -> SessionInfo:
 
 
 async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> int:
-    _, chat = await _decode(gw, request, codec, model, False, count=True)
-    await _authenticate(gw, _api_key(request, query=codec is GEMINI))
+    _, chat, _ = await _decode(gw, request, codec, model, False, count=True)
+    await _authenticate(gw, api_key(request, query=codec is GEMINI))
     ids = await asyncio.to_thread(gw.builder.canonical_ids, chat.messages, chat.tools)  # tokenizing: off the loop
     return len(ids)
-
-
-class SessionCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    policy: dict[str, Any] | None = Field(default=None, description="e.g. a scripted policy for tests")
-    models: list[str] | None = Field(default=None, description="model names to accept; default any")
-    rollout_id: str | None = None
-    replace_key: bool = Field(default=False, description="a new key for rollout_id's existing session")
 
 
 def _control_error(exc: PolarError) -> JSONResponse:
@@ -283,90 +278,7 @@ def create_app(gw: Gateway) -> FastAPI:
     async def models() -> Response:
         return JSONResponse({"object": "list", "data": [{"id": gw.model_name, "object": "model", "owned_by": "polar"}]})
 
-    # ---- session control ----------------------------------------------------------------------------
-
-    async def authorize_control(request: Request, session_id: str | None = None) -> None:
-        """The control token (only as ``Authorization: Bearer``), or a session key reading its own session
-        (``session_id``); anything else is a 401, another session's key a 403."""
-        if matches(bearer_of(request.headers.get("authorization")), control_token):
-            return
-        key = _api_key(request)
-        if key:
-            own = await gw.in_store(gw.sessions.session_of_key, key)
-            if own is not None:
-                if session_id is not None and matches(own, session_id):
-                    return
-                raise PermissionDenied("a session key cannot act on another session or create sessions")
-        raise AuthenticationError("this endpoint needs the control token as a Bearer token")
-
-    @app.post("/v1/sessions")
-    async def create_session(request: Request) -> Response:
-        try:
-            await authorize_control(request)
-            raw = await read_json(request, gw.settings.max_body_bytes, gw.limits)
-            try:
-                spec = SessionCreate.model_validate(raw if raw is not None else {})
-            except ValidationError as exc:
-                raise invalid_from(exc, "session request") from None
-            if spec.policy is not None:
-                ScriptedPolicySpec.parse(spec.policy)  # reject a bad script now, not at the first call
-            info, key = await gw.in_store(
-                partial(
-                    gw.sessions.create,
-                    policy=spec.policy,
-                    models=spec.models,
-                    rollout_id=spec.rollout_id,
-                    replace_key=spec.replace_key,
-                )
-            )
-        except PolarError as exc:
-            return _control_error(exc)
-        except Exception:
-            return _internal(OPENAI_CHAT, "POST /v1/sessions")
-        base = str(request.base_url).rstrip("/")
-        return JSONResponse(
-            {
-                "session_id": info.id,
-                "api_key": key,
-                "base_urls": {"openai": f"{base}/v1", "anthropic": base, "gemini": base},
-            },
-            status_code=201,
-        )
-
-    @app.get("/v1/sessions/{session_id}")
-    async def get_session(session_id: str, request: Request) -> Response:
-        try:
-            await authorize_control(request, session_id)
-            info = await gw.in_store(gw.sessions.get, session_id)
-        except PolarError as exc:
-            return _control_error(exc)
-        return JSONResponse({"session_id": info.id, "closed": info.closed, "models": list(info.models)})
-
-    @app.api_route("/v1/sessions/{session_id}/close", methods=["POST"])
-    @app.delete("/v1/sessions/{session_id}")
-    async def close_session(session_id: str, request: Request) -> Response:
-        try:
-            await authorize_control(request)
-            info = await gw.in_store(gw.sessions.close, session_id)
-        except PolarError as exc:
-            return _control_error(exc)
-        gw.histories.forget(session_id)
-        return JSONResponse({"session_id": info.id, "closed": True})
-
-    @app.get("/v1/sessions/{session_id}/captures")
-    async def list_captures(
-        session_id: str, request: Request, full_prompt: bool = False, requests: bool = False
-    ) -> Response:
-        try:
-            await authorize_control(request, session_id)
-            await gw.in_store(gw.sessions.get, session_id)
-            rows = await gw.in_store(_captures, gw, session_id, full_prompt, requests)
-        except PolarError as exc:
-            return _control_error(exc)
-        except Exception:
-            return _internal(OPENAI_CHAT, "GET captures")
-        return JSONResponse({"session_id": session_id, "captures": rows})
-
+    authorize_control = add_session_routes(app, gw, control_token, _control_error, _internal)
     add_admin_routes(app, gw, authorize_control, _control_error)
 
     @app.get("/metrics")
@@ -384,49 +296,3 @@ def create_app(gw: Gateway) -> FastAPI:
         return _control_error(PolarError("internal error in the gateway; see its log"))
 
     return app
-
-
-CAPTURE_FIELDS = (
-    "id",
-    "seq",
-    "protocol",
-    "model",
-    "status",
-    "error",
-    "parent_id",
-    "prefix_len",
-    "n_prompt",
-    "n_prompt_delta",
-    "n_output",
-    "prompt_delta_ids",
-    "output_ids",
-    "output_logprobs",
-    "finish_reason",
-    "matched_stop",
-    "weight_version",
-    "version_spans",
-    "sampling_params",
-    "render_mode",
-    "backend",
-    "logprob_semantics",
-    "latency_s",
-    "ttft_s",
-)
-
-
-def _captures(gw: Gateway, session_id: str, full_prompt: bool, requests: bool) -> list[dict[str, Any]]:
-    with session_scope(gw.factory) as db:
-        rows = db.scalars(sa.select(Capture).where(Capture.rollout_id == session_id).order_by(Capture.seq)).all()
-        out = []
-        for row in rows:
-            item = {name: getattr(row, name) for name in CAPTURE_FIELDS}
-            # A non-finite logprob stored before output checks existed must not make this listing fail.
-            item["output_logprobs"] = finite_or_none(row.output_logprobs)
-            item["status"] = row.status.value
-            item["created_at"] = row.created_at.isoformat()
-            if full_prompt:
-                item["prompt_ids"] = full_prompt_ids(db, row)
-            if requests:
-                item["request"] = full_request_json(db, row)  # as the harness sent it
-            out.append(item)
-        return out

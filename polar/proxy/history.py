@@ -92,6 +92,9 @@ class SessionHistory:
     next_seq: int = 0  # every seq below is known here (a capture, or an error capture)
     ahead: set[int] = field(default_factory=set)  # known seqs above a gap (the gap: captures written elsewhere)
     tool_steps: int = 0  # how many known calls offered tools (the scripted policy's cursor)
+    # The latest request decoded for this session: (protocol, body, ChatRequest); the next one re-sends most of
+    # it, and only what it adds is checked and decoded again (polar.proxy.app).
+    last_request: tuple[str, Any, ChatRequest] | None = None
 
     @property
     def complete(self) -> bool:
@@ -285,7 +288,9 @@ class HistoryCache:
         with history.lock:
             history.insert(node)
             if prompt_ids is not None:
-                history.remember_prompt(node.id, prompt_ids)
+                # A root's full prompt is its delta: one array for both, not two copies.
+                full = node.prompt_delta_ids if node.prefix_len == 0 and node.parent_id is None else prompt_ids
+                history.remember_prompt(node.id, full)
 
     def note_seq(self, session_id: str, seq: int) -> None:
         """A seq this process used without a node (an error capture)."""
@@ -311,6 +316,20 @@ class HistoryCache:
         history = self._history(session_id)
         with history.lock:
             history.remember_body(capture_id, body)
+
+    def last_request(self, session_id: str) -> tuple[str, Any, ChatRequest] | None:
+        """The session's latest decoded request, if this process holds its history (no I/O)."""
+        history = self._sessions.get(session_id)
+        return history.last_request if history is not None else None
+
+    def remember_request(self, session_id: str, protocol: str, body: Any, request: ChatRequest) -> None:
+        """The session's latest request, decoded from a body that went the strict way (``parse_json_after``)."""
+        self._history(session_id).last_request = (protocol, body, request)
+
+    def forget_request(self, session_id: str) -> None:
+        history = self._sessions.get(session_id)
+        if history is not None:
+            history.last_request = None
 
     def forget(self, session_id: str) -> None:
         with self._lock:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,7 @@ import orjson
 from polar.errors import InvalidRequest
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_BIG = float(2**63)
 
 
 @dataclass(frozen=True)
@@ -46,16 +45,28 @@ def parse_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
     """Decode ``raw`` and check it against ``limits``; every failure is an ``InvalidRequest`` (400).
 
     orjson first (fast, and strict: what it accepts has no NaN, no lone surrogate, no integer beyond 64 bits);
-    a body it refuses, or one with a 19-digit run (orjson reads integers beyond 64 bits as floats), is decoded
-    again by the standard parser, whose errors name the offending field."""
-    if not _LONG_DIGITS.search(raw):
+    a body it refuses, or one holding a float of 2**63 or more (orjson reads integers beyond 64 bits as floats),
+    is decoded again by the standard parser, whose errors name the offending field."""
+    return parse_json_after(raw, limits)[0]
+
+
+def parse_json_after(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: Any = None) -> tuple[Any, bool]:
+    """``parse_json``, and whether the body went the strict (orjson) way: only such a body may be ``checked``
+    for the next one. ``checked``: a strict body that passed these checks before (the session's previous
+    request): a top-level value equal to its counterpart there, and the leading items of a list equal to its
+    list, are not walked again; equal values at the same place pass alike (an agent re-sends its whole
+    conversation every turn; only what is new costs)."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    else:
         try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            check_json(value, limits, strict=True, skip=_known_parts(value, checked))
+        except _MaybeBigInteger:
             pass
         else:
-            check_json(value, limits, strict=True)
-            return value
+            return value, True
     try:
         value = json.loads(raw)
     except RecursionError:
@@ -65,7 +76,11 @@ def parse_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, and ints beyond Python's digit limit
         raise InvalidRequest(f"request body is not valid JSON: {exc}", field="body") from None
     check_json(value, limits)
-    return value
+    return value, False
+
+
+class _MaybeBigInteger(Exception):
+    """A float of 2**63 or more on the strict path: orjson may have read an integer beyond 64 bits as it."""
 
 
 def _field(path: tuple[str | int, ...]) -> str:
@@ -92,10 +107,47 @@ def _check_string(text: str, path: tuple[str | int, ...], limits: JsonLimits, wh
         ) from None
 
 
-def check_json(value: Any, limits: JsonLimits = DEFAULT_LIMITS, *, strict: bool = False) -> None:
+def _known_parts(value: Any, checked: Any) -> dict[str, int]:
+    """Top-level key -> how many of its leading items (-1: all of it) equal ``checked``'s, already checked."""
+    if not isinstance(value, dict) or not isinstance(checked, dict):
+        return {}
+    known: dict[str, int] = {}
+    for key, item in value.items():
+        if key not in checked:
+            continue
+        old = checked[key]
+        if isinstance(item, list) and isinstance(old, list) and 0 < len(old) <= len(item):
+            if item[: len(old)] == old:
+                known[key] = -1 if len(old) == len(item) else len(old)
+        elif type(item) is type(old) and isinstance(item, dict | list) and item == old:
+            known[key] = -1
+    return known
+
+
+def check_json(
+    value: Any, limits: JsonLimits = DEFAULT_LIMITS, *, strict: bool = False, skip: dict[str, int] | None = None
+) -> None:
     """Raise ``InvalidRequest`` naming a field of ``value`` that breaks ``limits`` (module docstring).
-    ``strict``: ``value`` came from orjson, so its strings are valid Unicode (no surrogate check)."""
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    ``strict``: ``value`` came from orjson, so its strings are valid Unicode (no surrogate check).
+    ``skip``: top-level keys known to pass, wholly (-1) or in their first N list items (``parse_json``)."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = []
+    if skip and isinstance(value, dict):
+        if limits.max_depth <= 0:
+            raise InvalidRequest(f"body: nested deeper than the limit of {limits.max_depth} levels", field="body")
+        for key, child in value.items():
+            _check_string(key, (key,), limits, "key", strict)
+            known = skip.get(key)
+            if known is None:
+                stack.append((child, (key,)))
+            elif known >= 0:
+                if limits.max_depth <= 1:
+                    raise InvalidRequest(
+                        f"{_field((key,))}: nested deeper than the limit of {limits.max_depth} levels",
+                        field=_field((key,)),
+                    )
+                stack.extend((child[i], (key, i)) for i in range(known, len(child)))
+    else:
+        stack.append((value, ()))
     while stack:
         node, path = stack.pop()
         if isinstance(node, str):
@@ -103,6 +155,8 @@ def check_json(value: Any, limits: JsonLimits = DEFAULT_LIMITS, *, strict: bool 
         elif isinstance(node, bool) or node is None:
             continue
         elif isinstance(node, float):
+            if strict and abs(node) >= _BIG:
+                raise _MaybeBigInteger()
             if not math.isfinite(node):
                 raise InvalidRequest(
                     f"{_field(path)}: numbers must be finite, not {node!r}", field=_field(path)

@@ -1,20 +1,21 @@
 """Durable capture writes with group commit (DESIGN §2.4: durable before acknowledged).
 
 Concurrent calls hand their capture rows to one writer thread, which commits everything pending in one
-transaction and then wakes each caller with its capture id. Throughput scales with concurrency while
-every caller still waits for its own commit. ``seq`` numbers are assigned in the transaction from the
-rollout's counter (``rollouts.next_capture_seq``, incremented with ``UPDATE ... RETURNING``): the row lock orders
-writers in every gateway process and replica, so there is no ``max(seq)`` read and no race. Rollouts are
-locked in id order, so two writers' batches never deadlock. Only a capture inserted by something that does not
-use the counter can make a number collide; then the counter is moved past the rollout's highest seq and the
-batch is retried.
+transaction (one counter update and one multi-row insert, on its own connection: ``polar.proxy.capture_sql``)
+and then wakes each caller with its capture id (one wake-up of the event loop per batch). Throughput scales
+with concurrency while every caller still waits for its own commit. ``seq`` numbers are assigned in the
+transaction from the rollout's counter (``rollouts.next_capture_seq``, incremented with ``UPDATE ... RETURNING``):
+the row lock orders writers in every gateway process and replica, so there is no ``max(seq)`` read and no race.
+Rollouts are locked in id order, so two writers' batches never deadlock. Only a capture inserted by something
+that does not use the counter can make a number collide; then the counter is moved past the rollout's highest
+seq and the batch is retried.
 
-A bad row fails only itself: when a batch fails for a reason other than the store itself (unreachable, a
-timeout, a lost connection), a value the database rejects or a constraint is to blame, and the batch is split
-in halves and each half committed on its own, down to single rows, so the other sessions' captures commit and
-the offending row's caller gets the database's reason.
-A caller waits at most ``timeout_s`` (a frozen store is a 503, not a hang); a row whose caller has given up
-before its transaction began is not written.
+A bad row fails only itself: a row whose values cannot be encoded is refused alone, before the transaction; when
+a batch fails for a reason other than the store itself (unreachable, a timeout, a lost connection), a value the
+database rejects or a constraint is to blame, and the batch is split in halves and each half committed on its
+own, down to single rows, so the other sessions' captures commit and the offending row's caller gets the
+database's reason. A caller waits at most ``timeout_s`` (a frozen store is a 503, not a hang); a row whose
+caller has given up before its transaction began is not written.
 """
 
 from __future__ import annotations
@@ -26,14 +27,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import Capture, Rollout, session_scope
 from db.engine import rows_matched
 from polar.errors import PermissionDenied, PolarError, StoreError
+from polar.proxy import capture_sql
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +66,8 @@ class CaptureWriter:
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self._conn: Connection | None = None  # the writer thread's own connection, kept between batches
+        self._committing = False
         self.commits = 0  # transactions committed (for benchmarks)
         self.observe_commit: Callable[[int, float], None] | None = None  # (batch size, seconds): metrics
 
@@ -92,6 +98,9 @@ class CaptureWriter:
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(None)
             self._thread.join(timeout=10)
+        if self._conn is not None and (self._thread is None or not self._thread.is_alive()):
+            conn, self._conn = self._conn, None
+            conn.close()
 
     def _run(self) -> None:
         while True:
@@ -120,11 +129,7 @@ class CaptureWriter:
             self.commits += 1
             if self.observe_commit is not None:
                 self.observe_commit(len(batch), time.perf_counter() - started)
-            for pending, outcome in zip(batch, ids, strict=True):
-                if isinstance(outcome, Stored):
-                    pending.loop.call_soon_threadsafe(_resolve, pending.future, outcome, None)
-                else:
-                    pending.loop.call_soon_threadsafe(_resolve, pending.future, None, outcome)
+            _wake(batch, ids)
             return
         if row_fault and len(batch) > 1:  # find the offending row(s): the rest commit
             half = len(batch) // 2
@@ -132,8 +137,7 @@ class CaptureWriter:
             self._commit(batch[half:])
             return
         assert error is not None
-        for pending in batch:
-            pending.loop.call_soon_threadsafe(_resolve, pending.future, None, error)
+        _wake(batch, [error] * len(batch))
 
     def _attempt(self, batch: list[_Pending]) -> tuple[list[Stored | PolarError] | None, PolarError | None, bool]:
         """Insert the batch: (each row's Stored or refusal, None, _) on success, else (None, error, whether a row
@@ -160,20 +164,54 @@ class CaptureWriter:
         return None, _row_error(conflict, batch, "could not assign a capture sequence number"), True
 
     def _insert(self, batch: list[_Pending]) -> list[Stored | PolarError]:
-        """One transaction: the batch's rollout rows locked in id order (so concurrent writers never deadlock),
-        one counter increment for all of them that also checks each session is open under its call's key, then
-        the rows. Rows of a revoked session are left out and get ``PermissionDenied``."""
+        """One transaction on the writer's own connection (``polar.proxy.capture_sql``): the batch's rollout rows
+        locked in id order (so concurrent writers never deadlock), one counter increment for all of them that
+        also checks each session is open under its call's key, then one multi-row insert. Rows of a revoked
+        session are left out and get ``PermissionDenied``; a row whose values cannot be encoded gets its error.
+
+        The connection is kept between batches (no pre-ping per transaction). One the server dropped fails the
+        batch before its commit is sent; the batch is then tried once more on a new connection. A failure while
+        committing is never retried: the commit may have landed."""
+        try:
+            return self._transaction(batch)
+        except (PolarError, OperationalError, InterfaceError):
+            conn, self._conn = self._conn, None
+            if conn is None or not conn.invalidated or self._committing:
+                raise
+            log.warning("the capture writer's connection was dropped; retrying the batch on a new one")
+            return self._transaction(batch)
+
+    def _connection(self) -> Connection:
+        conn = self._conn
+        if conn is None or conn.invalidated or conn.closed:
+            if conn is not None:
+                conn.close()
+            engine = self._factory.kw["bind"]
+            conn = self._conn = engine.connect()
+        return conn
+
+    def _transaction(self, batch: list[_Pending]) -> list[Stored | PolarError]:
+        self._committing = False
+        conn = self._connection()
+        dialect = conn.dialect
+        refused: dict[int, PolarError] = {}
+        encoded: dict[int, list[Any]] = {}
+        for pending in batch:
+            try:
+                encoded[id(pending)] = capture_sql.encode_row(pending.row, dialect)
+            except Exception as exc:  # a value the column type refuses (an id beyond int32, ...): this row only
+                refused[id(pending)] = _row_error(exc, [pending])
         groups: dict[tuple[str, str | None], list[_Pending]] = {}
         for pending in batch:
-            groups.setdefault((pending.row.rollout_id, pending.key_hash), []).append(pending)
-        refused: dict[int, PolarError] = {}
-        with session_scope(self._factory) as db:
+            if id(pending) not in refused:
+                groups.setdefault((pending.row.rollout_id, pending.key_hash), []).append(pending)
+        with conn.begin() as transaction:
             rollout_ids = sorted({rollout_id for rollout_id, _ in groups})
-            if len(rollout_ids) > 1:
-                db.execute(
-                    sa.select(Rollout.id).where(Rollout.id.in_(rollout_ids)).order_by(Rollout.id).with_for_update()
-                )
-            ends = self._advance(db, groups)
+            lock = capture_sql.lock_sql(dialect, len(rollout_ids))
+            if lock is not None and len(rollout_ids) > 1:
+                conn.exec_driver_sql(lock, tuple(rollout_ids))
+            ends = self._advance(conn, groups)
+            rows: list[_Pending] = []
             for (rollout_id, key_hash), members in groups.items():
                 end = ends.get((rollout_id, key_hash))
                 if end is None and key_hash is not None:
@@ -186,16 +224,30 @@ class CaptureWriter:
                 seq = (end if end is not None else len(members)) - len(members)
                 for pending in members:
                     pending.row.seq = seq
+                    encoded[id(pending)] = capture_sql.with_seq(encoded[id(pending)], seq)
                     seq += 1
-                    pending.row.id = None  # type: ignore[assignment]  # a rolled-back attempt's id (transient row)
-            rows = [p.row for p in batch if id(p) not in refused]
-            db.add_all(rows)
-            db.flush()
-            return [refused.get(id(p)) or Stored(p.row.id, p.row.seq) for p in batch]
+                    rows.append(pending)
+            ids: dict[tuple[str, int], int] = {}
+            if rows:
+                sql, params = capture_sql.insert_statement(dialect, [encoded[id(pending)] for pending in rows])
+                result = conn.exec_driver_sql(sql, params)
+                ids = {(rollout_id, seq): capture_id for capture_id, rollout_id, seq in result}
+            self._committing = True
+            transaction.commit()
+        self._committing = False
+        out: list[Stored | PolarError] = []
+        for pending in batch:
+            error = refused.get(id(pending))
+            if error is not None:
+                out.append(error)
+                continue
+            pending.row.id = ids[pending.row.rollout_id, pending.row.seq]
+            out.append(Stored(pending.row.id, pending.row.seq))
+        return out
 
     @staticmethod
     def _advance(
-        db: Session, groups: dict[tuple[str, str | None], list[_Pending]]
+        conn: Connection, groups: dict[tuple[str, str | None], list[_Pending]]
     ) -> dict[tuple[str, str | None], int]:
         """Increment the counters: one UPDATE for every rollout with one key in the batch (the usual case), one
         more per group of a rollout seen under two keys. Returns each group's counter after its increment;
@@ -206,32 +258,16 @@ class CaptureWriter:
         single = {r: g[0] for r, g in per_rollout.items() if len(g) == 1}
         ends: dict[tuple[str, str | None], int] = {}
         if single:
-            open_under_key = [
-                sa.and_(Rollout.id == r, Rollout.closed_at.is_(None), Rollout.session_token_hash == k)
-                if k is not None
-                else Rollout.id == r
-                for r, (k, _) in single.items()
-            ]
-            step = sa.case({r: n for r, (_, n) in single.items()}, value=Rollout.id, else_=0)
-            for rollout_id, end in db.execute(
-                sa.update(Rollout)
-                .where(sa.or_(*open_under_key))
-                .values(next_capture_seq=Rollout.next_capture_seq + step)
-                .returning(Rollout.id, Rollout.next_capture_seq)
-            ):
+            params = tuple(v for r, (k, n) in single.items() for v in (r, n, k))
+            for rollout_id, end in conn.exec_driver_sql(capture_sql.advance_sql(conn.dialect, len(single)), params):
                 ends[rollout_id, single[rollout_id][0]] = end
         for rollout_id, keyed in per_rollout.items():
             if rollout_id in single:
                 continue
             for key_hash, n in keyed:
-                update = sa.update(Rollout).where(Rollout.id == rollout_id)
-                if key_hash is not None:
-                    update = update.where(Rollout.closed_at.is_(None), Rollout.session_token_hash == key_hash)
-                after = db.scalar(
-                    update.values(next_capture_seq=Rollout.next_capture_seq + n).returning(Rollout.next_capture_seq)
-                )
-                if after is not None:
-                    ends[rollout_id, key_hash] = after
+                sql = capture_sql.advance_sql(conn.dialect, 1)
+                for _, end in conn.exec_driver_sql(sql, (rollout_id, n, key_hash)):
+                    ends[rollout_id, key_hash] = end
         return ends
 
     def _resync(self, rollout_ids: list[str]) -> bool:
@@ -270,6 +306,26 @@ def _row_error(exc: Exception, batch: list[_Pending], context: str = "") -> Stor
     if len(batch) == 1:
         log.warning("capture%s refused by the store: %s", where, reason)
     return StoreError(f"could not store the capture{where}: {prefix}{exc.__class__.__name__}: {reason}"[:2000])
+
+
+def _wake(batch: list[_Pending], outcomes: list[Stored | PolarError]) -> None:
+    """Hand each caller its outcome: one wake-up of each event loop for the whole batch, not one per row."""
+    per_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Stored], Stored | PolarError]]] = {}
+    for pending, outcome in zip(batch, outcomes, strict=True):
+        per_loop.setdefault(pending.loop, []).append((pending.future, outcome))
+    for loop, items in per_loop.items():
+        try:
+            loop.call_soon_threadsafe(_resolve_all, items)
+        except RuntimeError:  # that loop is closed: its callers are gone
+            pass
+
+
+def _resolve_all(items: list[tuple[asyncio.Future[Stored], Stored | PolarError]]) -> None:
+    for future, outcome in items:
+        if isinstance(outcome, Stored):
+            _resolve(future, outcome, None)
+        else:
+            _resolve(future, None, outcome)
 
 
 def _resolve(future: asyncio.Future[Stored], value: Stored | None, error: BaseException | None) -> None:

@@ -20,17 +20,16 @@ import logging
 import time
 import uuid
 from array import array
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from db.request_json import compact_request
 from polar import metrics
-from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, SamplingParams
+from polar.backends.base import GenerateRequest, GenerateResult, SamplingParams
 from polar.capture import capture_row
 from polar.chat.protocol import ChatFormat
 from polar.errors import (
-    BackendProtocolError,
     BackendTimeout,
     ContextLengthExceeded,
     InvalidRequest,
@@ -46,13 +45,14 @@ from polar.proxy.policy import Policy, PolicyContext
 from polar.proxy.protocols.base import ProtocolCodec, StreamMeta
 from polar.proxy.recorder import CaptureWriter
 from polar.proxy.sessions import SessionInfo
+from polar.proxy.streaming import StreamingCalls, finished
 from polar.settings import RenderMode
 from polar.tokens.messages import Message, Role
-from polar.tokens.parsers import MalformedToolCall, collect
-from polar.tokens.render import Prompt, PromptBuilder
+from polar.tokens.render import PriorCall, Prompt, PromptBuilder
 
 log = logging.getLogger(__name__)
 MAX_MODEL_NAME = 256  # the width of captures.model
+INLINE_CHARS = 16_384  # an append-mode tail up to this long is tokenized on the event loop (well under 1 ms)
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class _Stale(Exception):
     """The request may extend a call this process has not loaded yet."""
 
 
-class CallService:
+class CallService(StreamingCalls):
     def __init__(
         self,
         *,
@@ -109,22 +109,12 @@ class CallService:
 
     # ---- planning ---------------------------------------------------------------------------------
 
-    def plan(
-        self,
-        session: SessionInfo,
-        codec: ProtocolCodec,
-        body: Any,
-        request: ChatRequest,
-        policy: Policy,
-        history: SessionHistory | None = None,
-        *,
-        fresh: bool = True,
-        started: float | None = None,
-    ) -> CallPlan:
-        """Build the prompt and sampling parameters (blocking: runs in a worker thread). ``history`` is the
-        session's (``plan_call`` gets it); None loads it here. Unless ``fresh`` (just read from the store), a
-        request holding an assistant message no known call explains raises ``_Stale``: a call this process has
-        not seen (another replica's) may be its parent."""
+    def _parent(
+        self, session: SessionInfo, request: ChatRequest, history: SessionHistory, fresh: bool
+    ) -> tuple[PriorCall, int] | None:
+        """The request checked, and the earlier call it extends (cheap: no tokenizing). Unless ``fresh`` (the
+        history was just read from the store), a request holding an assistant message no known call explains
+        raises ``_Stale``: a call this process has not seen (another replica's) may be its parent."""
         if "\x00" in request.model or len(request.model) > MAX_MODEL_NAME:
             raise InvalidRequest(
                 f"model: a model name has at most {MAX_MODEL_NAME} characters and no NUL", field="model"
@@ -135,13 +125,26 @@ class CallService:
                 field="model",
             )
         self._refuse_surely_too_long(request)
-        history = history if history is not None else self.histories.load(session.id)
         messages = request.messages
         found = self.builder.find_parent(messages, request.tools, history.candidates(len(messages)), ordered=True)
         if not fresh and any(m.role is Role.ASSISTANT for m in messages[found[1] if found else 0 :]):
             raise _Stale()
+        return found
+
+    def _build(
+        self,
+        session: SessionInfo,
+        codec: ProtocolCodec,
+        body: Any,
+        request: ChatRequest,
+        policy: Policy,
+        history: SessionHistory,
+        found: tuple[PriorCall, int] | None,
+        started: float | None,
+    ) -> CallPlan:
+        """The prompt ids (tokenizing: a whole conversation when no earlier call is extended) and the plan."""
         prompt = self.builder.build_on(
-            found, messages, request.tools, self.render_mode, had_candidates=bool(history.nodes)
+            found, request.messages, request.tools, self.render_mode, had_candidates=bool(history.nodes)
         )
         budget = self.context_length - len(prompt.ids)
         if budget <= 0:
@@ -152,6 +155,17 @@ class CallService:
         context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
         started = time.perf_counter() if started is None else started
         return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started)
+
+    def _cheap(self, request: ChatRequest, found: tuple[PriorCall, int] | None) -> bool:
+        """Whether building on ``found`` is cheap enough for the event loop: an append-mode extension whose new
+        messages are short (tokenizing them takes well under a millisecond); anything else goes to a thread."""
+        if found is None or self.render_mode is not RenderMode.APPEND:
+            return False
+        chars = 0
+        for message in request.messages[found[1] :]:
+            chars += len(message.content) + len(message.reasoning or "")
+            chars += sum(len(call.arguments) + len(call.name) for call in message.tool_calls)
+        return chars <= INLINE_CHARS
 
     async def plan_call(
         self,
@@ -164,20 +178,21 @@ class CallService:
     ) -> CallPlan:
         """``plan`` with the session's history: from memory in the steady state, read from the store (only the
         captures this process lacks) on a session's first call here, after a seq this process skipped, or
-        when the request holds a reply no known call explains."""
+        when the request holds a reply no known call explains. The usual call (an append-mode extension by a
+        few short messages) is planned on the event loop; a canonical render or a long tail in a worker thread."""
         history = self.histories.cached(session.id)
         fresh = history is None
         if history is None:
             history = await self.load_history(session.id)
         try:
-            return await asyncio.to_thread(
-                self.plan, session, codec, body, request, policy, history, fresh=fresh, started=started
-            )
+            found = self._parent(session, request, history, fresh)
         except _Stale:
             history = await self.load_history(session.id)
-            return await asyncio.to_thread(
-                self.plan, session, codec, body, request, policy, history, fresh=True, started=started
-            )
+            found = self._parent(session, request, history, True)
+        args = (session, codec, body, request, policy, history, found, started)
+        if self._cheap(request, found):
+            return self._build(*args)
+        return await asyncio.to_thread(self._build, *args)
 
     def _refuse_surely_too_long(self, request: ChatRequest) -> None:
         """A prompt whose text alone needs more tokens than the context window holds is refused before it is
@@ -219,23 +234,6 @@ class CallService:
         except TimeoutError:
             raise StoreError(f"the store did not answer within {self.store_timeout_s:g} s") from None
 
-    async def _next(self, chunks: AsyncIterator[GenerateChunk], deadline: float) -> GenerateChunk | None:
-        """The next chunk, or None at the end; ``BackendTimeout`` once the call's deadline has passed."""
-        remaining = deadline - asyncio.get_running_loop().time()
-        if remaining <= 0:
-            raise self._timeout()
-        try:
-            async with asyncio.timeout(remaining):  # in this task: a stream's connection stays in its own task
-                return await anext(chunks, None)
-        except TimeoutError:
-            raise self._timeout() from None
-
-    @staticmethod
-    def _check_chunk(check: OutputCheck, chunk: GenerateChunk) -> None:
-        check.chunk(chunk.output_ids, chunk.output_logprobs)
-        if chunk.final is not None:
-            check.result(chunk.final, streamed=True)
-
     # ---- non-streaming ----------------------------------------------------------------------------
 
     async def complete(self, plan: CallPlan) -> dict[str, Any]:
@@ -258,7 +256,7 @@ class CallService:
         completion = self._completion(plan, final, parsed_events)
         response = plan.codec.response(completion, request=plan.request)
         await self._record(plan, final, completion, response)
-        _finished(plan, final, generated_s)
+        finished(plan, final, generated_s)
         return response
 
     async def _slot(self, plan: CallPlan) -> Callable[[], None]:
@@ -278,96 +276,10 @@ class CallService:
 
         return release
 
-    # ---- streaming --------------------------------------------------------------------------------
-
-    async def open_stream(self, plan: CallPlan) -> tuple[AsyncIterator[str], Callable[[], None]]:
-        """Start generating; errors before the first token raise here (a normal error response). Returns the
-        frames and the release of the call's in-flight slot: the frames release it when the generation ends;
-        the caller calls it too once the response is over (a stream whose client left before it started)."""
-        slot = await self._slot(plan)
-        generating = time.perf_counter()
-        check = self._check(plan)
-        deadline = asyncio.get_running_loop().time() + self.backend_deadline_s
-        chunks = plan.policy.stream(self._request(plan), plan.context)
-        try:
-            first = await self._next(chunks, deadline)
-            if first is None:
-                raise BackendProtocolError("the backend ended its stream without a result")
-            self._check_chunk(check, first)
-            metrics.TTFT.labels(plan.codec.name).observe(time.perf_counter() - plan.started)
-        except PolarError as exc:
-            await _aclose(chunks)
-            slot()
-            await self._record_error(plan, exc)
-            raise
-        except BaseException:
-            await _aclose(chunks)
-            slot()
-            raise
-        return self._frames(plan, first, chunks, check, deadline, slot, generating), slot
-
-    async def _frames(
-        self,
-        plan: CallPlan,
-        first: GenerateChunk,
-        chunks: AsyncIterator[GenerateChunk],
-        check: OutputCheck,
-        deadline: float,
-        slot: Callable[[], None] = lambda: None,
-        generating: float = 0.0,
-    ) -> AsyncIterator[str]:
-        encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
-        parser = self.chat_format.stream_parser(plan.request.tools, list(plan.prompt.ids))
-        events: list = []
-        final: GenerateResult | None = None
-        recorded = False
-        for frame in encoder.start():
-            yield frame
-        try:
-            chunk: GenerateChunk | None = first
-            while chunk is not None:
-                if chunk.output_ids:
-                    for frame in _encode(encoder, events, parser.feed(chunk.output_ids)):
-                        yield frame
-                final = chunk.final or final
-                chunk = await self._next(chunks, deadline)
-                if chunk is not None:
-                    self._check_chunk(check, chunk)
-            slot()  # the generation is over: the next call may use the server while this one commits
-            generated_s = time.perf_counter() - generating
-            for frame in _encode(encoder, events, parser.finish()):
-                yield frame
-            if final is None:
-                raise BackendProtocolError("the backend ended its stream without a result")
-            parsed = collect(events, reasoning_opened=parser.reasoning_opened)
-            completion = self._completion(plan, final, parsed)
-            await self._record(plan, final, completion, plan.codec.response(completion, request=plan.request))
-            recorded = True
-            _finished(plan, final, generated_s)
-        except PolarError as exc:
-            metrics.CALLS.labels(plan.codec.name, exc.error_type).inc()
-            if not recorded:
-                await self._record_error(plan, exc)
-            for frame in encoder.error(exc):
-                yield frame
-            return
-        except Exception:  # a bug, not the backend's or the caller's fault: still an error event, never a cut
-            log.exception("unexpected error in a %s stream", plan.codec.name)
-            internal = PolarError("internal error in the gateway; see its log")
-            await self._record_error(plan, internal)
-            for frame in encoder.error(internal):
-                yield frame
-            return
-        finally:
-            await _aclose(chunks)  # a disconnected client stops the generation
-            slot()
-        for frame in encoder.finish(completion):
-            yield frame
-
     # ---- shared -----------------------------------------------------------------------------------
 
     def _parse_all(self, plan: CallPlan, output_ids):
-        return self.chat_format.parse(output_ids, plan.request.tools, list(plan.prompt.ids))
+        return self.chat_format.parse(output_ids, plan.request.tools, plan.prompt.ids)
 
     def _completion(self, plan: CallPlan, final: GenerateResult, parsed) -> Completion:
         return Completion(
@@ -455,30 +367,5 @@ class CallService:
             log.warning("could not record the failed call of session %s", plan.session.id)
 
 
-def _finished(plan: CallPlan, final: GenerateResult, generated_s: float) -> None:
-    """Metrics of a call whose reply is committed: the time it spent beyond generation, its tokens."""
-    metrics.CALLS.labels(plan.codec.name, "ok").inc()
-    metrics.ADDED_LATENCY.labels(plan.codec.name).observe(max(0.0, time.perf_counter() - plan.started - generated_s))
-    metrics.TOKENS.labels("in").inc(len(plan.prompt.ids))
-    metrics.TOKENS.labels("out").inc(len(final.output_ids))
-
-
 def _nothing() -> None:
     return None
-
-
-async def _aclose(chunks: AsyncIterator[GenerateChunk]) -> None:
-    """Close a backend stream (its connection, so the server stops generating); iterators without aclose need none."""
-    close = getattr(chunks, "aclose", None)
-    if close is not None:
-        await close()
-
-
-def _encode(encoder, events: list, new: list) -> list[str]:
-    """Frames for newly parsed events; every event is also kept for the final parse."""
-    frames: list[str] = []
-    for event in new:
-        events.append(event)
-        if not isinstance(event, MalformedToolCall):  # its text already left as a TextDelta; counted at the end
-            frames += encoder.on_event(event)
-    return frames

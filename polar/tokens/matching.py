@@ -113,7 +113,7 @@ def extension_start(
     n = len(prior_messages)
     if len(messages) <= n or not same_tools(tools, prior_tools):
         return None
-    if not all(same_message(a, b) for a, b in zip(messages[:n], prior_messages, strict=True)):
+    if not all(a is b or same_message(a, b) for a, b in zip(messages[:n], prior_messages, strict=True)):
         return None
     echoed = echo_length(messages, n, prior_reply, tools)
     if echoed is None or n + echoed >= len(messages):

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
+from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -78,6 +81,18 @@ class ChatTokenizer:
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 
+    def encode_rendered(self, text: str) -> list[int]:
+        """``encode(text)`` for a rendered chat, with the text between its special markers (``<|im_start|>``,
+        ``<|im_end|>``) remembered: a system prompt, a tool list or an earlier message that many calls render
+        alike is tokenized once, not on every call. Exact: the tokenizer itself splits the text at those added
+        tokens before normalising and pre-tokenizing, so each piece tokenizes alone as it does in the whole
+        (``_segments`` checks the markers allow that; otherwise this is plain ``encode``)."""
+        return self._segments.encode(text) if self._segments is not None else self.encode(text)
+
+    @cached_property
+    def _segments(self) -> _SegmentCache | None:
+        return _SegmentCache.for_tokenizer(self)
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
@@ -120,6 +135,86 @@ class ChatTokenizer:
         if self._eos_ids is not None:
             return self._eos_ids
         return frozenset((self.im_end_id, self.end_of_text_id))
+
+
+class _SegmentCache:
+    """Token ids of text pieces between special markers, most recently used kept (bounded in ids)."""
+
+    MIN_CHARS = 32  # shorter pieces cost less to tokenize than to look up and store
+    MAX_IDS = 2_000_000  # about 8 MB of int32 ids
+
+    def __init__(self, tokenizer: ChatTokenizer, markers: dict[str, int]):
+        self._tokenizer = tokenizer
+        self._markers = markers
+        self._split = re.compile("(" + "|".join(re.escape(m) for m in markers) + ")").split
+        self._cache: OrderedDict[str, array] = OrderedDict()
+        self._ids = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: ChatTokenizer) -> _SegmentCache | None:
+        """A cache splitting at the special ChatML markers the tokenizer matches as they are written (not
+        normalised, no stripping of neighbouring spaces, not part of another added token); None when none is."""
+        added = tokenizer._tok.get_added_tokens_decoder()
+        contents = [token.content for token in added.values()]
+        markers: dict[str, int] = {}
+        for token_id, token in added.items():
+            if token.content not in SPECIAL_TOKENS or token.normalized or token.lstrip or token.rstrip:
+                continue
+            if token.single_word:
+                continue
+            if any(_overlaps(other, token.content) for other in contents if other != token.content):
+                continue
+            markers[token.content] = token_id
+        return cls(tokenizer, markers) if markers else None
+
+    def encode(self, text: str) -> list[int]:
+        pieces = self._split(text)
+        found: dict[str, array] = {}
+        missing: list[str] = []
+        with self._lock:
+            for piece in pieces:
+                if len(piece) >= self.MIN_CHARS and piece not in found:
+                    kept = self._cache.get(piece)
+                    if kept is not None:
+                        self._cache.move_to_end(piece)
+                        found[piece] = kept
+                    elif piece not in missing:
+                        missing.append(piece)
+        if missing:
+            for piece, ids in zip(missing, self._tokenizer.encode_batch(missing), strict=True):
+                found[piece] = array("i", ids)
+            self._remember({piece: found[piece] for piece in missing})
+        out: list[int] = []
+        for piece in pieces:
+            if not piece:
+                continue
+            marker = self._markers.get(piece)
+            if marker is not None:
+                out.append(marker)
+            elif piece in found:
+                out.extend(found[piece])
+            else:
+                out.extend(self._tokenizer.encode(piece))
+        return out
+
+    def _remember(self, new: dict[str, array]) -> None:
+        with self._lock:
+            for piece, ids in new.items():
+                if piece not in self._cache:
+                    self._cache[piece] = ids
+                    self._ids += len(ids)
+            while self._ids > self.MAX_IDS and self._cache:
+                _, dropped = self._cache.popitem(last=False)
+                self._ids -= len(dropped)
+
+
+def _overlaps(other: str, marker: str) -> bool:
+    """Whether added token ``other`` could match across or around ``marker`` (contain it, or share an edge)."""
+    if marker in other:
+        return True
+    edges = range(1, min(len(other), len(marker)))
+    return any(other.endswith(marker[:k]) or other.startswith(marker[-k:]) for k in edges)
 
 
 def vocab_fingerprint(vocab: Mapping[str, int]) -> str:

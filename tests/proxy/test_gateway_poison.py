@@ -3,8 +3,8 @@
 - The poison test: one session sends NUL text (stored faithfully, also in Postgres's JSONB, which cannot hold NUL),
   NaN, ``1e400`` and lone surrogates (400s naming the field) while eight other sessions make calls: all of theirs
   succeed, with their captures.
-- The writer's group commit with one row the database refuses: the other rows commit, the bad one's caller gets
-  the database's reason.
+- The writer's group commit with one row that cannot be encoded and one the database refuses: the other rows
+  commit, each bad one's caller gets the reason.
 - A capture holding a NaN logprob (stored before output checks existed) does not break its session's listing.
 """
 
@@ -116,6 +116,7 @@ async def _group_commit(settings, engine) -> None:
         writer = gw.writer
         writer.close()  # stop the thread, so that every row below lands in one batch
         rows = [_row(sid, [5, 6]) for sid in sessions[:8]] + [_row(sessions[8], [5, 2**40])]  # beyond int32
+        rows.append(_row("no-such-session", [5, 6]))  # refused by the database itself (its foreign key)
         loop = asyncio.get_running_loop()
         futures = []
         for row in rows:
@@ -127,8 +128,10 @@ async def _group_commit(settings, engine) -> None:
         outcomes = await asyncio.gather(*futures, return_exceptions=True)
         assert all(isinstance(o, Stored) and o.seq == 0 for o in outcomes[:8]), outcomes
         assert isinstance(outcomes[8], StoreError)
-        assert sessions[8] in outcomes[8].message, outcomes[8].message
-        assert writer.commits > commits + 1  # the batch failed, then its halves committed apart
+        assert sessions[8] in outcomes[8].message, outcomes[8].message  # refused when encoded, alone
+        assert isinstance(outcomes[9], StoreError)
+        assert "no-such-session" in outcomes[9].message, outcomes[9].message
+        assert writer.commits > commits + 1  # the batch failed in the database, then its halves committed apart
         with session_scope(gw.factory) as db:
             stored = db.scalars(sa.select(Capture).where(Capture.id.in_([o.id for o in outcomes[:8]]))).all()
             assert sorted(c.rollout_id for c in stored) == sorted(sessions[:8])

@@ -62,3 +62,18 @@ def test_unknown_tokenizer_and_token(cache_dir, small_tokenizer):
         load_tokenizer("nope", cache_dir)
     with pytest.raises(InvalidRequest, match="not in the small vocabulary"):
         small_tokenizer.token_id("<|fim_pad|>")
+
+
+@pytest.mark.parametrize("name", ["small", "qwen"])
+def test_rendered_text_encodes_piecewise_exactly_as_whole(name, cache_dir):
+    """``encode_rendered`` remembers the pieces between ChatML markers; every text still gets the ids ``encode``
+    gives it, marker edge cases included, first time and from the cache alike."""
+    import random
+
+    tokenizer = load_tokenizer(name, cache_dir)
+    pieces = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", " ", "\n", "\r\n", "a", "é", "\u0301", "<", "|", ">"]
+    pieces += ["<tool_call>", "</think>", "x" * 40, "  \n" * 12, "<|im_end|" + "|>", "你好 🙂"]
+    rnd = random.Random(14)
+    texts = ["".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 16))) for _ in range(1500)]
+    for text in texts + texts:
+        assert tokenizer.encode_rendered(text) == tokenizer.encode(text), repr(text)

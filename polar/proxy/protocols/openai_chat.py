@@ -20,6 +20,7 @@ chunk is sent only when asked for.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -258,10 +259,12 @@ class OpenAIChatCodec:
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None
     ) -> OpenAIChatRequest:
-        wire = validate(ChatBody, body)
+        return self._request(validate(ChatBody, body))
+
+    def _request(self, wire: ChatBody, offset: int = 0) -> OpenAIChatRequest:
         if wire.n is not None and wire.n != 1:
             raise InvalidRequest("n: only one choice per request is supported (n=1)", field="n")
-        messages = tuple(_message(m, index_path("messages", i)) for i, m in enumerate(wire.messages))
+        messages = tuple(_message(m, index_path("messages", offset + i)) for i, m in enumerate(wire.messages))
         include_usage = bool(wire.stream_options and wire.stream_options.include_usage)
         return OpenAIChatRequest(
             model=wire.model,
@@ -272,6 +275,30 @@ class OpenAIChatCodec:
             stream=bool(wire.stream),
             include_usage=include_usage,
         )
+
+    def parse_extension(self, body: Any, prior_body: Any, prior: ChatRequest) -> OpenAIChatRequest | None:
+        """``parse_request(body)`` when ``body`` re-sends ``prior_body``'s messages (the session's previous
+        request, which parsed as ``prior``) and adds some: only the new messages (and the tools, when they
+        changed) are validated and converted, so an agent's turn costs what it adds, not its whole history.
+        None when ``body`` does not extend it, or does not validate (``parse_request`` then names the error)."""
+        if not isinstance(body, dict) or not isinstance(prior_body, dict):
+            return None
+        messages, old = body.get("messages"), prior_body.get("messages")
+        if not isinstance(messages, list) or not isinstance(old, list) or not 0 < len(old) < len(messages):
+            return None
+        if len(prior.messages) != len(old) or messages[: len(old)] != old:
+            return None
+        same_tools = all(body.get(k) == prior_body.get(k) for k in ("tools", "functions"))
+        rest = {k: v for k, v in body.items() if not (k == "messages" or (same_tools and k in ("tools", "functions")))}
+        rest["messages"] = messages[len(old) :]
+        try:
+            wire = validate(ChatBody, rest)
+            request = self._request(wire, offset=len(old))
+        except InvalidRequest:
+            return None
+        new = request.messages
+        tools = prior.tools if same_tools else request.tools
+        return dataclasses.replace(request, messages=(*prior.messages, *new), tools=tools)
 
     def response(self, completion: Completion, *, request: ChatRequest | None = None) -> dict[str, Any]:
         message: dict[str, Any] = {

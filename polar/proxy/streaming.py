@@ -1,0 +1,171 @@
+"""The streaming half of a model call (``CallService`` inherits it): frames as tokens arrive, the capture
+committed before the final event, and every failure after the first frame ended with the protocol's error
+event, never a cut stream. ``polar.proxy.service`` has the rest of a call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from polar import metrics
+from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult
+from polar.errors import BackendProtocolError, BackendTimeout, PolarError
+from polar.proxy.output_check import OutputCheck
+from polar.tokens.parsers import MalformedToolCall, collect
+
+if TYPE_CHECKING:
+    from polar.chat.protocol import ChatFormat
+    from polar.proxy.canonical import Completion
+    from polar.proxy.service import CallPlan
+
+log = logging.getLogger(__name__)
+
+
+class StreamingCalls:
+    """``open_stream`` and its frames; the parts of a call both halves use are ``CallService``'s."""
+
+    chat_format: ChatFormat
+    backend_deadline_s: float
+
+    if TYPE_CHECKING:
+
+        async def _slot(self, plan: CallPlan) -> Callable[[], None]: ...
+        def _check(self, plan: CallPlan) -> OutputCheck: ...
+        def _timeout(self) -> BackendTimeout: ...
+        @staticmethod
+        def _request(plan: CallPlan) -> GenerateRequest: ...
+        def _completion(self, plan: CallPlan, final: GenerateResult, parsed: Any) -> Completion: ...
+        async def _record(
+            self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict
+        ) -> None: ...
+        async def _record_error(self, plan: CallPlan, error: PolarError) -> None: ...
+
+    async def _next(self, chunks: AsyncIterator[GenerateChunk], deadline: float) -> GenerateChunk | None:
+        """The next chunk, or None at the end; ``BackendTimeout`` once the call's deadline has passed."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            raise self._timeout()
+        try:
+            async with asyncio.timeout(remaining):  # in this task: a stream's connection stays in its own task
+                return await anext(chunks, None)
+        except TimeoutError:
+            raise self._timeout() from None
+
+    @staticmethod
+    def _check_chunk(check: OutputCheck, chunk: GenerateChunk) -> None:
+        check.chunk(chunk.output_ids, chunk.output_logprobs)
+        if chunk.final is not None:
+            check.result(chunk.final, streamed=True)
+
+    async def open_stream(self, plan: CallPlan) -> tuple[AsyncIterator[str], Callable[[], None]]:
+        """Start generating; errors before the first token raise here (a normal error response). Returns the
+        frames and the release of the call's in-flight slot: the frames release it when the generation ends;
+        the caller calls it too once the response is over (a stream whose client left before it started)."""
+        slot = await self._slot(plan)
+        generating = time.perf_counter()
+        check = self._check(plan)
+        deadline = asyncio.get_running_loop().time() + self.backend_deadline_s
+        chunks = plan.policy.stream(self._request(plan), plan.context)
+        try:
+            first = await self._next(chunks, deadline)
+            if first is None:
+                raise BackendProtocolError("the backend ended its stream without a result")
+            self._check_chunk(check, first)
+            metrics.TTFT.labels(plan.codec.name).observe(time.perf_counter() - plan.started)
+        except PolarError as exc:
+            await _aclose(chunks)
+            slot()
+            await self._record_error(plan, exc)
+            raise
+        except BaseException:
+            await _aclose(chunks)
+            slot()
+            raise
+        return self._frames(plan, first, chunks, check, deadline, slot, generating), slot
+
+    async def _frames(
+        self,
+        plan: CallPlan,
+        first: GenerateChunk,
+        chunks: AsyncIterator[GenerateChunk],
+        check: OutputCheck,
+        deadline: float,
+        slot: Callable[[], None] = lambda: None,
+        generating: float = 0.0,
+    ) -> AsyncIterator[str]:
+        encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
+        parser = self.chat_format.stream_parser(plan.request.tools, plan.prompt.ids)
+        events: list = []
+        final: GenerateResult | None = None
+        recorded = False
+        for frame in encoder.start():
+            yield frame
+        try:
+            chunk: GenerateChunk | None = first
+            while chunk is not None:
+                if chunk.output_ids:
+                    for frame in _encode(encoder, events, parser.feed(chunk.output_ids)):
+                        yield frame
+                final = chunk.final or final
+                chunk = await self._next(chunks, deadline)
+                if chunk is not None:
+                    self._check_chunk(check, chunk)
+            slot()  # the generation is over: the next call may use the server while this one commits
+            generated_s = time.perf_counter() - generating
+            for frame in _encode(encoder, events, parser.finish()):
+                yield frame
+            if final is None:
+                raise BackendProtocolError("the backend ended its stream without a result")
+            parsed = collect(events, reasoning_opened=parser.reasoning_opened)
+            completion = self._completion(plan, final, parsed)
+            await self._record(plan, final, completion, plan.codec.response(completion, request=plan.request))
+            recorded = True
+            finished(plan, final, generated_s)
+        except PolarError as exc:
+            metrics.CALLS.labels(plan.codec.name, exc.error_type).inc()
+            if not recorded:
+                await self._record_error(plan, exc)
+            for frame in encoder.error(exc):
+                yield frame
+            return
+        except Exception:  # a bug, not the backend's or the caller's fault: still an error event, never a cut
+            log.exception("unexpected error in a %s stream", plan.codec.name)
+            internal = PolarError("internal error in the gateway; see its log")
+            await self._record_error(plan, internal)
+            for frame in encoder.error(internal):
+                yield frame
+            return
+        finally:
+            await _aclose(chunks)  # a disconnected client stops the generation
+            slot()
+        for frame in encoder.finish(completion):
+            yield frame
+
+
+def finished(plan: CallPlan, final: GenerateResult, generated_s: float) -> None:
+    """Metrics of a call whose reply is committed: the time it spent beyond generation, its tokens."""
+    metrics.CALLS.labels(plan.codec.name, "ok").inc()
+    metrics.ADDED_LATENCY.labels(plan.codec.name).observe(max(0.0, time.perf_counter() - plan.started - generated_s))
+    metrics.TOKENS.labels("in").inc(len(plan.prompt.ids))
+    metrics.TOKENS.labels("out").inc(len(final.output_ids))
+
+
+async def _aclose(chunks: AsyncIterator[GenerateChunk]) -> None:
+    """Close a backend stream (its connection, so the server stops generating); iterators without aclose need none."""
+    close = getattr(chunks, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def _encode(encoder, events: list, new: list) -> list[str]:
+    """Frames for newly parsed events; every event is also kept for the final parse."""
+    frames: list[str] = []
+    for event in new:
+        events.append(event)
+        if not isinstance(event, MalformedToolCall):  # its text already left as a TextDelta; counted at the end
+            frames += encoder.on_event(event)
+    return frames

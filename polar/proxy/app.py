@@ -42,6 +42,7 @@ from polar.proxy.gateway import Gateway
 from polar.proxy.health import add_health_routes
 from polar.proxy.json_guard import parse_json_after
 from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
+from polar.proxy.protocols.base import parse_after
 from polar.proxy.session_routes import add_session_routes, api_key
 from polar.proxy.sessions import SessionInfo
 
@@ -73,12 +74,9 @@ async def _decode(
         body, strict = parse_json_after(raw, gw.limits, prior[1] if prior is not None else None)
         if count and isinstance(body, dict) and codec is ANTHROPIC:
             body = {"max_tokens": 1, **body}  # count_tokens bodies carry no max_tokens
-        extend = getattr(codec, "parse_extension", None)
-        if prior is not None and extend is not None:
-            extended = extend(body, prior[1], prior[2])
-            if extended is not None:
-                return body, extended, strict
-        return body, codec.parse_request(body, path_model=model, path_stream=False if count else stream), strict
+        known = (prior[1], prior[2]) if prior is not None else None
+        chat = parse_after(codec, body, known, path_model=model, path_stream=False if count else stream)
+        return body, chat, strict
 
     if len(raw) >= OFFLOAD_BYTES:
         return await asyncio.to_thread(decode)

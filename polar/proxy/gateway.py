@@ -15,11 +15,13 @@ from polar.backends.base import Backend
 from polar.chat import ChatFormat, chat_format_for
 from polar.errors import StoreError
 from polar.models.engine import LocalEngine
+from polar.proxy.canonical import ChatRequest
 from polar.proxy.history import HistoryCache
 from polar.proxy.json_guard import JsonLimits
 from polar.proxy.limits import InFlightLimit
 from polar.proxy.policy import BackendPolicy, Policy, ScriptedPolicy, ScriptedPolicySpec
 from polar.proxy.protocols import get_codec
+from polar.proxy.protocols.base import parse_after
 from polar.proxy.recorder import CaptureWriter
 from polar.proxy.service import CallService
 from polar.proxy.sessions import SessionInfo, SessionStore
@@ -126,9 +128,12 @@ class Gateway:
             model_name=settings.served_model_name or choice.served_name(folder),
         )
 
-    def _decode_request(self, protocol: str, body: dict, model: str):
-        """A stored request, decoded again (captures written by another process or before a restart)."""
-        return get_codec(protocol).parse_request(body, path_model=model, path_stream=False)
+    def _decode_request(
+        self, protocol: str, body: dict, model: str, prior: tuple[Any, ChatRequest] | None = None
+    ) -> ChatRequest:
+        """A stored request, decoded again (captures written by another process or before a restart); with
+        ``prior`` (its parent's body and decode) only what it adds is decoded."""
+        return parse_after(get_codec(protocol), body, prior, path_model=model, path_stream=False)
 
     def _parse_reply(self, output_ids: Sequence[int], prompt_tail: Sequence[int] = ()) -> Message:
         """A stored reply, parsed again; ``prompt_tail`` ends with the generation prompt it was sampled after

@@ -188,7 +188,8 @@ class HistoryCache:
     def __init__(
         self,
         factory: sessionmaker[Session],
-        decode_request: Callable[[str, dict, str], ChatRequest],
+        # (protocol, body, model, (parent body, parent decode) or None): a stored request decoded again.
+        decode_request: Callable[[str, dict, str, tuple[Any, ChatRequest] | None], ChatRequest],
         parse_reply: Callable[[Sequence[int], Sequence[int]], Message],  # (sampled ids, the prompt's last ids)
         max_sessions: int = 10_000,
     ):
@@ -240,18 +241,22 @@ class HistoryCache:
             ).all()
             # Bodies are stored relative to their parents: rebuilt in seq order (parents first).
             bodies: dict[int, Any] = {}
-            nodes: list[CallNode] = []
+            read: dict[int, CallNode] = {}  # the nodes made here, by id (in seq order)
             for row in rows:
                 if row.id in history.nodes or row.status != CaptureStatus.OK:
                     continue
-                parent = None
+                parent, prior = None, None
                 if row.parent_id is not None:
                     parent = bodies.get(row.parent_id) or parent_bodies.get(row.parent_id)
                     if parent is None:
                         parent_row = db.get(Capture, row.parent_id)
                         parent = full_request_json(db, parent_row) if parent_row is not None else None
+                    known = history.nodes.get(row.parent_id) or read.get(row.parent_id)
+                    if parent is not None and known is not None:  # decode only what the call adds to its parent
+                        prior = (parent, ChatRequest(row.model, known.messages, known.tools))
                 bodies[row.id] = expand_request(row.request_json, parent)
-                nodes.append(self._node(row, bodies[row.id]))
+                read[row.id] = self._node(row, bodies[row.id], prior)
+            nodes = list(read.values())
             seqs = [row.seq for row in rows]
         with history.lock:
             for node in nodes:
@@ -267,8 +272,8 @@ class HistoryCache:
             history.loaded = True
         return history
 
-    def _node(self, row: Capture, body: Any) -> CallNode:
-        request = self._decode_request(row.protocol, body, row.model)
+    def _node(self, row: Capture, body: Any, prior: tuple[Any, ChatRequest] | None = None) -> CallNode:
+        request = self._decode_request(row.protocol, body, row.model, prior)
         return CallNode(
             id=row.id,
             parent_id=row.parent_id,

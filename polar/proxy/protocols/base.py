@@ -69,6 +69,25 @@ class ProtocolCodec(Protocol):
         ...
 
 
+def parse_after(
+    codec: ProtocolCodec,
+    body: Any,
+    prior: tuple[Any, ChatRequest] | None,
+    *,
+    path_model: str | None = None,
+    path_stream: bool | None = None,
+) -> ChatRequest:
+    """``codec.parse_request(body)``; when ``prior`` (an earlier body of the session and its decode) is given and
+    the codec can (``parse_extension``), only what ``body`` adds to it is validated and converted, so an agent's
+    turn costs what it adds, not its whole history. The result is the same either way."""
+    extend = getattr(codec, "parse_extension", None)
+    if prior is not None and extend is not None:
+        extended = extend(body, prior[0], prior[1])
+        if extended is not None:
+            return extended
+    return codec.parse_request(body, path_model=path_model, path_stream=path_stream)
+
+
 def dumps_text(data: Any) -> str:
     """Compact JSON text (orjson; the standard encoder for what orjson refuses, e.g. a lone surrogate)."""
     try:

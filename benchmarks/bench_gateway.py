@@ -46,6 +46,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 from gateway_support import (  # beside this script
+    LITELLM_VENV,
     ROOT,
     Server,
     chat_body,
@@ -53,6 +54,7 @@ from gateway_support import (  # beside this script
     conversation,
     echo,
     free_port,
+    litellm_command,
     percentile,
     post_json,
     tool_turn,
@@ -68,7 +70,6 @@ from polar.tokens.template import ChatTemplate
 from polar.tokens.tokenizer import ChatTokenizer, load_tokenizer
 
 POSTGRES_URL = os.environ.get("POLAR_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-LITELLM_VENV = ROOT / ".venv-litellm"
 CONTROL_TOKEN = "bench-" + secrets.token_urlsafe(16)  # the gateways' control token (control routes are closed)
 BIN = Path(sys.executable).parent
 LITELLM_KEY = f"sk-bench-{uuid.uuid4().hex}"  # LiteLLM refuses to start without a master key
@@ -143,30 +144,7 @@ def start_servers(stack: ExitStack, tmp: Path, args: argparse.Namespace, pg_url:
             "/health",
         )
     if not args.no_litellm:
-        port = free_port()
-        config = {
-            "model_list": [
-                {
-                    "model_name": "instant",
-                    "litellm_params": {"model": "openai/instant", "api_base": upstream.url + "/v1", "api_key": "none"},
-                }
-            ],
-            "litellm_settings": {"telemetry": False, "drop_params": True},
-            "general_settings": {"master_key": LITELLM_KEY, "disable_spend_logs": True},
-        }
-        (tmp / "litellm.yaml").write_text(json.dumps(config, indent=1))  # JSON is YAML
-        env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
-        argv = [
-            str(LITELLM_VENV / "bin" / "litellm"),
-            "--config",
-            str(tmp / "litellm.yaml"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--num_workers",
-            "1",
-        ]
+        argv, env, port = litellm_command(tmp, upstream.url, LITELLM_KEY)
         start("litellm", argv, env, port, "/health/liveliness")
     upstream.wait_ready()
     gateway("polar", upstream.url, f"sqlite:///{tmp / 'polar' / 'polar.db'}")

@@ -6,15 +6,16 @@ on loopback, and prints, each against a baseline measured in the same run:
 1. append mode at concurrency 1, the 20-message agent call extended turn by turn: added p50 over the direct
    backend call, with the capture commit wait (the gateway's own histogram) printed apart; the per-call cost
    at turns 191-200 against turns 1-10;
-2. calls/s at concurrency 64 through one gateway process (SQLite, Postgres) against the direct backend;
+2. calls/s at concurrency 64 through one gateway process (SQLite, Postgres) against the direct backend and the
+   LiteLLM proxy forwarding to the same backend (its venv, ``.venv-litellm``, is built by scripts/litellm_env.sh
+   on first use; ``--no-litellm`` skips it);
 3. N streaming calls in flight at once (backend at 20 ms per token): errors, event-loop lag p99 (the gateway's
    histogram, as a bucket bound), every capture committed, memory per open session;
 4. the capture writer alone on Postgres (in this process): captures/s with group commit from 64 sessions.
 
-    .venv/bin/python benchmarks/bench_gateway_scale.py [--quick]
+    .venv/bin/python benchmarks/bench_gateway_scale.py [--quick] [--no-litellm]
 
-The LiteLLM comparison lives in bench_gateway.py (it needs ``.venv-litellm``). On a shared machine the
-numbers move with the other load; ratios in one run are what to compare.
+On a shared machine the numbers move with the other load; ratios in one run are what to compare.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import asyncio
 import os
 import secrets
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +34,17 @@ from pathlib import Path
 
 import httpx
 import sqlalchemy as sa
-from gateway_support import Server, chat_body, closed_loop, conversation, echo, free_port, percentile
+from gateway_support import (
+    LITELLM_VENV,
+    Server,
+    chat_body,
+    closed_loop,
+    conversation,
+    echo,
+    free_port,
+    litellm_command,
+    percentile,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from db import Rollout, make_engine, make_session_factory, migrate
@@ -43,6 +55,7 @@ from polar.settings import get_settings
 
 POSTGRES_URL = os.environ.get("POLAR_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 CONTROL = "bench-" + secrets.token_urlsafe(12)
+LITELLM_KEY = "sk-bench-" + secrets.token_urlsafe(12)  # LiteLLM refuses to start without a master key
 AUTH = {"Authorization": f"Bearer {CONTROL}"}
 BIN = Path(sys.executable).parent
 
@@ -55,7 +68,7 @@ def schema_url(schema: str) -> str:
     return str(sa.make_url(POSTGRES_URL).update_query_dict({"options": f"-csearch_path={schema}"}))
 
 
-def start(stack: ExitStack, tmp: Path, pg_url: str) -> dict[str, Server]:
+def start(stack: ExitStack, tmp: Path, pg_url: str, litellm: bool) -> dict[str, Server]:
     cache = get_settings().cache_dir
     env = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")}
     servers: dict[str, Server] = {}
@@ -85,6 +98,9 @@ def start(stack: ExitStack, tmp: Path, pg_url: str) -> dict[str, Server]:
             "POLAR_BACKEND_MAX_IN_FLIGHT": "2048",
         }
         server(name, [str(BIN / "polar"), "gateway", "--port", str(port)], extra, port, "/")
+    if litellm:
+        argv, extra, port = litellm_command(tmp, upstream.url, LITELLM_KEY)
+        server("litellm", argv, extra, port, "/health/liveliness")
     for s in servers.values():
         s.wait_ready()
     return servers
@@ -177,9 +193,13 @@ async def section_throughput(client: httpx.AsyncClient, servers: dict[str, Serve
     print(f"\n== 2. calls/s at concurrency {conc} (the 20-message agent call, one session per connection) ==")
     body = chat_body(conversation(9), max_tokens=64)
     rows = []
-    for name in ("direct", "sqlite", "postgres"):
+    for name in ("direct", "sqlite", "postgres", "litellm"):
         if name == "direct":
             url, keys = servers["upstream"].url + "/v1/chat/completions", [None] * conc
+        elif name == "litellm":
+            if name not in servers:
+                continue
+            url, keys = servers[name].url + "/v1/chat/completions", [LITELLM_KEY] * conc
         else:
             url = servers[name].url + "/v1/chat/completions"
             keys = [await session_key(client, servers[name]) for _ in range(conc)]
@@ -202,6 +222,12 @@ async def section_throughput(client: httpx.AsyncClient, servers: dict[str, Serve
         print(f"{name:<9} {rps:>8.0f} {ms(p50):>8} {ms(p99):>8} {rps / direct:>9.2f} {len(failures):>6}")
         if failures:
             print(f"          first error: {failures[0]}")
+    by_name = {name: rps for name, rps, *_ in rows}
+    if "litellm" in by_name:
+        print(
+            f"Polar / LiteLLM calls/s: SQLite {by_name['sqlite'] / by_name['litellm']:.2f}x, "
+            f"Postgres {by_name['postgres'] / by_name['litellm']:.2f}x (LiteLLM stores nothing)"
+        )
 
 
 # ---- 3. streaming calls in flight at once ----------------------------------------------------------------
@@ -320,7 +346,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, help="section 1's session length (default 200; --quick 30)")
     parser.add_argument("--calls", type=int, help="section 2's calls per target (default 2000; --quick 300)")
     parser.add_argument("--in-flight", type=int, help="section 3's streams at once (default 1000; --quick 200)")
+    parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy in section 2")
     args = parser.parse_args()
+    if not args.no_litellm:
+        subprocess.run(
+            ["bash", str(LITELLM_VENV.parent / "scripts" / "litellm_env.sh")], check=True, stdout=subprocess.DEVNULL
+        )
     turns, calls, in_flight, writes = (30, 300, 200, 3000) if args.quick else (200, 2000, 1000, 20000)
     turns, calls, in_flight = args.turns or turns, args.calls or calls, args.in_flight or in_flight
     print(
@@ -335,7 +366,7 @@ def main() -> None:
         migrate.upgrade(pg_url)
         if not args.writer_only:
             with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
-                servers = start(stack, Path(tmp), pg_url)
+                servers = start(stack, Path(tmp), pg_url, litellm=not args.no_litellm)
 
                 async def run() -> None:
                     limits = httpx.Limits(max_connections=in_flight + 64, max_keepalive_connections=in_flight + 64)

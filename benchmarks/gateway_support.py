@@ -23,6 +23,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "instant"
+LITELLM_VENV = ROOT / ".venv-litellm"  # scripts/litellm_env.sh builds it
 
 
 def free_port() -> int:
@@ -196,3 +197,23 @@ def post_json(client: httpx.AsyncClient, url: str, body: bytes, key: str | None 
     if key:
         headers["authorization"] = f"Bearer {key}"
     return client.post(url, content=body, headers=headers)
+
+
+def litellm_command(tmp: Path, upstream_url: str, master_key: str) -> tuple[list[str], dict[str, str], int]:
+    """argv, environment and port of a LiteLLM proxy forwarding model ``instant`` to ``upstream_url``'s OpenAI
+    ``/v1/chat/completions`` (one worker, telemetry and spend logs off); ready at ``/health/liveliness``."""
+    port = free_port()
+    config = {
+        "model_list": [
+            {
+                "model_name": MODEL,
+                "litellm_params": {"model": f"openai/{MODEL}", "api_base": upstream_url + "/v1", "api_key": "none"},
+            }
+        ],
+        "litellm_settings": {"telemetry": False, "drop_params": True},
+        "general_settings": {"master_key": master_key, "disable_spend_logs": True},
+    }
+    (tmp / "litellm.yaml").write_text(json.dumps(config, indent=1))  # JSON is YAML
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
+    argv = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(tmp / "litellm.yaml"), "--host", "127.0.0.1"]
+    return [*argv, "--port", str(port), "--num_workers", "1"], env, port

@@ -16,13 +16,20 @@ from db.models import Gateway
 
 
 def register(factory: sessionmaker[Session], gateway_id: str, url: str, at: datetime) -> None:
-    """Add (or restart) replica ``gateway_id`` reachable at ``url``."""
-    with session_scope(factory) as db:
-        row = db.get(Gateway, gateway_id)
-        if row is None:
-            db.add(Gateway(id=gateway_id, url=url, started_at=at, heartbeat_at=at))
-        else:
-            row.url, row.started_at, row.heartbeat_at, row.stopped_at = url, at, at, None
+    """Add (or restart) replica ``gateway_id`` reachable at ``url``. Processes registering one id at once (the
+    workers of ``polar gateway --workers N`` share their URL) all succeed: the one that loses the insert updates."""
+    for attempt in range(2):
+        try:
+            with session_scope(factory) as db:
+                row = db.get(Gateway, gateway_id)
+                if row is None:
+                    db.add(Gateway(id=gateway_id, url=url, started_at=at, heartbeat_at=at))
+                else:
+                    row.url, row.started_at, row.heartbeat_at, row.stopped_at = url, at, at, None
+            return
+        except sa.exc.IntegrityError:
+            if attempt:
+                raise
 
 
 def heartbeat(factory: sessionmaker[Session], gateway_id: str, at: datetime) -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import socket
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -26,11 +28,18 @@ def advertised_url(settings: Settings, host: str, port: int) -> str:
     return f"http://{reachable}:{port}"
 
 
+def registry_id(url: str) -> str:
+    """The replica's id: where others reach it (``host:port`` of its URL; hosts may share a hostname, as network
+    namespaces on one machine do, but not an address), hashed when longer than the column."""
+    netloc = urlsplit(url).netloc
+    return netloc if 0 < len(netloc) <= 64 else hashlib.blake2b(url.encode(), digest_size=16).hexdigest()
+
+
 @contextlib.asynccontextmanager
 async def registered(factory: sessionmaker[Session], settings: Settings, host: str, port: int) -> AsyncIterator[str]:
     """Keeps this replica registered while the block runs; yields its registry id."""
     url = advertised_url(settings, host, port)
-    gateway_id = f"{socket.gethostname()}:{port}"
+    gateway_id = registry_id(url)
     await asyncio.to_thread(gateways.register, factory, gateway_id, url, now())
 
     async def beat() -> None:

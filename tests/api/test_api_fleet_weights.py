@@ -8,14 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
+import pytest
 import sqlalchemy as sa
 import torch
 from fastapi.testclient import TestClient
 from safetensors.torch import save
 
-from db import gateways
+from db import gateways, make_engine, make_session_factory
 from db.models import Gateway
 from flows.dispatch import run_inline
 from polar.api import create_api
@@ -23,7 +25,7 @@ from polar.backends.local import LocalBackend
 from polar.clock import now
 from polar.models.engine import LocalEngine
 from polar.proxy.embedded import EmbeddedGateway
-from polar.proxy.registration import registered
+from polar.proxy.registration import registered, registry_id
 from polar.rollout.context import store_factory
 from tests.conftest import CONTROL
 from tests.pg import migrated_store
@@ -47,6 +49,25 @@ def _upload(client: TestClient, version: str, engine: LocalEngine):
         content=save(tensors),
         headers={**CONTROL, "content-type": "application/octet-stream"},
     )
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_replicas_register_by_address_and_at_once(kind, tmp_path):
+    """Hosts that share a hostname (network namespaces on one machine) are told apart by their addresses, and
+    processes registering one id at the same moment (``--workers N``) all succeed."""
+    first, second = registry_id("http://10.0.0.5:8700"), registry_id("http://10.0.0.6:8700")
+    assert first == "10.0.0.5:8700" and first != second
+    assert len(registry_id("http://" + "h" * 80 + ":8700")) <= 64
+    with migrated_store(kind, tmp_path) as url:
+        engine = make_engine(url)
+        factory = make_session_factory(engine)
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda _: gateways.register(factory, first, "http://10.0.0.5:8700", now()), range(8)))
+            gateways.register(factory, second, "http://10.0.0.6:8700", now())
+            assert sorted(gid for gid, _ in gateways.live(factory, now(), 30)) == [first, second]
+        finally:
+            engine.dispose()
 
 
 async def test_weights_reach_every_live_gateway_and_a_partial_push_is_reported(
@@ -107,4 +128,4 @@ async def test_weights_reach_every_live_gateway_and_a_partial_push_is_reported(
         with factory() as db:
             rows = {row.id: row for row in db.scalars(sa.select(Gateway))}
         assert gateways.live(factory, now(), settings.gateway_stale_s) == []
-        assert all(rows[f"{socket.gethostname()}:{g.port}"].stopped_at is not None for g in replicas)
+        assert all(rows[registry_id(g.url)].stopped_at is not None for g in replicas)

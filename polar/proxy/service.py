@@ -20,7 +20,7 @@ import logging
 import time
 import uuid
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,15 @@ class CallPlan:
     context: PolicyContext
     meta: StreamMeta
     started: float = 0.0  # perf_counter when the call arrived (metrics)
+
+
+def _chars(messages: Sequence[Message]) -> int:
+    """The text of ``messages`` a render tokenizes, in characters (content, reasoning, tool calls)."""
+    chars = 0
+    for message in messages:
+        chars += len(message.content) + len(message.reasoning or "")
+        chars += sum(len(call.arguments) + len(call.name) for call in message.tool_calls)
+    return chars
 
 
 class _Stale(Exception):
@@ -161,11 +170,7 @@ class CallService(StreamingCalls):
         messages are short (tokenizing them takes well under a millisecond); anything else goes to a thread."""
         if found is None or self.render_mode is not RenderMode.APPEND:
             return False
-        chars = 0
-        for message in request.messages[found[1] :]:
-            chars += len(message.content) + len(message.reasoning or "")
-            chars += sum(len(call.arguments) + len(call.name) for call in message.tool_calls)
-        return chars <= INLINE_CHARS
+        return _chars(request.messages[found[1] :]) <= INLINE_CHARS
 
     async def plan_call(
         self,
@@ -200,11 +205,7 @@ class CallService(StreamingCalls):
         lower bound on its tokens. A 10 MB body then costs no tokenizing, and never a wrong refusal."""
         if self.max_token_chars <= 0:
             return
-        chars = 0
-        for message in request.messages:
-            chars += len(message.content) + len(message.reasoning or "")
-            chars += sum(len(call.arguments) + len(call.name) for call in message.tool_calls)
-        at_least = chars // self.max_token_chars
+        at_least = _chars(request.messages) // self.max_token_chars
         if at_least > self.context_length:
             error = ContextLengthExceeded(at_least, self.context_length)
             error.message = f"prompt has at least {at_least} tokens but the model's context window is "

@@ -52,11 +52,14 @@ from gateway_support import (  # beside this script
     chat_body,
     closed_loop,
     conversation,
+    drop_schema,
     echo,
     free_port,
+    gateway_env,
     litellm_command,
     percentile,
     post_json,
+    schema_url,
     tool_turn,
 )
 
@@ -76,11 +79,6 @@ LITELLM_KEY = f"sk-bench-{uuid.uuid4().hex}"  # LiteLLM refuses to start without
 TOKEN_DELAY_MS = 20
 STREAM_MAX_TOKENS = 8
 KIB = 1024
-
-
-def schema_url(schema: str) -> str:
-    url = sa.make_url(POSTGRES_URL).update_query_dict({"options": f"-csearch_path={schema}"})
-    return url.render_as_string(hide_password=False)
 
 
 def ms(seconds: float) -> str:
@@ -103,17 +101,9 @@ def start_servers(stack: ExitStack, tmp: Path, args: argparse.Namespace, pg_url:
 
     def gateway(name: str, backend_url: str, database_url: str) -> Server:
         port = free_port()
-        env = {
-            "POLAR_HOME": str(tmp / name),
-            "POLAR_CACHE": str(cache),
-            "POLAR_BACKEND": "sglang",
-            "POLAR_BACKEND_URL": backend_url,
-            "POLAR_MODEL": "tiny",
-            # The instant backend names no model folder; serve-model names its own (kept for that gateway).
-            **({} if name == "polar-model" else {"POLAR_MODEL_PATH": str(ensure_model_dir("tiny", cache))}),
-            "POLAR_DATABASE_URL": database_url,
-            "POLAR_CONTROL_TOKEN": CONTROL_TOKEN,
-        }
+        # The instant backend names no model folder; serve-model names its own (kept for that gateway).
+        folder = None if name == "polar-model" else ensure_model_dir("tiny", cache)
+        env = gateway_env(tmp / name, cache, backend_url, database_url, CONTROL_TOKEN, folder)
         return start(name, [str(BIN / "polar"), "gateway", "--port", str(port)], env, port, "/")
 
     # The backends first: a gateway reads /model_info when it starts.
@@ -577,10 +567,10 @@ def main() -> None:
         with root_admin.begin() as db:
             db.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
         stack.callback(root_admin.dispose)
-        stack.callback(_drop_schema, root_admin, schema)  # after the servers have stopped (LIFO)
-        admin = make_engine(schema_url(schema))
+        stack.callback(drop_schema, root_admin, schema)  # after the servers have stopped (LIFO)
+        admin = make_engine(schema_url(POSTGRES_URL, schema))
         stack.callback(admin.dispose)
-        servers = start_servers(stack, tmp, args, schema_url(schema))
+        servers = start_servers(stack, tmp, args, schema_url(POSTGRES_URL, schema))
         print(
             f"servers up in {time.perf_counter() - wall:.0f} s: "
             + ", ".join(f"{s.name} (pid {s.pid})" for s in servers.values())
@@ -593,11 +583,6 @@ def main() -> None:
         )
         asyncio.run(run(servers, admin, tmp, args, tokenizer))
     print(f"total {time.perf_counter() - wall:.0f} s; servers stopped, schema {schema} dropped")
-
-
-def _drop_schema(engine: sa.Engine, schema: str) -> None:
-    with engine.begin() as db:
-        db.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
 
 
 if __name__ == "__main__":

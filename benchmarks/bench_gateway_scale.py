@@ -42,8 +42,10 @@ from gateway_support import (
     conversation,
     echo,
     free_port,
+    gateway_env,
     litellm_command,
     percentile,
+    schema_url,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -62,10 +64,6 @@ BIN = Path(sys.executable).parent
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f}"
-
-
-def schema_url(schema: str) -> str:
-    return str(sa.make_url(POSTGRES_URL).update_query_dict({"options": f"-csearch_path={schema}"}))
 
 
 def start(stack: ExitStack, tmp: Path, pg_url: str, litellm: bool) -> dict[str, Server]:
@@ -87,14 +85,7 @@ def start(stack: ExitStack, tmp: Path, pg_url: str, litellm: bool) -> dict[str, 
     for name, url in (("sqlite", f"sqlite:///{tmp / 'sqlite' / 'polar.db'}"), ("postgres", pg_url)):
         port = free_port()
         extra = {
-            "POLAR_HOME": str(tmp / name),
-            "POLAR_CACHE": str(cache),
-            "POLAR_BACKEND": "sglang",
-            "POLAR_BACKEND_URL": upstream.url,
-            "POLAR_MODEL": "tiny",
-            "POLAR_MODEL_PATH": str(ensure_model_dir("tiny", cache)),  # the instant backend names no folder
-            "POLAR_DATABASE_URL": url,
-            "POLAR_CONTROL_TOKEN": CONTROL,
+            **gateway_env(tmp / name, cache, upstream.url, url, CONTROL, ensure_model_dir("tiny", cache)),
             "POLAR_BACKEND_MAX_IN_FLIGHT": "2048",
         }
         server(name, [str(BIN / "polar"), "gateway", "--port", str(port)], extra, port, "/")
@@ -361,7 +352,7 @@ def main() -> None:
     admin = make_engine(POSTGRES_URL)
     with admin.begin() as conn:
         conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    pg_url = schema_url(schema)
+    pg_url = schema_url(POSTGRES_URL, schema)
     try:
         migrate.upgrade(pg_url)
         if not args.writer_only:

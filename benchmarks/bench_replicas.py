@@ -32,7 +32,19 @@ from pathlib import Path
 
 import httpx
 import sqlalchemy as sa
-from gateway_support import ROOT, Server, chat_body, conversation, echo, free_port, post_json, tool_turn
+from gateway_support import (
+    ROOT,
+    Server,
+    chat_body,
+    conversation,
+    drop_schema,
+    echo,
+    free_port,
+    gateway_env,
+    post_json,
+    schema_url,
+    tool_turn,
+)
 
 sys.path.insert(0, str(ROOT))
 
@@ -44,11 +56,6 @@ POSTGRES_URL = os.environ.get("POLAR_TEST_POSTGRES_URL", "postgresql+psycopg://p
 CONTROL_TOKEN = "bench-" + secrets.token_urlsafe(16)
 BIN = Path(sys.executable).parent
 REPORT_TURNS = (1, 2, 10, 25, 50)
-
-
-def schema_url(schema: str) -> str:
-    url = sa.make_url(POSTGRES_URL).update_query_dict({"options": f"-csearch_path={schema}"})
-    return url.render_as_string(hide_password=False)
 
 
 def start_servers(stack: ExitStack, tmp: Path, database_url: str) -> tuple[Server, Server]:
@@ -68,16 +75,7 @@ def start_servers(stack: ExitStack, tmp: Path, database_url: str) -> tuple[Serve
     replicas = []
     for name in ("replica-a", "replica-b"):
         port = free_port()
-        env = {
-            "POLAR_HOME": str(tmp / name),
-            "POLAR_CACHE": str(cache),
-            "POLAR_BACKEND": "sglang",
-            "POLAR_BACKEND_URL": upstream.url,
-            "POLAR_MODEL": "tiny",
-            "POLAR_MODEL_PATH": str(ensure_model_dir("tiny", cache)),
-            "POLAR_DATABASE_URL": database_url,
-            "POLAR_CONTROL_TOKEN": CONTROL_TOKEN,
-        }
+        env = gateway_env(tmp / name, cache, upstream.url, database_url, CONTROL_TOKEN, ensure_model_dir("tiny", cache))
         replicas.append(start(name, [str(BIN / "polar"), "gateway", "--port", str(port)], env, port, "/"))
     for replica in replicas:
         replica.wait_ready()
@@ -131,8 +129,8 @@ def main() -> None:
         with admin.begin() as db:
             db.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
         stack.callback(admin.dispose)
-        stack.callback(_drop_schema, admin, schema)  # after the servers have stopped (LIFO)
-        a, b = start_servers(stack, Path(tmp_name), schema_url(schema))
+        stack.callback(drop_schema, admin, schema)  # after the servers have stopped (LIFO)
+        a, b = start_servers(stack, Path(tmp_name), schema_url(POSTGRES_URL, schema))
         print(
             f"two replicas (pids {a.pid}, {b.pid}) on one Postgres schema; {os.cpu_count()} CPUs, load average "
             f"{os.getloadavg()[0]:.2f}; {args.sessions} sessions x {args.turns} calls per pattern"
@@ -150,11 +148,6 @@ def main() -> None:
         f"turn {args.turns} / turn 2 = {alternating[-1] / alternating[1]:.2f}x (goal: within 1.2x)"
     )
     print(f"total {time.perf_counter() - wall:.0f} s; servers stopped, schema {schema} dropped")
-
-
-def _drop_schema(engine: sa.Engine, schema: str) -> None:
-    with engine.begin() as db:
-        db.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
 
 
 if __name__ == "__main__":

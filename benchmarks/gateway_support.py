@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "instant"
@@ -217,3 +218,31 @@ def litellm_command(tmp: Path, upstream_url: str, master_key: str) -> tuple[list
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
     argv = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(tmp / "litellm.yaml"), "--host", "127.0.0.1"]
     return [*argv, "--port", str(port), "--num_workers", "1"], env, port
+
+
+def gateway_env(
+    home: Path, cache: Path, backend_url: str, database_url: str, control_token: str, model_path: Path | None
+) -> dict[str, str]:
+    """The environment of a ``polar gateway`` on an SGLang-wire backend at ``backend_url`` (the tiny model's
+    tokenizer); ``model_path`` is the folder it reads the chat format from (the instant backend names none)."""
+    env = {
+        "POLAR_HOME": str(home),
+        "POLAR_CACHE": str(cache),
+        "POLAR_BACKEND": "sglang",
+        "POLAR_BACKEND_URL": backend_url,
+        "POLAR_MODEL": "tiny",
+        "POLAR_DATABASE_URL": database_url,
+        "POLAR_CONTROL_TOKEN": control_token,
+    }
+    return {**env, "POLAR_MODEL_PATH": str(model_path)} if model_path is not None else env
+
+
+def schema_url(base_url: str, schema: str) -> str:
+    """``base_url`` with every connection's search_path on ``schema`` (each run works in a schema of its own)."""
+    url = sa.make_url(base_url).update_query_dict({"options": f"-csearch_path={schema}"})
+    return url.render_as_string(hide_password=False)
+
+
+def drop_schema(engine: sa.Engine, schema: str) -> None:
+    with engine.begin() as db:
+        db.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))

@@ -1,16 +1,17 @@
 """The capture writer's SQL: rows encoded once, in plain Python, and written with one statement per step.
 
 The group commit is the gateway's one database write per call, so it skips the ORM: a batch is one counter
-``UPDATE ... RETURNING`` and one multi-row ``INSERT ... RETURNING`` on the raw driver, through SQLAlchemy's
-``exec_driver_sql`` (its error translation stays: an unreachable store is still a ``StoreError``). Values are
-encoded here exactly as the column types of ``db.types`` encode them, so a row reads back the same either way:
+``UPDATE ... RETURNING`` and one bulk insert on the raw driver (SQLite: a multi-row ``INSERT ... RETURNING``;
+Postgres: ids drawn from the sequence, then one binary ``COPY``), with SQLAlchemy's error translation kept (an
+unreachable store is still a ``StoreError``). Values are encoded here exactly as the column types of
+``db.types`` encode them, so a row reads back the same either way:
 
-- token arrays: little-endian int32 / float32 bytes on SQLite; on Postgres an array literal (``{1,2,3}``)
-  cast to ``int4[]`` / ``float4[]`` by the server, which is far cheaper than the driver adapting a list item by
-  item. Floats are rounded to float32 first (``db.types.round_float32``), whose ``repr`` the server parses back
-  to the same float32; ids go through ``array('i')``, which rejects a value outside int32 like the column type.
+- token arrays: little-endian int32 / float32 bytes on SQLite, ``int4[]`` / ``float4[]`` in binary on
+  Postgres, both packed by C code (``struct``, ``array``), never item by item in Python. A finite float beyond
+  the float32 range raises, as in ``db.types.encode_float32``; ids go through ``array('i')``, which rejects a
+  value outside int32 like the column type.
 - JSON: serialised once by orjson (the standard encoder for what orjson refuses), NUL-encoded on Postgres
-  (``db.types.JSONType``), cast to ``jsonb`` there.
+  (``db.types.JSONType``), sent as jsonb there.
 - columns left unset get their model's default (``status`` OK, ``prefix_len`` 0, ...); ``created_at`` is the
   server's.
 
@@ -20,18 +21,20 @@ A value that cannot be encoded fails only its own row, before any statement runs
 from __future__ import annotations
 
 import json
-import math
+import struct
+import sys
 from array import array
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
+import psycopg
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Connection, Dialect
 
 from db.enums import CaptureStatus
 from db.models import Capture
-from db.types import NUL_ESCAPE, JSONType, encode_float32, encode_int32, round_float32
+from db.types import NUL_ESCAPE, JSONType, encode_float32, encode_int32
 
 INT_ARRAYS = ("prompt_delta_ids", "output_ids")
 FLOAT_ARRAYS = ("output_logprobs",)
@@ -69,7 +72,6 @@ def _json_text(value: Any) -> str:
         return json.dumps(value)
 
 
-_NON_FINITE = {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}
 _NUL_MARKS = (b"\\u0000", NUL_ESCAPE.encode())  # how orjson writes a NUL, and the escape character itself
 
 
@@ -86,9 +88,9 @@ def _values(row: Capture, columns: Sequence[str]) -> dict[str, Any]:
     return values
 
 
-def encode_row(row: Capture, dialect: Dialect) -> Any:
-    """The row encoded for ``dialect``: its values in ``COLUMNS`` order (SQLite), or one JSON object without its
-    seq (Postgres, ``insert_statement``; ``with_seq`` adds it); raises on a value the column refuses."""
+def encode_row(row: Capture, dialect: Dialect) -> list[Any]:
+    """The row encoded for ``dialect``: its values in ``COLUMNS`` order, as ``insert_rows`` sends them; raises on
+    a value the column refuses."""
     if dialect.name == "postgresql":
         return _pg_row(row, dialect)
     values = _values(row, COLUMNS)
@@ -104,29 +106,27 @@ def encode_row(row: Capture, dialect: Dialect) -> Any:
     return list(values.values())
 
 
-_PG_COLUMNS = tuple(name for name in COLUMNS if name != "seq")  # seq is assigned in the transaction: with_seq
-
-
-def _pg_row(row: Capture, dialect: Dialect) -> bytes:
-    """The row as one JSON object, which the server reads with ``jsonb_to_recordset``: arrays as JSON arrays
-    (cast to ``int4[]``/``float4[]`` there; a non-finite float as its literal text), JSON columns nested."""
-    values = _values(row, _PG_COLUMNS)
+def _pg_row(row: Capture, dialect: Dialect) -> list[Any]:
+    """The row's values in ``COLUMNS`` order as ``insert_rows`` sends them: arrays in Postgres's binary format,
+    JSON columns serialised (and NUL-encoded, as ``db.types.JSONType`` does)."""
+    values = _values(row, COLUMNS)
     for name in INT_ARRAYS:
         if values[name] is not None:
-            values[name] = array("i", values[name]).tolist()  # the int32 check of db.types.IntArray
+            ids = array("i", values[name])  # the int32 check of db.types.IntArray
+            if sys.byteorder == "little":
+                ids.byteswap()
+            values[name] = _binary_array(ids.tobytes(), _INT4)
     for name in FLOAT_ARRAYS:
-        floats = values[name]
-        if floats is not None:
-            floats = round_float32(floats)
-            if not all(map(math.isfinite, floats)):
-                floats = [v if math.isfinite(v) else _NON_FINITE[repr(v)] for v in floats]
-            values[name] = floats
-    encoded = _json_bytes(values)
-    if any(mark in encoded for mark in _NUL_MARKS):  # rare: JSONB cannot hold NUL (db.types.JSONType)
-        for name in JSON_COLUMNS:
-            values[name] = _JSON_TYPE.process_bind_param(values[name], dialect)
-        encoded = _json_bytes(values)
-    return encoded
+        if values[name] is not None:
+            floats = tuple(values[name])  # struct, as db.types.encode_float32: a finite overflow raises
+            values[name] = _binary_array(struct.pack(f">{len(floats)}f", *floats), _FLOAT4)
+    for name in JSON_COLUMNS:
+        if values[name] is not None:
+            encoded = _json_bytes(values[name])
+            if any(mark in encoded for mark in _NUL_MARKS):  # rare: JSONB cannot hold NUL
+                encoded = _json_bytes(_JSON_TYPE.process_bind_param(values[name], dialect))
+            values[name] = encoded
+    return list(values.values())
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -137,37 +137,109 @@ def _json_bytes(value: Any) -> bytes:
 
 
 _SEQ = COLUMNS.index("seq")
+_ROLLOUT = COLUMNS.index("rollout_id")
 
 
-def with_seq(encoded: Any, seq: int) -> Any:
+def with_seq(encoded: list[Any], seq: int) -> list[Any]:
     """An encoded row with its seq (assigned in the writer's transaction, after the row was encoded)."""
-    if isinstance(encoded, bytes):
-        return b'{"seq":%d,' % seq + encoded[1:]
     encoded[_SEQ] = seq
     return encoded
 
 
-def _pg_type(name: str) -> str:
-    return str(Capture.__table__.c[name].type.compile(dialect=postgresql.dialect()))
+def insert_rows(conn: Connection, rows: Sequence[list[Any]]) -> list[int]:
+    """Insert the encoded ``rows`` in ``conn``'s transaction; returns their ids, in order.
+
+    SQLite: one multi-row ``INSERT ... RETURNING``. Postgres: the ids drawn from the table's sequence in one
+    query, then the rows (with their ids) streamed by one binary ``COPY``, which the server loads without
+    parsing a statement, a literal or a JSON document per value. The driver's errors are raised as SQLAlchemy's
+    (an integrity error is an ``IntegrityError``, a dropped connection invalidates ``conn``), as for any statement.
+    """
+    if conn.dialect.name != "postgresql":
+        one = "(" + ", ".join("?" for _ in COLUMNS) + ")"
+        values = ", ".join([one] * len(rows))
+        sql = f"INSERT INTO captures ({', '.join(COLUMNS)}) VALUES {values} RETURNING id, rollout_id, seq"
+        returned = conn.exec_driver_sql(sql, tuple(v for r in rows for v in r))
+        by_seq = {(rollout_id, seq): id_ for id_, rollout_id, seq in returned}
+        return [by_seq[row[_ROLLOUT], row[_SEQ]] for row in rows]
+    ids: list[int] = [id_ for (id_,) in conn.exec_driver_sql(_PG_NEXT_IDS, (len(rows),))]
+    raw: Any = conn.connection.driver_connection
+    try:
+        with raw.cursor() as cursor:
+            for dumper in (_JsonbText, _EncodedInt4Array, _EncodedFloat4Array):  # set_types picks them by oid
+                cursor.adapters.register_dumper(bytes, dumper)
+            with cursor.copy(_PG_COPY) as copy:
+                copy.set_types(_PG_TYPES)
+                for id_, row in zip(ids, rows, strict=True):
+                    copy.write_row((id_, *row))
+    except psycopg.Error as exc:
+        # SQLAlchemy's own handling of a driver error, as for a statement it ran: the engine's handle_error
+        # events (an unreachable store is a StoreError), the invalidation of a dropped connection, and the
+        # error re-raised as its SQLAlchemy class.
+        conn._handle_dbapi_exception(exc, _PG_COPY, (), None, None)
+    return ids
 
 
-_PG_INSERT = (
-    f"INSERT INTO captures ({', '.join(COLUMNS)}) SELECT {', '.join(COLUMNS)} "
-    f"FROM jsonb_to_recordset(%s::jsonb) AS t({', '.join(f'{name} {_pg_type(name)}' for name in COLUMNS)}) "
-    "RETURNING id, rollout_id, seq"
-)
+_INT4, _FLOAT4 = psycopg.postgres.types["int4"].oid, psycopg.postgres.types["float4"].oid
+_ELEMENT_LENGTH = b"\x00\x00\x00\x04"
 
 
-def insert_statement(dialect: Dialect, rows: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
-    """``INSERT INTO captures`` of the encoded ``rows`` and its parameters; the statement returns each row's id
-    with its (rollout_id, seq). On Postgres the rows travel as one JSON array: one parameter whatever the batch
-    size, parsed by the server, not adapted value by value by the driver."""
-    if dialect.name == "postgresql":
-        return _PG_INSERT, ((b"[" + b",".join(rows) + b"]").decode(),)
-    one = "(" + ", ".join("?" for _ in COLUMNS) + ")"
-    values = ", ".join([one] * len(rows))
-    sql = f"INSERT INTO captures ({', '.join(COLUMNS)}) VALUES {values} RETURNING id, rollout_id, seq"
-    return sql, tuple(value for row in rows for value in row)
+def _binary_array(items: bytes, element_oid: int) -> bytes:
+    """A one-dimensional array of 4-byte big-endian ``items`` in Postgres's binary format: the header, then
+    each element after its length (interleaved by slice assignment, not item by item in Python)."""
+    n = len(items) // 4
+    if n == 0:
+        return struct.pack(">iiI", 0, 0, element_oid)
+    body = bytearray(_ELEMENT_LENGTH + bytes(4)) * n
+    for k in range(4):
+        body[4 + k :: 8] = items[k::4]
+    return struct.pack(">iiIii", 1, 0, element_oid, n, 1) + body
+
+
+class _Encoded(psycopg.adapt.Dumper):
+    """A value ``encode_row`` already put in its column's binary format (an array), sent as it is."""
+
+    format = psycopg.pq.Format.BINARY
+
+    def dump(self, obj: Any) -> bytes:
+        return obj
+
+
+class _EncodedInt4Array(_Encoded):
+    oid = psycopg.postgres.types["int4"].array_oid
+
+
+class _EncodedFloat4Array(_Encoded):
+    oid = psycopg.postgres.types["float4"].array_oid
+
+
+class _JsonbText(_Encoded):
+    """Serialised JSON in jsonb's binary format: its version byte, then the text."""
+
+    oid = psycopg.postgres.types["jsonb"].oid
+
+    def dump(self, obj: Any) -> bytes:
+        return b"\x01" + obj
+
+
+def _pg_copy_type(name: str) -> str:
+    """A column's type as psycopg's registry names it (``int4[]``, not ``INTEGER[]`` or ``VARCHAR(36)``)."""
+    sql_type = Capture.__table__.c[name].type.compile(dialect=postgresql.dialect()).lower().split("(")[0]
+    base = sql_type.removesuffix("[]")
+    return _PSYCOPG_NAMES.get(base, base) + sql_type[len(base) :]
+
+
+_PSYCOPG_NAMES = {
+    "bigint": "int8",
+    "integer": "int4",
+    "real": "float4",
+    "double precision": "float8",
+    "boolean": "bool",
+}
+
+
+_PG_TYPES = ["int8", *map(_pg_copy_type, COLUMNS)]
+_PG_COPY = f"COPY captures (id, {', '.join(COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+_PG_NEXT_IDS = "SELECT nextval(pg_get_serial_sequence('captures', 'id')) FROM generate_series(1, %s)"
 
 
 def advance_sql(dialect: Dialect, n_rollouts: int) -> str:

@@ -1,7 +1,7 @@
 """Durable capture writes with group commit (DESIGN §2.4: durable before acknowledged).
 
 Concurrent calls hand their capture rows to one writer thread, which commits everything pending in one
-transaction (one counter update and one multi-row insert, on its own connection: ``polar.proxy.capture_sql``)
+transaction (one counter update and one bulk insert, on its own connection: ``polar.proxy.capture_sql``)
 and then wakes each caller with its capture id (one wake-up of the event loop per batch). Throughput scales
 with concurrency while every caller still waits for its own commit. ``seq`` numbers are assigned in the
 transaction from the rollout's counter (``rollouts.next_capture_seq``, incremented with ``UPDATE ... RETURNING``):
@@ -227,11 +227,10 @@ class CaptureWriter:
                     encoded[id(pending)] = capture_sql.with_seq(encoded[id(pending)], seq)
                     seq += 1
                     rows.append(pending)
-            ids: dict[tuple[str, int], int] = {}
             if rows:
-                sql, params = capture_sql.insert_statement(dialect, [encoded[id(pending)] for pending in rows])
-                result = conn.exec_driver_sql(sql, params)
-                ids = {(rollout_id, seq): capture_id for capture_id, rollout_id, seq in result}
+                inserted = capture_sql.insert_rows(conn, [encoded[id(pending)] for pending in rows])
+                for pending, capture_id in zip(rows, inserted, strict=True):
+                    pending.row.id = capture_id
             self._committing = True
             transaction.commit()
         self._committing = False
@@ -241,7 +240,6 @@ class CaptureWriter:
             if error is not None:
                 out.append(error)
                 continue
-            pending.row.id = ids[pending.row.rollout_id, pending.row.seq]
             out.append(Stored(pending.row.id, pending.row.seq))
         return out
 

@@ -55,17 +55,20 @@ def parse_json_after(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: A
     for the next one. ``checked``: a strict body that passed these checks before (the session's previous
     request): a top-level value equal to its counterpart there, and the leading items of a list equal to its
     list, are not walked again; equal values at the same place pass alike (an agent re-sends its whole
-    conversation every turn; only what is new costs)."""
+    conversation every turn; only what is new costs), and the returned body holds ``checked``'s items in place of
+    the equal ones (one copy of the common history in memory)."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         pass
     else:
+        known = _known_parts(value, checked)
         try:
-            check_json(value, limits, strict=True, skip=_known_parts(value, checked))
+            check_json(value, limits, strict=True, skip=known)
         except _MaybeBigInteger:
             pass
         else:
+            _share(value, checked, known)
             return value, True
     try:
         value = json.loads(raw)
@@ -122,6 +125,16 @@ def _known_parts(value: Any, checked: Any) -> dict[str, int]:
         elif type(item) is type(old) and isinstance(item, dict | list) and item == old:
             known[key] = -1
     return known
+
+
+def _share(value: dict[str, Any], checked: Any, known: dict[str, int]) -> None:
+    """Put ``checked``'s items in place of the equal leading items of ``value``'s lists: a session keeps its latest
+    bodies (``polar.proxy.history``), and this way they hold one copy of the conversation they have in common,
+    not one each. Bodies are never changed in place, so sharing their items is safe."""
+    for key, count in known.items():
+        item, old = value[key], checked[key]
+        if isinstance(item, list) and isinstance(old, list):
+            item[: len(old) if count == -1 else count] = old
 
 
 def check_json(

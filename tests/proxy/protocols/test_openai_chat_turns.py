@@ -67,3 +67,14 @@ def test_the_body_checks_skip_only_what_the_previous_body_passed(body):
             return exc.field, exc.message
 
     assert outcome(prior) == outcome(None)
+
+
+def test_a_turn_holds_the_previous_bodys_items_in_place_of_its_equal_ones():
+    """Consecutive bodies of a session share the conversation they have in common (one copy in memory)."""
+    from polar.proxy.json_guard import parse_json_after
+
+    prior, _ = parse_json_after(json.dumps({**VALID, "messages": VALID["messages"][:2]}).encode())
+    body, strict = parse_json_after(json.dumps(VALID).encode(), checked=prior)
+    assert strict and body == VALID
+    assert all(new is old for new, old in zip(body["messages"][:2], prior["messages"], strict=True))
+    assert body["messages"] is not prior["messages"] and body["messages"][2] is not None

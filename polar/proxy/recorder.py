@@ -166,7 +166,7 @@ class CaptureWriter:
     def _insert(self, batch: list[_Pending]) -> list[Stored | PolarError]:
         """One transaction on the writer's own connection (``polar.proxy.capture_sql``): the batch's rollout rows
         locked in id order (so concurrent writers never deadlock), one counter increment for all of them that
-        also checks each session is open under its call's key, then one multi-row insert. Rows of a revoked
+        also checks each session is open under its call's key, then one bulk insert. Rows of a revoked
         session are left out and get ``PermissionDenied``; a row whose values cannot be encoded gets its error.
 
         The connection is kept between batches (no pre-ping per transaction). One the server dropped fails the

@@ -6,10 +6,9 @@ Postgres: ids drawn from the sequence, then one binary ``COPY``), with SQLAlchem
 unreachable store is still a ``StoreError``). Values are encoded here exactly as the column types of
 ``db.types`` encode them, so a row reads back the same either way:
 
-- token arrays: little-endian int32 / float32 bytes on SQLite, ``int4[]`` / ``float4[]`` in binary on
-  Postgres, both packed by C code (``struct``, ``array``), never item by item in Python. A finite float beyond
-  the float32 range raises, as in ``db.types.encode_float32``; ids go through ``array('i')``, which rejects a
-  value outside int32 like the column type.
+- token arrays: little-endian int32 / float32 bytes, packed in C by ``db.types.encode_int32`` /
+  ``encode_float32`` (an id outside int32 or a finite float beyond float32 raises, as the column types do);
+  on Postgres those bytes are then laid out as a binary ``int4[]`` / ``float4[]``, never item by item in Python.
 - JSON: serialised once by orjson (the standard encoder for what orjson refuses), NUL-encoded on Postgres
   (``db.types.JSONType``), sent as jsonb there.
 - columns left unset get their model's default (``status`` OK, ``prefix_len`` 0, ...); ``created_at`` is the
@@ -22,8 +21,6 @@ from __future__ import annotations
 
 import json
 import struct
-import sys
-from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,13 +62,6 @@ DEFAULTS = _defaults()
 _CALLABLE_DEFAULTS = {"version_spans": list, "sampling_params": dict}
 
 
-def _json_text(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:  # integers beyond 64 bits, non-string keys, lone surrogates: what orjson refuses
-        return json.dumps(value)
-
-
 _NUL_MARKS = (b"\\u0000", NUL_ESCAPE.encode())  # how orjson writes a NUL, and the escape character itself
 
 
@@ -90,49 +80,36 @@ def _values(row: Capture, columns: Sequence[str]) -> dict[str, Any]:
 
 def encode_row(row: Capture, dialect: Dialect) -> list[Any]:
     """The row encoded for ``dialect``: its values in ``COLUMNS`` order, as ``insert_rows`` sends them; raises on
-    a value the column refuses."""
-    if dialect.name == "postgresql":
-        return _pg_row(row, dialect)
+    a value the column refuses. Token arrays are packed by ``db.types`` (as its column types pack them), then
+    put in Postgres's binary array format there; JSON is serialised once (NUL-encoded on Postgres)."""
+    postgres = dialect.name == "postgresql"
     values = _values(row, COLUMNS)
-    for name in INT_ARRAYS:
-        if values[name] is not None:
-            values[name] = encode_int32(values[name])
-    for name in FLOAT_ARRAYS:
-        if values[name] is not None:
-            values[name] = encode_float32(values[name])
+    for names, pack, element_oid in ((INT_ARRAYS, encode_int32, _INT4), (FLOAT_ARRAYS, encode_float32, _FLOAT4)):
+        for name in names:
+            if values[name] is not None:
+                packed = pack(values[name])
+                values[name] = _binary_array(packed, element_oid) if postgres else packed
     for name in JSON_COLUMNS:
         if values[name] is not None:
-            values[name] = _json_text(values[name])
+            values[name] = _pg_json(values[name], dialect) if postgres else _json_text(values[name])
     return list(values.values())
 
 
-def _pg_row(row: Capture, dialect: Dialect) -> list[Any]:
-    """The row's values in ``COLUMNS`` order as ``insert_rows`` sends them: arrays in Postgres's binary format,
-    JSON columns serialised (and NUL-encoded, as ``db.types.JSONType`` does)."""
-    values = _values(row, COLUMNS)
-    for name in INT_ARRAYS:
-        if values[name] is not None:
-            ids = array("i", values[name])  # the int32 check of db.types.IntArray
-            if sys.byteorder == "little":
-                ids.byteswap()
-            values[name] = _binary_array(ids.tobytes(), _INT4)
-    for name in FLOAT_ARRAYS:
-        if values[name] is not None:
-            floats = tuple(values[name])  # struct, as db.types.encode_float32: a finite overflow raises
-            values[name] = _binary_array(struct.pack(f">{len(floats)}f", *floats), _FLOAT4)
-    for name in JSON_COLUMNS:
-        if values[name] is not None:
-            encoded = _json_bytes(values[name])
-            if any(mark in encoded for mark in _NUL_MARKS):  # rare: JSONB cannot hold NUL
-                encoded = _json_bytes(_JSON_TYPE.process_bind_param(values[name], dialect))
-            values[name] = encoded
-    return list(values.values())
+def _pg_json(value: Any, dialect: Dialect) -> bytes:
+    encoded = _json_bytes(value)
+    if any(mark in encoded for mark in _NUL_MARKS):  # rare: JSONB cannot hold NUL (db.types.JSONType)
+        encoded = _json_bytes(_JSON_TYPE.process_bind_param(value, dialect))
+    return encoded
+
+
+def _json_text(value: Any) -> str:
+    return _json_bytes(value).decode()
 
 
 def _json_bytes(value: Any) -> bytes:
     try:
         return orjson.dumps(value)
-    except TypeError:
+    except TypeError:  # integers beyond 64 bits, non-string keys, lone surrogates: what orjson refuses
         return json.dumps(value).encode()
 
 
@@ -184,14 +161,15 @@ _ELEMENT_LENGTH = b"\x00\x00\x00\x04"
 
 
 def _binary_array(items: bytes, element_oid: int) -> bytes:
-    """A one-dimensional array of 4-byte big-endian ``items`` in Postgres's binary format: the header, then
-    each element after its length (interleaved by slice assignment, not item by item in Python)."""
+    """A one-dimensional array of 4-byte little-endian ``items`` (``db.types.encode_int32``/``encode_float32``)
+    in Postgres's binary format: the header, then each element big-endian after its length (bytes reversed
+    and interleaved by slice assignment, not item by item in Python)."""
     n = len(items) // 4
     if n == 0:
         return struct.pack(">iiI", 0, 0, element_oid)
     body = bytearray(_ELEMENT_LENGTH + bytes(4)) * n
     for k in range(4):
-        body[4 + k :: 8] = items[k::4]
+        body[4 + k :: 8] = items[3 - k :: 4]
     return struct.pack(">iiIii", 1, 0, element_oid, n, 1) + body
 
 

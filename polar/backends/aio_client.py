@@ -20,6 +20,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from polar.slices import turn
+
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
@@ -48,17 +50,24 @@ class Reply:
         except orjson.JSONDecodeError:
             return json.loads(self.content)
 
-    async def aiter_lines(self) -> AsyncIterator[str]:
+    async def aiter_line_batches(self) -> AsyncIterator[list[str]]:
+        """The complete lines of the body, grouped by the read that completed them: a reader that falls behind
+        gets everything that arrived meanwhile at once (``polar.backends.sglang`` then decodes one chunk, not many)."""
         pending = b""
         async for data in self._raw.content.iter_any():
-            pending += data
+            await turn()  # a thousand streams' bytes arriving together are taken over several loop iterations
             if b"\n" not in data:
+                pending += data
                 continue
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                yield line.rstrip(b"\r").decode()
+            *lines, pending = (pending + data).split(b"\n")
+            yield [line.rstrip(b"\r").decode() for line in lines]
         if pending:
-            yield pending.rstrip(b"\r").decode()
+            yield [pending.rstrip(b"\r").decode()]
+
+    async def aiter_lines(self) -> AsyncIterator[str]:
+        async for lines in self.aiter_line_batches():
+            for line in lines:
+                yield line
 
 
 class Client:

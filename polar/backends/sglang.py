@@ -46,7 +46,7 @@ from polar.backends.sglang_wire import (
     json_of,
     message_of,
     sampling_params_json,
-    sse_payloads,
+    sse_batches,
     unavailable,
 )
 from polar.errors import (
@@ -157,20 +157,27 @@ class SGLangBackend:
                 if response.status_code >= 400:
                     await response.aread()
                     raise http_error(response, url, request, self.model_info)
-                async for payload in sse_payloads(response, url):
-                    if "error" in payload:
-                        raise error_from_body(payload, 400, url, request, self.model_info, in_stream=True)
-                    new_ids, new_logprobs = reader.add(payload)
+                async for payloads in sse_batches(response, url):
+                    new_ids: list[int] = []
+                    new_logprobs: list[float] = []
+                    finished: dict | None = None
+                    for payload in payloads:
+                        if "error" in payload:
+                            raise error_from_body(payload, 400, url, request, self.model_info, in_stream=True)
+                        ids, logprobs = reader.add(payload)
+                        new_ids += ids
+                        new_logprobs += logprobs
+                        if (payload.get("meta_info") or {}).get("finish_reason") is not None:
+                            finished = payload
                     if new_ids and reader.ttft_s is None:
                         reader.ttft_s = time.perf_counter() - started
-                    meta = payload.get("meta_info") or {}
-                    if meta.get("finish_reason") is not None:
+                    if finished is not None:
                         # Held until the body is read to its end (data: [DONE]), so the connection can be
                         # reused: a consumer that stops at the final chunk would make the client discard it.
-                        last = GenerateChunk(new_ids, new_logprobs, final=reader.result(payload))
+                        last = GenerateChunk(tuple(new_ids), tuple(new_logprobs), final=reader.result(finished))
                         continue
                     if new_ids:
-                        yield GenerateChunk(new_ids, new_logprobs)
+                        yield GenerateChunk(tuple(new_ids), tuple(new_logprobs))
                 if last is not None:
                     yield last
                     return

@@ -159,24 +159,45 @@ def _spans_of(meta: dict[str, Any], n_output: int, url: str) -> tuple[VersionSpa
     return spans
 
 
-async def sse_payloads(response: httpx.Response | Reply, url: str) -> AsyncIterator[Any]:
-    """The JSON objects of ``data:`` events, up to ``data: [DONE]``.
+async def sse_batches(response: Reply, url: str) -> AsyncIterator[list[Any]]:
+    """The JSON objects of ``data:`` events up to ``data: [DONE]``, grouped by the read they arrived in; of a
+    group of cumulative chunks only the last is decoded (it holds all the others say: ``latest``).
 
     A server that ignored ``stream`` and answered one JSON body yields that body as the only payload.
     """
     if response.headers.get("content-type", "").startswith("application/json"):
         await response.aread()
-        yield json_of(response, url)
+        yield [json_of(response, url)]
         return
-    async for line in response.aiter_lines():
-        if not line.startswith("data:"):
-            if line and not line.startswith((":", "event:", "id:", "retry:")):
-                raise BackendProtocolError(f"{url}: not a server-sent event line: {line[:200]!r}")
-            continue  # blank separators, comments, named-event fields
-        data = line[5:].strip()
-        if data == "[DONE]":
-            continue  # read on to the end of the body: the connection can then be reused
-        yield _loads(data, url)
+    async for lines in response.aiter_line_batches():
+        data: list[str] = []
+        for line in lines:
+            if not line.startswith("data:"):
+                if line and not line.startswith((":", "event:", "id:", "retry:")):
+                    raise BackendProtocolError(f"{url}: not a server-sent event line: {line[:200]!r}")
+                continue  # blank separators, comments, named-event fields
+            event = line[5:].strip()
+            if event != "[DONE]":  # read on to the end of the body: the connection can then be reused
+                data.append(event)
+        if data:
+            yield latest(data, url)
+
+
+def latest(data: list[str], url: str) -> list[Any]:
+    """The events to decode of ``data`` (events that arrived together): the last alone when it is a cumulative
+    chunk (its ``output_ids`` are all ``completion_tokens``, so it repeats every earlier one), else all of them.
+    A gateway behind on a long output then decodes one chunk per read, not every chunk (quadratic)."""
+    last = _loads(data[-1], url)
+    if len(data) > 1 and not _cumulative(last):
+        return [*(_loads(event, url) for event in data[:-1]), last]
+    return [last]
+
+
+def _cumulative(payload: Any) -> bool:
+    if not isinstance(payload, dict) or "error" in payload:
+        return False
+    meta, ids = payload.get("meta_info"), payload.get("output_ids")
+    return isinstance(meta, dict) and isinstance(ids, list) and meta.get("completion_tokens") == len(ids) > 0
 
 
 def _loads(data: str, url: str) -> Any:

@@ -45,6 +45,7 @@ from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONS
 from polar.proxy.protocols.base import parse_after
 from polar.proxy.session_routes import add_session_routes, api_key
 from polar.proxy.sessions import SessionInfo
+from polar.slices import SlicedRequests
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -199,6 +200,7 @@ def create_app(gw: Gateway) -> FastAPI:
 
     app = FastAPI(title="Polar gateway", lifespan=lifespan)
     app.state.gateway = gw
+    app.add_middleware(SlicedRequests)  # a burst of calls spreads over loop iterations
     control_token = announce(gw.settings)  # closed by default: generated on first start when none is set
     install_access_log_redaction()
 

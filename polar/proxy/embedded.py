@@ -10,7 +10,6 @@ one), so there is no window in which another process can take the port.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Self
 
 import httpx
 import uvicorn
+import uvloop
 
 from polar.backends.base import Backend
 from polar.settings import Settings
@@ -44,7 +44,7 @@ class EmbeddedGateway:
 
     def _run(self) -> None:
         try:
-            asyncio.run(self._serve())
+            uvloop.run(self._serve())  # the loop `polar gateway` runs on
         except BaseException as exc:  # noqa: BLE001 - handed to start(), which raises it in the caller
             self._error = exc
 

@@ -47,6 +47,7 @@ from polar.proxy.recorder import CaptureWriter
 from polar.proxy.sessions import SessionInfo
 from polar.proxy.streaming import StreamingCalls, finished
 from polar.settings import RenderMode
+from polar.slices import turn
 from polar.tokens.messages import Message, Role
 from polar.tokens.render import PriorCall, Prompt, PromptBuilder
 
@@ -253,6 +254,7 @@ class CallService(StreamingCalls):
         except PolarError as exc:
             await self._record_error(plan, exc)
             raise
+        await turn()
         parsed_events = self._parse_all(plan, final.output_ids)
         completion = self._completion(plan, final, parsed_events)
         response = plan.codec.response(completion, request=plan.request)
@@ -325,6 +327,7 @@ class CallService(StreamingCalls):
         committing = time.perf_counter()
         stored = await self.writer.store(row, timeout_s=self.store_timeout_s, key_hash=plan.session.key_hash)
         metrics.COMMIT_WAIT.observe(time.perf_counter() - committing)
+        await turn()  # a group commit wakes its whole batch at once
         capture_id = stored.id
         self.histories.remember_body(plan.session.id, capture_id, plan.body)
         reply = Message(Role.ASSISTANT, completion.content, completion.reasoning, completion.tool_calls)

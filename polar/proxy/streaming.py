@@ -15,6 +15,7 @@ from polar import metrics
 from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult
 from polar.errors import BackendProtocolError, BackendTimeout, PolarError
 from polar.proxy.output_check import OutputCheck
+from polar.slices import turn
 from polar.tokens.parsers import MalformedToolCall, collect
 
 if TYPE_CHECKING:
@@ -102,22 +103,22 @@ class StreamingCalls:
         events: list = []
         final: GenerateResult | None = None
         recorded = False
-        for frame in encoder.start():
-            yield frame
+        if opening := "".join(encoder.start()):  # one write per step: a chunk's frames leave together
+            yield opening
         try:
             chunk: GenerateChunk | None = first
             while chunk is not None:
-                if chunk.output_ids:
-                    for frame in _encode(encoder, events, parser.feed(chunk.output_ids)):
-                        yield frame
+                await turn()
+                if chunk.output_ids and (frames := _encode(encoder, events, parser.feed(chunk.output_ids))):
+                    yield frames
                 final = chunk.final or final
                 chunk = await self._next(chunks, deadline)
                 if chunk is not None:
                     self._check_chunk(check, chunk)
             slot()  # the generation is over: the next call may use the server while this one commits
             generated_s = time.perf_counter() - generating
-            for frame in _encode(encoder, events, parser.finish()):
-                yield frame
+            if frames := _encode(encoder, events, parser.finish()):
+                yield frames
             if final is None:
                 raise BackendProtocolError("the backend ended its stream without a result")
             parsed = collect(events, reasoning_opened=parser.reasoning_opened)
@@ -129,21 +130,21 @@ class StreamingCalls:
             metrics.CALLS.labels(plan.codec.name, exc.error_type).inc()
             if not recorded:
                 await self._record_error(plan, exc)
-            for frame in encoder.error(exc):
-                yield frame
+            if error := "".join(encoder.error(exc)):
+                yield error
             return
         except Exception:  # a bug, not the backend's or the caller's fault: still an error event, never a cut
             log.exception("unexpected error in a %s stream", plan.codec.name)
             internal = PolarError("internal error in the gateway; see its log")
             await self._record_error(plan, internal)
-            for frame in encoder.error(internal):
-                yield frame
+            if error := "".join(encoder.error(internal)):
+                yield error
             return
         finally:
             await _aclose(chunks)  # a disconnected client stops the generation
             slot()
-        for frame in encoder.finish(completion):
-            yield frame
+        if ending := "".join(encoder.finish(completion)):
+            yield ending
 
 
 def finished(plan: CallPlan, final: GenerateResult, generated_s: float) -> None:
@@ -161,11 +162,11 @@ async def _aclose(chunks: AsyncIterator[GenerateChunk]) -> None:
         await close()
 
 
-def _encode(encoder, events: list, new: list) -> list[str]:
-    """Frames for newly parsed events; every event is also kept for the final parse."""
+def _encode(encoder, events: list, new: list) -> str:
+    """The frames of newly parsed events, as one string; every event is also kept for the final parse."""
     frames: list[str] = []
     for event in new:
         events.append(event)
         if not isinstance(event, MalformedToolCall):  # its text already left as a TextDelta; counted at the end
             frames += encoder.on_event(event)
-    return frames
+    return "".join(frames)

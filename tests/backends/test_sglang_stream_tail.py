@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from polar.backends.base import GenerateRequest
-from polar.backends.sglang_wire import OutputReader
+from polar.backends.sglang_wire import OutputReader, latest
 from polar.errors import BackendProtocolError
 
 
@@ -32,3 +32,38 @@ def test_the_new_tail_is_checked_in_full_and_a_rewrite_at_the_seam_is_refused():
         reader.add(_chunk([5, 9, 7], [[-0.1, 5, None], [-0.2, 9, None], [-0.3, 7, None]]))
     with pytest.raises(BackendProtocolError, match="not a list of integers"):
         reader.add(_chunk([5, 6, "x"], [[-0.1, 5, None], [-0.2, 6, None], [-0.3, "x", None]]))
+
+
+def _event(payload: dict) -> str:
+    import json
+
+    return json.dumps(payload)
+
+
+def test_of_cumulative_chunks_that_arrived_together_only_the_last_is_decoded():
+    # The earlier events are not even JSON here: decoding them would raise.
+    batch = ["{not json", "{nor this", _event(_chunk([5, 6, 7], [[-0.1, 5, None], [-0.2, 6, None], [-0.3, 7, None]]))]
+    (only,) = latest(batch, "http://sglang")
+    reader = OutputReader("http://sglang", GenerateRequest((1,)))
+    assert reader.add(only) == ((5, 6, 7), (-0.1, -0.2, -0.3))
+
+
+def test_incremental_chunks_that_arrived_together_are_all_decoded_in_order():
+    def increment(ids: list[int], total: int) -> str:
+        return _event(
+            {
+                "output_ids": ids,
+                "meta_info": {"output_token_logprobs": [[-0.5, i, None] for i in ids], "completion_tokens": total},
+            }
+        )
+
+    batch = [increment([5], 1), increment([6], 2), increment([7, 8], 4)]
+    reader = OutputReader("http://sglang", GenerateRequest((1,)))
+    for payload in latest(batch, "http://sglang"):
+        reader.add(payload)
+    assert reader.ids == [5, 6, 7, 8]
+
+
+def test_an_error_event_is_never_skipped():
+    batch = [_event(_chunk([5], [[-0.1, 5, None]])), _event({"error": {"message": "boom", "code": 500}})]
+    assert [p.get("error") for p in latest(batch, "http://sglang")] == [None, {"message": "boom", "code": 500}]

@@ -222,6 +222,14 @@ class HistoryCache:
                 while len(self._sessions) > self._max:
                     self._sessions.popitem(last=False)
 
+    def opened(self, session_id: str) -> None:
+        """A session just created here for a new rollout has no calls yet: its first call reads nothing. (A call
+        made meanwhile through another replica is still found: by its seq, or by its reply in the next request.)"""
+        with self._lock:
+            history = self._sessions.get(session_id)
+            if history is not None and not history.nodes and history.next_seq == 0:
+                history.loaded = True
+
     def cached(self, session_id: str) -> SessionHistory | None:
         """The session's history when nothing is known to be missing (no I/O); None: ``load`` first."""
         history = self._history(session_id)

@@ -88,6 +88,8 @@ def add_session_routes(
                     replace_key=spec.replace_key,
                 )
             )
+            if spec.rollout_id is None:
+                gw.histories.opened(info.id)
         except PolarError as exc:
             return _control_error(exc)
         except Exception:

@@ -7,9 +7,9 @@ The gateway's hot path asks ``cached`` first: a key checked against the store wi
 without a read. Closing or re-keying a session in this process drops its entries at once; done elsewhere
 (another replica, the control API, a flow's takeover) it is seen within ``ttl_s`` here, and before that by the
 capture writer, which commits a capture only while its session is open under the key it was authenticated with
-(``CaptureWriter``), so no reply is ever acknowledged on a revoked key. A new key is never in that cache, so the
-first call with it reads the store, and ``on_key`` tells the history cache (a relaunched harness's calls start
-a history of their own on every replica).
+(``CaptureWriter``), so no reply is ever acknowledged on a revoked key. A key opened here is in that cache from
+the start; elsewhere the first call with it reads the store, and ``on_key`` tells the history cache (a
+relaunched harness's calls start a history of their own on every replica).
 """
 
 from __future__ import annotations
@@ -133,6 +133,7 @@ class SessionStore:
         self.forget(info.id)  # a replaced key stops working here at once
         if self._on_key is not None:
             self._on_key(info.id, info.key_hash)
+        self._remember(info)  # its first call reads nothing
         return info, key
 
     def authenticate(self, key: str | None) -> SessionInfo:

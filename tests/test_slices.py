@@ -1,4 +1,5 @@
-"""Time slices: a burst of work spreads over loop iterations, so timers and sockets are served in between."""
+"""Time slices and the gateway's runtime settings: a burst of work spreads over loop iterations, so timers and sockets
+are served in between; no collector or thread switch holds the loop for long."""
 
 from __future__ import annotations
 
@@ -46,3 +47,20 @@ def test_turns_within_the_slice_do_not_yield():
         return slices.deferred
 
     assert asyncio.run(main()) == 0
+
+
+def test_the_gateway_runtime_freezes_start_up_and_switches_threads_every_millisecond():
+    import gc
+    import sys
+
+    from polar.proxy.server import tune_runtime
+
+    thresholds, interval = gc.get_threshold(), sys.getswitchinterval()
+    try:
+        tune_runtime()
+        assert gc.get_freeze_count() > 0  # start-up's objects are out of the collector's sight
+        assert gc.get_threshold()[0] == 50_000 and sys.getswitchinterval() == 0.001
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+        sys.setswitchinterval(interval)

@@ -33,13 +33,25 @@ def _shared_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve_gateway(settings: Settings, host: str, port: int, *, reuse_port: bool = False) -> None:
-    gateway = await Gateway.create(settings)
-    # What start-up made (the tokenizer's vocabulary, the chat format, modules) lives as long as the process: out of
-    # the collector's sight, a full collection walks only what calls made since (0.3-0.4 s pauses of the whole loop
-    # at 1,000 sessions in flight before; bench_gateway_scale section 3).
+def tune_runtime() -> None:
+    """The interpreter's collector and thread switching, set for a gateway holding a thousand calls in flight (each
+    measured with bench_gateway_scale section 3, 1,000 streams, 2 cores):
+
+    - What start-up made (the tokenizer's vocabulary, the chat format, modules) lives as long as the process: frozen
+      out of the collector's sight, a full collection walks only what calls made since; collections are rarer too
+      (they found nothing to free in the calls' objects). Full collections paused the loop 0.3-0.4 s before.
+    - Threads (the capture writer, store reads, long renders) hand the interpreter back every 1 ms, not 5: the
+      loop waits for it after each socket write it makes while they run, and a hundred writes held it 0.25-0.5 s.
+    """
     gc.collect()
     gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+    sys.setswitchinterval(0.001)
+
+
+async def serve_gateway(settings: Settings, host: str, port: int, *, reuse_port: bool = False) -> None:
+    gateway = await Gateway.create(settings)
+    tune_runtime()
     config = uvicorn.Config(create_app(gateway), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     print(
         f"polar gateway on http://{host}:{port} (backend={gateway.backend.name}, "

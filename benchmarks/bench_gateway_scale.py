@@ -187,12 +187,6 @@ async def section_append(client: httpx.AsyncClient, servers: dict[str, Server], 
 # ---- 2. calls/s at concurrency 64 ------------------------------------------------------------------------
 
 
-def cpu_s(server: Server) -> float:
-    """CPU seconds (user + system) the server process has used, from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def aio_post(http: aiohttp.ClientSession, url: str, body: dict, key: str | None) -> dict:
     headers = {"content-type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     async with http.post(url, data=orjson.dumps(body), headers=headers) as reply:
@@ -233,9 +227,9 @@ async def section_throughput(client: httpx.AsyncClient, servers: dict[str, Serve
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             await closed_loop(conc, conc * 2, call)  # warm-up: every session's first call
             failures.clear()
-            before = {s: cpu_s(servers[s]) for s in {"upstream", name} - {"direct"}}
+            before = {s: servers[s].cpu_s() for s in {"upstream", name} - {"direct"}}
             lat, wall = await closed_loop(conc, n, call)
-            used = {s: (cpu_s(servers[s]) - t) * 1000 / len(lat) for s, t in before.items()}
+            used = {s: (servers[s].cpu_s() - t) * 1000 / len(lat) for s, t in before.items()}
         rows.append((name, len(lat) / wall, statistics.median(lat), percentile(lat, 99), failures, used))
     direct = rows[0][1]
     print(
@@ -268,7 +262,7 @@ async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server
     keys = [await session_key(client, gateway) for _ in range(n)]
     rss_before = gateway.rss_kib()
     before = await scrape(client, gateway)
-    cpu_before = cpu_s(gateway)
+    cpu_before = gateway.cpu_s()
     body = orjson.dumps(chat_body(conversation(9), max_tokens=64, stream=True))
     errors: list[str] = []
     lengths: list[int] = []
@@ -291,7 +285,7 @@ async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server
         await asyncio.gather(*(one(http, k) for k in keys))
     wall = time.perf_counter() - started
     after = await scrape(client, gateway)
-    cpu = cpu_s(gateway) - cpu_before
+    cpu = gateway.cpu_s() - cpu_before
     rss_after = gateway.rss_kib()
     await client.post(servers["upstream"].url + "/bench/config", json={"stream_token_delay_ms": 0})
     ok_key = ("polar_gateway_calls_total", (("outcome", "ok"), ("protocol", "openai_chat")))

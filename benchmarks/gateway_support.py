@@ -77,6 +77,11 @@ class Server:
                 return int(line.split()[1])
         raise RuntimeError(f"no VmRSS for pid {self.pid}")
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the server process has used, from /proc/<pid>/stat."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         if self.popen.poll() is None:
             with _suppress_gone():

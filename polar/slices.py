@@ -6,12 +6,12 @@ decoding, planning or parsing, one iteration takes seconds: every timer fires la
 bytes), new connections wait, and calls time out behind work that was never theirs (rLLM lost half of its
 rollouts that way at 300 calls in flight).
 
-``turn()`` is awaited before each such piece of work: as a request arrives, as a backend's bytes arrive, as a
-commit returns. Within ``slice_s`` of the first turn of an
-iteration it returns at once; after that it yields to the next iteration, where the callers that yielded go
-on in the order they came, after the timers and sockets that were due. An iteration so lasts about
-``slice_s`` plus one piece of work, whatever the load; the work itself is neither dropped nor reordered.
-Each event loop has its own slices.
+``turn()`` is awaited before each such piece of work: as a request arrives, as a backend's bytes arrive, before a
+streamed chunk is parsed into the client's frames (without this second turn the lag p99 at 1,000 streams was 250 ms,
+not 100), as a commit returns, before a reply is parsed. Within ``slice_s`` of the first turn of an iteration it
+returns at once; after that it yields to the next iteration, where the callers that yielded go on in the order they
+came, after the timers and sockets that were due. An iteration so lasts about ``slice_s`` plus one piece of work,
+whatever the load; the work itself is neither dropped nor reordered. Each event loop has its own slices.
 """
 
 from __future__ import annotations
@@ -50,18 +50,13 @@ class TimeSlices:
 _SLICES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimeSlices] = weakref.WeakKeyDictionary()
 
 
-def slices() -> TimeSlices:
-    """The running loop's slices."""
-    loop = asyncio.get_running_loop()
-    found = _SLICES.get(loop)
-    if found is None:
-        found = _SLICES[loop] = TimeSlices()
-    return found
-
-
 async def turn() -> None:
     """``TimeSlices.turn`` on the running loop's slices."""
-    await slices().turn()
+    loop = asyncio.get_running_loop()
+    slices = _SLICES.get(loop)
+    if slices is None:
+        slices = _SLICES[loop] = TimeSlices()
+    await slices.turn()
 
 
 class SlicedRequests:

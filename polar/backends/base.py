@@ -7,7 +7,7 @@ the weight-version spans that the output tokens were sampled under.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -89,7 +89,7 @@ class VersionSpan:
 
 @dataclass(frozen=True)
 class GenerateRequest:
-    input_ids: tuple[int, ...]
+    input_ids: Sequence[int]  # a tuple or list, or an int32 array (a long append-mode prompt)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     request_id: str | None = None
     session_id: str | None = None  # the gateway session (rollout) it belongs to: a fleet routes on it

@@ -21,12 +21,14 @@ import asyncio
 import json
 import time
 import uuid
+from array import array
 from collections.abc import AsyncIterator, Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import orjson
 
 from polar.backends import aio_client
@@ -63,9 +65,14 @@ def _json(body: dict[str, Any]) -> bytes:
     """A generation request body: orjson, one C call for thousands of prompt ids (httpx's ``json=`` is the
     standard encoder, several milliseconds for a long prompt); the standard encoder for what orjson refuses."""
     try:
-        return orjson.dumps(body)
+        return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
     except TypeError:
-        return json.dumps(body).encode()
+        return json.dumps(body, default=lambda ids: ids.tolist()).encode()
+
+
+def _ids_json(ids: Any) -> Any:
+    """Prompt ids as ``_json`` encodes them fastest: an int32 array read in place by numpy (no object per id)."""
+    return np.frombuffer(ids, dtype=np.int32) if isinstance(ids, array) and ids.typecode == "i" else list(ids)
 
 
 class SGLangBackend:
@@ -187,7 +194,7 @@ class SGLangBackend:
 
     def _body(self, request: GenerateRequest, *, stream: bool) -> dict[str, Any]:
         return {
-            "input_ids": list(request.input_ids),
+            "input_ids": _ids_json(request.input_ids),
             "sampling_params": {**sampling_params_json(request), **self.extra_sampling_params},
             "return_logprob": True,
             "rid": request.request_id or uuid.uuid4().hex,

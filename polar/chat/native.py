@@ -9,6 +9,7 @@ conversations where Qwen3's template keeps everything.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
 from polar.tokens.detokenize import IncrementalDecoder
@@ -69,15 +70,20 @@ class NativeFormat:
         output_ids: Sequence[int],
         new_messages: Sequence[Message],
         tools: Sequence[ToolSpec] = (),
-    ) -> list[int] | None:
+    ) -> array:
         end = self.tokenizer.im_end_id
         glue = [] if output_ids and output_ids[-1] == end else [end]
         # The template puts "\n" after every end-of-turn; it opens the new text.
         tail = self.tokenizer.encode("\n" + self.template.render_tail(list(new_messages)))
-        return [*prompt_ids, *output_ids, *glue, *tail]
+        # int32 arrays: a long session's prompt is copied, not rebuilt one id object at a time.
+        return _int32(prompt_ids) + _int32(output_ids) + array("i", [*glue, *tail])
 
     def stream_parser(self, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None) -> TextStream:
         return TextStream(self.tokenizer, self.tool_format.stream_parser(tools=tools or None))
 
     def reply_ids(self, message: Message) -> list[int]:
         return [*self.tokenizer.encode(self.template.assistant_body(message)), self.tokenizer.im_end_id]
+
+
+def _int32(ids: Sequence[int]) -> array:
+    return ids if isinstance(ids, array) and ids.typecode == "i" else array("i", ids)

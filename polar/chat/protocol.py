@@ -62,9 +62,10 @@ class ChatFormat(Protocol):
         output_ids: Sequence[int],
         new_messages: Sequence[Message],
         tools: Sequence[ToolSpec] = (),
-    ) -> list[int] | None:
+    ) -> Sequence[int] | None:
         """``prompt_ids + output_ids`` (kept verbatim) + the new messages + the generation prompt; ``None`` when
-        the format cannot prove that equals a canonical render (the caller then renders canonically)."""
+        the format cannot prove that equals a canonical render (the caller then renders canonically). A list, or
+        an int32 ``array`` (cheap to build on a long session whose ids come as arrays)."""
         ...
 
     def stream_parser(self, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None) -> OutputStream:

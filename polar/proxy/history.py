@@ -25,6 +25,7 @@ No lock here is held across I/O: reads run without one and are merged under it.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import threading
 from array import array
@@ -148,15 +149,17 @@ class SessionHistory:
         parent = self.prompts.get(node.parent_id) if node.parent_id is not None else None
         if parent is not None:  # one step from a kept prompt: no walk to the root
             parent_node = self.nodes[node.parent_id]  # type: ignore[index]
-            return [*parent, *parent_node.output_ids][: node.prefix_len] + list(node.prompt_delta_ids)
+            return (parent + parent_node.output_ids)[: node.prefix_len] + node.prompt_delta_ids
         return prompt_from_chain(self.chain(capture_id))
 
     def _prior(self, node: CallNode) -> PriorCall:
+        # A kept prompt is given as is (an array: the next prompt extends it by a copy, PromptBuilder._extend).
+        prompt = self.prompts.get(node.id)
         return PriorCall(
             node.messages,
             node.tools,
             node.reply,
-            LazyPrompt(node.n_prompt, functools.partial(self.full_prompt, node.id)),
+            prompt if prompt is not None else LazyPrompt(node.n_prompt, functools.partial(self.full_prompt, node.id)),
             node.output_ids,
             ref=node.id,
         )
@@ -299,7 +302,13 @@ class HistoryCache:
         """A call this process just committed (``node.seq`` set), with its full prompt when known."""
         history = self._history(session_id)
         with history.lock:
+            decoded = node.messages
             history.insert(node)
+            last = history.last_request
+            if last is not None and last[2].messages is decoded and node.messages is not decoded:
+                # The next request is decoded on top of this one (``last_request``): holding the node's own
+                # objects, its history is matched to this call by identity, not compared message by message.
+                history.last_request = (last[0], last[1], dataclasses.replace(last[2], messages=node.messages))
             if prompt_ids is not None:
                 # A root's full prompt is its delta: one array for both, not two copies.
                 full = node.prompt_delta_ids if node.prefix_len == 0 and node.parent_id is None else prompt_ids

@@ -134,9 +134,10 @@ class CallService(StreamingCalls):
                 f"model {request.model!r} is not served for this session; use one of {list(session.models)}",
                 field="model",
             )
-        self._refuse_surely_too_long(request)
         messages = request.messages
         found = self.builder.find_parent(messages, request.tools, history.candidates(len(messages)), ordered=True)
+        # Of an append-mode extension only the new messages are tokenized (the rest are the parent's ids).
+        self._refuse_surely_too_long(messages[found[1] :] if found and self._appends else messages)
         if not fresh and any(m.role is Role.ASSISTANT for m in messages[found[1] if found else 0 :]):
             raise _Stale()
         return found
@@ -169,7 +170,7 @@ class CallService(StreamingCalls):
     def _cheap(self, request: ChatRequest, found: tuple[PriorCall, int] | None) -> bool:
         """Whether building on ``found`` is cheap enough for the event loop: an append-mode extension whose new
         messages are short (tokenizing them takes well under a millisecond); anything else goes to a thread."""
-        if found is None or self.render_mode is not RenderMode.APPEND:
+        if found is None or not self._appends:
             return False
         return _chars(request.messages[found[1] :]) <= INLINE_CHARS
 
@@ -200,13 +201,17 @@ class CallService(StreamingCalls):
             return self._build(*args)
         return await asyncio.to_thread(self._build, *args)
 
-    def _refuse_surely_too_long(self, request: ChatRequest) -> None:
-        """A prompt whose text alone needs more tokens than the context window holds is refused before it is
-        tokenized: no token covers more than ``max_token_chars`` characters, so ``chars // max_token_chars`` is a
-        lower bound on its tokens. A 10 MB body then costs no tokenizing, and never a wrong refusal."""
+    @property
+    def _appends(self) -> bool:
+        return self.render_mode is RenderMode.APPEND
+
+    def _refuse_surely_too_long(self, messages: Sequence[Message]) -> None:
+        """A prompt whose text to tokenize alone needs more tokens than the context window holds is refused before
+        it is tokenized: no token covers more than ``max_token_chars`` characters, so ``chars // max_token_chars``
+        is a lower bound on its tokens. A 10 MB body then costs no tokenizing, and never a wrong refusal."""
         if self.max_token_chars <= 0:
             return
-        at_least = _chars(request.messages) // self.max_token_chars
+        at_least = _chars(messages) // self.max_token_chars
         if at_least > self.context_length:
             error = ContextLengthExceeded(at_least, self.context_length)
             error.message = f"prompt has at least {at_least} tokens but the model's context window is "

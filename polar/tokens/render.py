@@ -17,6 +17,7 @@ equals a canonical render (a family that is not prefix-stable there); the call i
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,7 +44,7 @@ class FamilyRenderer(Protocol):
         output_ids: Sequence[int],
         new_messages: Sequence[Message],
         tools: Sequence[ToolSpec] = (),
-    ) -> list[int] | None: ...
+    ) -> Sequence[int] | None: ...
 
 
 @dataclass(frozen=True)
@@ -67,17 +68,18 @@ class Prompt:
     """Prompt ids plus their place in the capture tree.
 
     ``ids == (parent.prompt_ids + parent.output_ids)[:prefix_len] + delta_ids``; a root has no parent and
-    ``prefix_len == 0``.
+    ``prefix_len == 0``. ``ids`` is a tuple, or an int32 ``array`` where a family extends one (append mode on a
+    long session: copying an array is one memcpy, building a tuple of its ids is not); compare with ``list()``.
     """
 
-    ids: tuple[int, ...]
+    ids: Sequence[int]
     mode: RenderMode
     parent: PriorCall | None = None
     prefix_len: int = 0
     fallback_reason: str | None = None  # why append mode did not apply, when it was asked for
 
     @property
-    def delta_ids(self) -> tuple[int, ...]:
+    def delta_ids(self) -> Sequence[int]:
         return self.ids[self.prefix_len :]
 
 
@@ -171,15 +173,19 @@ class PromptBuilder:
     def _extend(
         self, fmt: FamilyRenderer, messages: Sequence[Message], tools: Sequence[ToolSpec], parent: PriorCall, start: int
     ) -> Prompt:
-        prefix = (*parent.prompt_ids, *parent.output_ids)
-        n = len(parent.prompt_ids)
-        extended = fmt.extend(prefix[:n], prefix[n:], messages[start:], tools)
+        prompt_ids, output_ids = parent.prompt_ids, parent.output_ids
+        extended = fmt.extend(prompt_ids, output_ids, messages[start:], tools)
         if extended is None:
             ids = self.canonical_ids(messages, tools)
             reason = f"the {fmt.family} chat format cannot extend the sampled ids exactly here; rendered canonically"
-            shared = _common_prefix(ids, prefix)
+            shared = _common_prefix(ids, (*prompt_ids, *output_ids))
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared, fallback_reason=reason)
-        ids = tuple(extended)
         # A family may close a turn the backend cut (max tokens) or trim after its close: say what survived.
-        shared = len(prefix) if ids[: len(prefix)] == prefix else _common_prefix(ids, prefix)
+        n, m = len(prompt_ids), len(prompt_ids) + len(output_ids)
+        if isinstance(extended, array) and isinstance(prompt_ids, array) and isinstance(output_ids, array):
+            if extended[:n] == prompt_ids and extended[n:m] == output_ids:  # memcmp, not one object per id
+                return Prompt(extended, mode=RenderMode.APPEND, parent=parent, prefix_len=m)
+        ids = tuple(extended)
+        prefix = (*prompt_ids, *output_ids)
+        shared = m if ids[:m] == prefix else _common_prefix(ids, prefix)
         return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=shared)

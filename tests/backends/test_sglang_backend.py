@@ -7,6 +7,7 @@ land in the middle of a streamed generation and must show up as version spans.
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -124,6 +125,15 @@ async def test_stream_gives_the_same_result_as_generate(client, prompt):
     assert tuple(i for c in chunks for i in c.output_ids) == whole.output_ids
     assert tuple(lp for c in chunks for lp in c.output_logprobs) == whole.output_logprobs
     assert streamed.ttft_s is not None and whole.ttft_s is None
+
+
+async def test_an_int32_array_prompt_is_sent_as_the_same_ids(client, prompt):
+    """A long append-mode prompt comes as an int32 array (encoded through numpy): the server sees the same ids."""
+    request = GenerateRequest(prompt, SamplingParams(max_new_tokens=8, temperature=0.0))
+    as_array = replace(request, input_ids=array("i", prompt))
+    assert same_output(await client.generate(request), await client.generate(as_array))
+    chunks = [chunk async for chunk in client.stream(as_array)]
+    assert chunks[-1].final is not None and chunks[-1].final.prompt_tokens == len(prompt)
 
 
 async def test_cumulative_and_incremental_servers_agree(cumulative_url, incremental_url, prompt):

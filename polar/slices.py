@@ -17,14 +17,16 @@ whatever the load; the work itself is neither dropped nor reordered. Each event 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-import weakref
+from collections.abc import Awaitable
 from typing import Any
 
 
 class TimeSlices:
-    def __init__(self, slice_s: float = 0.005):
+    def __init__(self, slice_s: float = 0.005, loop: asyncio.AbstractEventLoop | None = None):
         self.slice_s = slice_s
+        self.loop = loop  # the loop these slices belong to (``turn()``'s lookup)
         self._started: float | None = None  # when the current iteration's first turn came
         self.deferred = 0  # turns put off to a later iteration (a measure of how loaded the loop is)
 
@@ -47,16 +49,18 @@ class TimeSlices:
             await asyncio.sleep(0)
 
 
-_SLICES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimeSlices] = weakref.WeakKeyDictionary()
+# A thread runs one loop at a time: its slices are found without a lookup keyed by the loop (a weak mapping's
+# lookup made a weak reference on every turn, several per call).
+_local = threading.local()
 
 
-async def turn() -> None:
+def turn() -> Awaitable[None]:
     """``TimeSlices.turn`` on the running loop's slices."""
     loop = asyncio.get_running_loop()
-    slices = _SLICES.get(loop)
-    if slices is None:
-        slices = _SLICES[loop] = TimeSlices()
-    await slices.turn()
+    slices: TimeSlices | None = getattr(_local, "slices", None)
+    if slices is None or slices.loop is not loop:
+        slices = _local.slices = TimeSlices(loop=loop)
+    return slices.turn()
 
 
 class SlicedRequests:

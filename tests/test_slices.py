@@ -39,6 +39,42 @@ def test_a_timer_due_during_a_burst_runs_after_a_few_pieces_not_after_all(new_lo
     assert [entry for entry in log if entry != "timer"] == [f"work {i}" for i in range(200)]
 
 
+def test_a_long_line_is_woken_a_batch_at_a_time_not_all_of_it_every_iteration():
+    async def main() -> tuple[int, int]:
+        slices = TimeSlices(slice_s=0.005, batch=16)
+
+        async def work() -> None:
+            await slices.turn()
+            time.sleep(0.002)
+
+        await asyncio.gather(*(work() for _ in range(300)))
+        return slices.deferred, slices.woken
+
+    deferred, woken = asyncio.run(main())
+    # About 2 pieces per 5 ms slice: ~150 iterations. Polling callers would resume the whole line each time
+    # (~300 * 150 / 2 = 22,000 resumptions); a batch of 16 per iteration is at most 16 * 150.
+    assert deferred >= 290 and woken <= 16 * 160
+
+
+def test_a_caller_cancelled_in_line_holds_up_no_one():
+    async def main() -> list[int]:
+        slices = TimeSlices(slice_s=0.0)  # one piece per iteration: the others wait in line
+        done: list[int] = []
+
+        async def work(i: int) -> None:
+            await slices.turn()
+            done.append(i)
+
+        tasks = [asyncio.create_task(work(i)) for i in range(5)]
+        await asyncio.sleep(0)  # work 0 went; 1 to 4 are in line
+        tasks[1].cancel()  # the first in line
+        tasks[3].cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return done
+
+    assert asyncio.run(main()) == [0, 2, 4]
+
+
 def test_turns_within_the_slice_do_not_yield():
     async def main() -> int:
         slices = TimeSlices(slice_s=60.0)

@@ -70,6 +70,20 @@ class Reply:
                 yield line
 
 
+class _SlicedConnector(aiohttp.TCPConnector):
+    """A connection is handed to a request in its turn (``polar.slices``), before and after it is opened: a thousand
+    calls starting together otherwise open their connections, and then write their requests, all in one loop
+    iteration (measured: stalls of 60-90 ms at 1,000 streams)."""
+
+    async def connect(
+        self, req: aiohttp.ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.connector.Connection:
+        await turn()
+        connection = await super().connect(req, traces, timeout)
+        await turn()
+        return connection
+
+
 class Client:
     """One aiohttp session, made on first use (inside the event loop, as aiohttp requires)."""
 
@@ -84,7 +98,7 @@ class Client:
             # No pool bound here: the gateway bounds calls in flight per server (polar.proxy.limits).
             # Idle connections are dropped before a uvicorn-based server (SGLang) closes them at 5 s, so a call never
             # goes out on a connection the server is closing.
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=3.0)
+            connector = _SlicedConnector(limit=0, keepalive_timeout=3.0)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, auto_decompress=True)
         return self._session
 

@@ -45,7 +45,7 @@ from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONS
 from polar.proxy.protocols.base import parse_after
 from polar.proxy.session_routes import add_session_routes, api_key
 from polar.proxy.sessions import SessionInfo
-from polar.slices import SlicedRequests
+from polar.slices import SlicedRequests, in_thread
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -80,7 +80,7 @@ async def _decode(
         return body, chat, strict
 
     if len(raw) >= OFFLOAD_BYTES:
-        return await asyncio.to_thread(decode)
+        return await in_thread(decode)
     return decode()
 
 
@@ -181,7 +181,7 @@ async def _authenticate(gw: Gateway, key: str | None) -> SessionInfo:
 async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> int:
     _, chat, _ = await _decode(gw, request, codec, model, False, count=True)
     await _authenticate(gw, api_key(request, query=codec is GEMINI))
-    ids = await asyncio.to_thread(gw.builder.canonical_ids, chat.messages, chat.tools)  # tokenizing: off the loop
+    ids = await in_thread(gw.builder.canonical_ids, chat.messages, chat.tools)  # tokenizing: off the loop
     return len(ids)
 
 

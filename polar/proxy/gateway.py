@@ -26,6 +26,7 @@ from polar.proxy.recorder import CaptureWriter
 from polar.proxy.service import CallService
 from polar.proxy.sessions import SessionInfo, SessionStore
 from polar.settings import Settings
+from polar.slices import in_thread
 from polar.tokens.messages import Message
 from polar.tokens.render import PromptBuilder
 from polar.tokens.tokenizer import ChatTokenizer
@@ -145,7 +146,7 @@ class Gateway:
         a frozen or unreachable store is a ``StoreError`` (503) within that time, never a hang."""
         timeout = self.settings.store_statement_timeout_s
         try:
-            return await asyncio.wait_for(asyncio.to_thread(fn, *args), timeout)
+            return await asyncio.wait_for(in_thread(fn, *args), timeout)
         except TimeoutError:
             raise StoreError(f"the store did not answer within {timeout:g} s") from None
 

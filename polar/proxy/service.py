@@ -47,13 +47,13 @@ from polar.proxy.recorder import CaptureWriter
 from polar.proxy.sessions import SessionInfo
 from polar.proxy.streaming import StreamingCalls, finished
 from polar.settings import RenderMode
-from polar.slices import turn
+from polar.slices import in_thread, turn
 from polar.tokens.messages import Message, Role
 from polar.tokens.render import PriorCall, Prompt, PromptBuilder
 
 log = logging.getLogger(__name__)
 MAX_MODEL_NAME = 256  # the width of captures.model
-INLINE_CHARS = 16_384  # an append-mode tail up to this long is tokenized on the event loop (well under 1 ms)
+INLINE_CHARS = 16_384  # a build tokenizing up to this much text runs on the event loop (about 1 ms at most)
 
 
 @dataclass(frozen=True)
@@ -121,10 +121,11 @@ class CallService(StreamingCalls):
 
     def _parent(
         self, session: SessionInfo, request: ChatRequest, history: SessionHistory, fresh: bool
-    ) -> tuple[PriorCall, int] | None:
-        """The request checked, and the earlier call it extends (cheap: no tokenizing). Unless ``fresh`` (the
-        history was just read from the store), a request holding an assistant message no known call explains
-        raises ``_Stale``: a call this process has not seen (another replica's) may be its parent."""
+    ) -> tuple[tuple[PriorCall, int] | None, int]:
+        """The request checked, the earlier call it extends (cheap: no tokenizing) and how many characters the
+        prompt's build tokenizes. Unless ``fresh`` (the history was just read from the store), a request holding an
+        assistant message no known call explains raises ``_Stale``: a call this process has not seen (another
+        replica's) may be its parent."""
         if "\x00" in request.model or len(request.model) > MAX_MODEL_NAME:
             raise InvalidRequest(
                 f"model: a model name has at most {MAX_MODEL_NAME} characters and no NUL", field="model"
@@ -137,10 +138,12 @@ class CallService(StreamingCalls):
         messages = request.messages
         found = self.builder.find_parent(messages, request.tools, history.candidates(len(messages)), ordered=True)
         # Of an append-mode extension only the new messages are tokenized (the rest are the parent's ids).
-        self._refuse_surely_too_long(messages[found[1] :] if found and self._appends else messages)
+        only_new = found is not None and self._appends and self.builder.tokenizes_only_new_messages
+        chars = _chars(messages[found[1] :] if found is not None and only_new else messages)
+        self._refuse_surely_too_long(chars)
         if not fresh and any(m.role is Role.ASSISTANT for m in messages[found[1] if found else 0 :]):
             raise _Stale()
-        return found
+        return found, chars
 
     def _build(
         self,
@@ -167,13 +170,6 @@ class CallService(StreamingCalls):
         started = time.perf_counter() if started is None else started
         return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started)
 
-    def _cheap(self, request: ChatRequest, found: tuple[PriorCall, int] | None) -> bool:
-        """Whether building on ``found`` is cheap enough for the event loop: an append-mode extension whose new
-        messages are short (tokenizing them takes well under a millisecond); anything else goes to a thread."""
-        if found is None or not self._appends:
-            return False
-        return _chars(request.messages[found[1] :]) <= INLINE_CHARS
-
     async def plan_call(
         self,
         session: SessionInfo,
@@ -185,33 +181,37 @@ class CallService(StreamingCalls):
     ) -> CallPlan:
         """``plan`` with the session's history: from memory in the steady state, read from the store (only the
         captures this process lacks) on a session's first call here, after a seq this process skipped, or
-        when the request holds a reply no known call explains. The usual call (an append-mode extension by a
-        few short messages) is planned on the event loop; a canonical render or a long tail in a worker thread."""
+        when the request holds a reply no known call explains. A build that tokenizes little (an append-mode
+        extension by a few messages, a short conversation rendered whole) is planned on the event loop, one piece of
+        work among others; a long text in a worker thread. (Not every build: Python work in threads competes with
+        the loop for the GIL, and a thousand first calls rendered in threads starved it for tens of milliseconds
+        at a time.)"""
         history = self.histories.cached(session.id)
         fresh = history is None
         if history is None:
             history = await self.load_history(session.id)
         try:
-            found = self._parent(session, request, history, fresh)
+            found, chars = self._parent(session, request, history, fresh)
         except _Stale:
             history = await self.load_history(session.id)
-            found = self._parent(session, request, history, True)
+            found, chars = self._parent(session, request, history, True)
         args = (session, codec, body, request, policy, history, found, started)
-        if self._cheap(request, found):
+        if chars <= INLINE_CHARS:
             return self._build(*args)
-        return await asyncio.to_thread(self._build, *args)
+        return await in_thread(self._build, *args)
 
     @property
     def _appends(self) -> bool:
         return self.render_mode is RenderMode.APPEND
 
-    def _refuse_surely_too_long(self, messages: Sequence[Message]) -> None:
-        """A prompt whose text to tokenize alone needs more tokens than the context window holds is refused before
-        it is tokenized: no token covers more than ``max_token_chars`` characters, so ``chars // max_token_chars``
-        is a lower bound on its tokens. A 10 MB body then costs no tokenizing, and never a wrong refusal."""
+    def _refuse_surely_too_long(self, chars: int) -> None:
+        """A prompt whose text to tokenize (``chars`` characters) alone needs more tokens than the context window
+        holds is refused before it is tokenized: no token covers more than ``max_token_chars`` characters, so
+        ``chars // max_token_chars`` is a lower bound on its tokens. A 10 MB body then costs no tokenizing, and
+        never a wrong refusal."""
         if self.max_token_chars <= 0:
             return
-        at_least = _chars(messages) // self.max_token_chars
+        at_least = chars // self.max_token_chars
         if at_least > self.context_length:
             error = ContextLengthExceeded(at_least, self.context_length)
             error.message = f"prompt has at least {at_least} tokens but the model's context window is "
@@ -237,7 +237,7 @@ class CallService(StreamingCalls):
     async def _in_store(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` in a worker thread, waited for at most ``store_timeout_s`` (a frozen store is a 503)."""
         try:
-            return await asyncio.wait_for(asyncio.to_thread(fn, *args), self.store_timeout_s)
+            return await asyncio.wait_for(in_thread(fn, *args), self.store_timeout_s)
         except TimeoutError:
             raise StoreError(f"the store did not answer within {self.store_timeout_s:g} s") from None
 
@@ -269,7 +269,9 @@ class CallService(StreamingCalls):
 
     async def _slot(self, plan: CallPlan) -> Callable[[], None]:
         """Take one of the inference server's in-flight slots (scripted policies need none); returns its
-        release, which may be called more than once."""
+        release, which may be called more than once. In its turn: a burst of plans each opening a backend call
+        in one iteration would hold the loop for all of them."""
+        await turn()
         limit = self.limit
         if limit is None or plan.policy.scripted:
             return _nothing

@@ -34,6 +34,11 @@ class FamilyRenderer(Protocol):
 
     family: str
 
+    @property
+    def prefix_stable(self) -> bool:
+        """Whether extending a conversation keeps its rendered ids (append mode can equal a canonical render)."""
+        ...
+
     def render_ids(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, add_generation_prompt: bool = True
     ) -> list[int]: ...
@@ -105,6 +110,12 @@ class PromptBuilder:
         self.tokenizer = tokenizer
         self.template = template or ChatTemplate()
         self.chat_format = chat_format
+
+    @property
+    def tokenizes_only_new_messages(self) -> bool:
+        """Whether an append-mode build tokenizes only the messages after its parent's (a family that is not
+        prefix-stable may render the whole conversation again instead)."""
+        return self.chat_format is None or self.chat_format.prefix_stable
 
     def canonical_ids(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> tuple[int, ...]:
         if self.chat_format is not None:

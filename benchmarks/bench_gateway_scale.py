@@ -12,6 +12,8 @@ on loopback, and prints, each against a baseline measured in the same run:
    (the steady state of a fleet), with the CPU each server process spent per call;
 3. N streaming calls in flight at once (backend at 20 ms per token): errors, event-loop lag p50 and p99 during
    the streams (the gateway's histogram, as bucket bounds), every capture committed, memory per open session;
+   twice: all N sent in the same instant (N connections accepted in one loop iteration), and sent over 0.5 s
+   (each stream lasts longer than that, so all N are still in flight together: the peak is printed);
 
 Sections 2 and 3 load the servers with aiohttp, whose client costs a fraction of a millisecond per call: httpx's
 pool, at 64 calls in flight, spends about as much CPU per call as the gateway does and hid the servers' own
@@ -255,10 +257,14 @@ async def section_throughput(client: httpx.AsyncClient, servers: dict[str, Serve
 # ---- 3. streaming calls in flight at once ----------------------------------------------------------------
 
 
-async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server], n: int) -> None:
+async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server], n: int, ramp_s: float) -> None:
     gateway = servers["sqlite"]
     await client.post(servers["upstream"].url + "/bench/config", json={"stream_token_delay_ms": 20})
-    print(f"\n== 3. {n} streaming calls in flight at once (SQLite gateway, backend 20 ms per token, aiohttp load) ==")
+    arrival = "all sent at once" if ramp_s == 0 else f"sent over {ramp_s:g} s"
+    print(
+        f"\n== 3. {n} streaming calls in flight at once, {arrival} (SQLite gateway, backend 20 ms per token, "
+        "aiohttp load) =="
+    )
     keys = [await session_key(client, gateway) for _ in range(n)]
     rss_before = gateway.rss_kib()
     before = await scrape(client, gateway)
@@ -266,9 +272,14 @@ async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server
     body = orjson.dumps(chat_body(conversation(9), max_tokens=64, stream=True))
     errors: list[str] = []
     lengths: list[int] = []
+    open_now, peak = 0, 0
 
-    async def one(http: aiohttp.ClientSession, key: str) -> None:
+    async def one(http: aiohttp.ClientSession, i: int, key: str) -> None:
+        nonlocal open_now, peak
+        await asyncio.sleep(ramp_s * i / n)
         headers = {"Authorization": f"Bearer {key}", "content-type": "application/json"}
+        open_now += 1
+        peak = max(peak, open_now)
         try:
             async with http.post(gateway.url + "/v1/chat/completions", data=body, headers=headers) as reply:
                 text = (await reply.read()).decode()
@@ -277,12 +288,14 @@ async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server
             lengths.append(text.count("data: "))
         except aiohttp.ClientError as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            open_now -= 1
 
     started = time.perf_counter()
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=300)
     ) as http:
-        await asyncio.gather(*(one(http, k) for k in keys))
+        await asyncio.gather(*(one(http, i, k) for i, k in enumerate(keys)))
     wall = time.perf_counter() - started
     after = await scrape(client, gateway)
     cpu = gateway.cpu_s() - cpu_before
@@ -293,8 +306,8 @@ async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server
     during = {k: v - before.get(k, 0) for k, v in after.items()}  # this section's observations only
     lag = {q: histogram_quantile(during, "polar_event_loop_lag_seconds", {"server": "gateway"}, q) for q in (0.5, 0.99)}
     print(
-        f"wall {wall:.1f} s, errors {len(errors)}, committed (ok calls) {ok:.0f} of {n}, "
-        f"frames per stream {statistics.median(lengths) if lengths else 0:.0f}, gateway CPU {cpu:.1f} s "
+        f"wall {wall:.1f} s, most in flight at once {peak}, errors {len(errors)}, committed (ok calls) {ok:.0f} of "
+        f"{n}, frames per stream {statistics.median(lengths) if lengths else 0:.0f}, gateway CPU {cpu:.1f} s "
         f"({cpu * 1000 / n:.1f} ms per streamed call)"
     )
     if errors:
@@ -397,7 +410,8 @@ def main() -> None:
                     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
                         await section_append(client, servers, turns)
                         await section_throughput(client, servers, calls, 64)
-                        await section_in_flight(client, servers, in_flight)
+                        for ramp_s in (0.0, 0.5):
+                            await section_in_flight(client, servers, in_flight, ramp_s)
 
                 asyncio.run(run())
         section_writer(pg_url, writes, 64)

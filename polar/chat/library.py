@@ -9,7 +9,6 @@ sampled ids verbatim and returns None where it cannot prove the result equals a 
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from polar.chat.protocol import ReparseStreamParser
 from polar.chat.reply import reply_by_render
 from polar.errors import ConfigError, InvalidRequest
+from polar.ids import random_hex
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 from polar.tokens.parsers.types import MalformedToolCall, ParsedOutput
 
@@ -182,7 +182,7 @@ class LibraryFormat:
             if ok:
                 args = attempt.arguments
                 text = json.dumps(args, ensure_ascii=False) if isinstance(args, dict) else str(args or "{}")
-                calls.append(ToolCall(str(attempt.name), text, attempt.id or f"call_{uuid.uuid4().hex[:24]}"))
+                calls.append(ToolCall(str(attempt.name), text, attempt.id or f"call_{random_hex(12)}"))
             else:
                 malformed.append(MalformedToolCall(attempt.raw, attempt.status.value))
                 if attempt.raw and attempt.raw not in content:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -60,6 +60,11 @@ def _error(codec: ProtocolCodec, exc: PolarError) -> JSONResponse:
 async def _frames_as_bytes(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
     async for frame in frames:
         yield frame.encode()
+
+
+async def _run(fn: Callable[[], None]) -> None:
+    """``fn()`` on the loop: a BackgroundTask runs a plain function in a worker thread (a thread hop per stream)."""
+    fn()
 
 
 async def _decode(
@@ -126,7 +131,7 @@ async def _model_call(
                 _frames_as_bytes(frames),
                 media_type="text/event-stream",
                 headers=SSE_HEADERS,
-                background=BackgroundTask(release),
+                background=BackgroundTask(_run, release),
             )
 
         async def frames_of(opened: tuple[AsyncIterator[str], Any]) -> AsyncIterator[bytes]:

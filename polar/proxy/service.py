@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from array import array
 from collections.abc import Callable, Sequence
@@ -37,6 +36,7 @@ from polar.errors import (
     PolarError,
     StoreError,
 )
+from polar.ids import random_hex
 from polar.proxy.canonical import ChatRequest, Completion, Usage
 from polar.proxy.history import CallNode, HistoryCache, SessionHistory
 from polar.proxy.limits import InFlightLimit
@@ -165,7 +165,7 @@ class CallService(StreamingCalls):
             raise ContextLengthExceeded(len(prompt.ids), self.context_length)
         wanted = request.max_tokens if request.max_tokens is not None else self.default_max_tokens
         sampling = SamplingParams.parse({**request.sampling, "max_new_tokens": min(wanted, budget)})
-        meta = StreamMeta(secrets.token_hex(12), request.model, int(time.time()), len(prompt.ids))
+        meta = StreamMeta(random_hex(12), request.model, int(time.time()), len(prompt.ids))
         context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
         started = time.perf_counter() if started is None else started
         return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started)

@@ -71,8 +71,11 @@ def _json(body: dict[str, Any]) -> bytes:
 
 
 def _ids_json(ids: Any) -> Any:
-    """Prompt ids as ``_json`` encodes them fastest: an int32 array read in place by numpy (no object per id)."""
-    return np.frombuffer(ids, dtype=np.int32) if isinstance(ids, array) and ids.typecode == "i" else list(ids)
+    """Prompt ids as ``_json`` encodes them fastest: an int32 array read in place by numpy (no object per id), a
+    tuple or list as it is."""
+    if isinstance(ids, array) and ids.typecode == "i":
+        return np.frombuffer(ids, dtype=np.int32)
+    return ids if isinstance(ids, list | tuple) else list(ids)
 
 
 class SGLangBackend:

@@ -139,7 +139,7 @@ class CallService(StreamingCalls):
         found = self.builder.find_parent(messages, request.tools, history.candidates(len(messages)), ordered=True)
         # Of an append-mode extension only the new messages are tokenized (the rest are the parent's ids).
         only_new = found is not None and self._appends and self.builder.tokenizes_only_new_messages
-        chars = _chars(messages[found[1] :] if found is not None and only_new else messages)
+        chars = _chars(messages[found[1] if found is not None and only_new else 0 :])
         self._refuse_surely_too_long(chars)
         if not fresh and any(m.role is Role.ASSISTANT for m in messages[found[1] if found else 0 :]):
             raise _Stale()

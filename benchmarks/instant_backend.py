@@ -8,9 +8,9 @@ Both surfaces answer the same fixed reply at once, so what a proxy in front of i
 - ``POST /v1/chat/completions``: the same reply as an OpenAI chat completion (or ``chat.completion.chunk``
   events when streamed).
 - ``GET /model_info`` (``max_context_length`` 65536), ``/v1/models``, ``/health``.
-- ``POST /bench/config`` ``{"reply": "tool" | "text", "stream_token_delay_ms": N}``: the reply is a bash tool
-  call in the Hermes format (default) or a short text answer; streamed tokens wait N ms each (default 0),
-  to stand in for a decoding model when timing the first byte.
+- ``POST /bench/config`` ``{"reply": "tool" | "text" | "long", "stream_token_delay_ms": N}``: the reply is a bash
+  tool call in the Hermes format (default), a short text answer or a text answer of 50 tokens; streamed tokens
+  wait N ms each (default 0), to stand in for a decoding model when timing the first byte.
 
     .venv/bin/python benchmarks/instant_backend.py --port 31000
 """
@@ -39,6 +39,8 @@ MODEL = "instant"
 TOOL_ARGS = {"cmd": "ls -la"}
 TOOL_CALL_TEXT = '<tool_call>\n{"name": "bash", "arguments": ' + json.dumps(TOOL_ARGS) + "}\n</tool_call>"
 STREAM_TEXT = "Done. The tests pass."
+LONG_TEXT = "The build passed, the unit tests passed, the lint passed, and the docs were rebuilt. " * 4
+LONG_TOKENS = 50  # the "long" reply: LONG_TEXT cut to this many tokens, the stop token included
 LOGPROB = -0.125
 
 
@@ -50,8 +52,8 @@ class Reply:
         self.texts = texts  # texts[k] = decode(ids[:k + 1]) without special tokens
 
     @classmethod
-    def of(cls, tokenizer, text: str) -> Reply:
-        ids = tokenizer.encode(text) + [tokenizer.im_end_id]
+    def of(cls, tokenizer, text: str, n_tokens: int | None = None) -> Reply:
+        ids = tokenizer.encode(text)[: None if n_tokens is None else n_tokens - 1] + [tokenizer.im_end_id]
         return cls(ids, [tokenizer.decode(ids[: k + 1], skip_special_tokens=True) for k in range(len(ids))])
 
 
@@ -83,7 +85,11 @@ def _sse(payload: dict | str) -> bytes:
 
 def create_app() -> Starlette:
     tokenizer = load_tokenizer("small", get_settings().cache_dir)
-    replies = {"tool": Reply.of(tokenizer, TOOL_CALL_TEXT), "text": Reply.of(tokenizer, STREAM_TEXT)}
+    replies = {
+        "tool": Reply.of(tokenizer, TOOL_CALL_TEXT),
+        "text": Reply.of(tokenizer, STREAM_TEXT),
+        "long": Reply.of(tokenizer, LONG_TEXT, LONG_TOKENS),
+    }
     config = {"reply": "tool", "delay_s": 0.0}
 
     async def pause() -> None:

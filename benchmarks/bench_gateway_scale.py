@@ -10,12 +10,14 @@ on loopback, and prints, each against a baseline measured in the same run:
    LiteLLM proxy forwarding to the same backend (its venv, ``.venv-litellm``, is built by scripts/litellm_env.sh
    on first use; ``--no-litellm`` skips it): 64 agent sessions, each call extending its session's previous one
    (the steady state of a fleet), with the CPU each server process spent per call;
-3. N streaming calls in flight at once (backend at 20 ms per token): errors, event-loop lag p50 and p99 during
-   the streams (the gateway's histogram, as bucket bounds), every capture committed, memory per open session;
-   twice: all N sent in the same instant (N connections accepted in one loop iteration), and sent over 0.5 s
-   (each stream lasts longer than that, so all N are still in flight together: the peak is printed). The second
-   costs more CPU per call: a gateway behind on its streams (the first run) reads several of a stream's
-   cumulative chunks at once and decodes only the last;
+3. N streaming calls in flight at once (backend at 20 ms per token): errors, event-loop lag p50, p99 and worst
+   during the streams (the gateway's histogram, as bucket bounds), every capture committed, memory per open
+   session; three times: each session's first call, all N sent in the same instant (N connections accepted in
+   one loop iteration; each call, holding earlier assistant turns no call here explains, reads the store for them
+   and renders 20 messages whole); each session's next call (its first made before, as in a fleet mid-rollout),
+   all sent at once; and the next calls sent over 0.5 s (each stream lasts longer than that, so all N are still
+   in flight together: the peak is printed). A gateway behind on its streams reads several of a stream's
+   cumulative chunks at once and decodes only the last, so the CPU per call moves with how far behind it is;
 
 Sections 2 and 3 load the servers with aiohttp, whose client costs a fraction of a millisecond per call: httpx's
 pool, at 64 calls in flight, spends about as much CPU per call as the gateway does and hid the servers' own
@@ -259,19 +261,33 @@ async def section_throughput(client: httpx.AsyncClient, servers: dict[str, Serve
 # ---- 3. streaming calls in flight at once ----------------------------------------------------------------
 
 
-async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server], n: int, ramp_s: float) -> None:
+async def section_in_flight(
+    client: httpx.AsyncClient, servers: dict[str, Server], n: int, ramp_s: float, next_calls: bool
+) -> None:
     gateway = servers["sqlite"]
-    await client.post(servers["upstream"].url + "/bench/config", json={"stream_token_delay_ms": 20, "reply": "long"})
     arrival = "all sent at once" if ramp_s == 0 else f"sent over {ramp_s:g} s"
+    which = "each session's next call" if next_calls else "each session's first call"
     print(
-        f"\n== 3. {n} streaming calls in flight at once, {arrival} (SQLite gateway, backend 20 ms per token, 50 "
-        "tokens each, aiohttp load) =="
+        f"\n== 3. {n} streaming calls in flight at once, {which}, {arrival} (SQLite gateway, backend 20 ms per "
+        "token, 50 tokens each, aiohttp load) =="
     )
     keys = [await session_key(client, gateway) for _ in range(n)]
+    first = chat_body(conversation(9), max_tokens=64)
+    bodies = [orjson.dumps({**first, "stream": True})] * n
+    if next_calls:  # each session's first call (not streamed, not measured), as a fleet mid-rollout has made
+
+        async def warm(i: int) -> None:
+            said = echo(await aio_post(http, gateway.url + "/v1/chat/completions", first, keys[i]))
+            result = {"role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "ok"}
+            bodies[i] = orjson.dumps(chat_body([*first["messages"], said, result], max_tokens=64, stream=True))
+
+        pending = iter(range(n))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            await closed_loop(64, n, lambda _: warm(next(pending)))
+    await client.post(servers["upstream"].url + "/bench/config", json={"stream_token_delay_ms": 20, "reply": "long"})
     rss_before = gateway.rss_kib()
     before = await scrape(client, gateway)
     cpu_before = gateway.cpu_s()
-    body = orjson.dumps(chat_body(conversation(9), max_tokens=64, stream=True))
     errors: list[str] = []
     lengths: list[int] = []
     open_now, peak = 0, 0
@@ -283,7 +299,7 @@ async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server
         open_now += 1
         peak = max(peak, open_now)
         try:
-            async with http.post(gateway.url + "/v1/chat/completions", data=body, headers=headers) as reply:
+            async with http.post(gateway.url + "/v1/chat/completions", data=bodies[i], headers=headers) as reply:
                 text = (await reply.read()).decode()
             if reply.status != 200 or "[DONE]" not in text or '"error"' in text:
                 errors.append(f"HTTP {reply.status}: {text[:120]}")
@@ -306,7 +322,9 @@ async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server
     ok_key = ("polar_gateway_calls_total", (("outcome", "ok"), ("protocol", "openai_chat")))
     ok = after[ok_key] - before.get(ok_key, 0)
     during = {k: v - before.get(k, 0) for k, v in after.items()}  # this section's observations only
-    lag = {q: histogram_quantile(during, "polar_event_loop_lag_seconds", {"server": "gateway"}, q) for q in (0.5, 0.99)}
+    lag = {
+        q: histogram_quantile(during, "polar_event_loop_lag_seconds", {"server": "gateway"}, q) for q in (0.5, 0.99, 1)
+    }
     print(
         f"wall {wall:.1f} s, most in flight at once {peak}, errors {len(errors)}, committed (ok calls) {ok:.0f} of "
         f"{n}, frames per stream {statistics.median(lengths) if lengths else 0:.0f}, gateway CPU {cpu:.1f} s "
@@ -316,10 +334,10 @@ async def section_in_flight(client: httpx.AsyncClient, servers: dict[str, Server
         print(f"first error: {errors[0]}")
     memory = (
         f"memory per open session {(rss_after - rss_before) / n:.1f} KiB (RSS after - before, {n} sessions of one call)"
-        if ramp_s == 0
+        if ramp_s == 0 and not next_calls
         else "(memory: see the first run; this one's sessions fill what the allocator kept from it)"
     )
-    lags = f"p50 <= {ms(lag[0.5])} ms, p99 <= {ms(lag[0.99])} ms (bucket bounds)"
+    lags = f"p50 <= {ms(lag[0.5])} ms, p99 <= {ms(lag[0.99])} ms, worst <= {ms(lag[1])} ms (bucket bounds)"
     print(f"event-loop lag during the streams: {lags}; {memory}")
 
 
@@ -414,8 +432,8 @@ def main() -> None:
                     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
                         await section_append(client, servers, turns)
                         await section_throughput(client, servers, calls, 64)
-                        for ramp_s in (0.0, 0.5):
-                            await section_in_flight(client, servers, in_flight, ramp_s)
+                        for ramp_s, next_calls in ((0.0, False), (0.0, True), (0.5, True)):
+                            await section_in_flight(client, servers, in_flight, ramp_s, next_calls)
 
                 asyncio.run(run())
         section_writer(pg_url, writes, 64)

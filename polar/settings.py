@@ -126,7 +126,7 @@ class Settings(BaseSettings):
     session_cache_ttl_s: float = Field(
         default=2.0,
         ge=0,
-        description="how long a gateway trusts a session key it checked without asking the store again; "
+        description="how long a gateway trusts a session key it checked before rechecking it in the background; "
         "a closed or re-keyed session is refused at commit regardless, so no reply is ever acknowledged after it",
     )
     runtime: str = Field(default="local", description="default runtime of a task that names none")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ from polar.tokens.render import PromptBuilder
 from polar.tokens.tokenizer import ChatTokenizer
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class Gateway:
@@ -58,7 +60,10 @@ class Gateway:
         self.chat_format = chat_format
         self.model_name = model_name or settings.model
         self.histories = HistoryCache(factory, self._decode_request, self._parse_reply)
-        self.sessions = SessionStore(factory, ttl_s=settings.session_cache_ttl_s, on_key=self.histories.bind_key)
+        self.sessions = SessionStore(
+            factory, ttl_s=settings.session_cache_ttl_s, on_key=self.histories.bind_key, on_stale=self._recheck_soon
+        )
+        self._rechecking: asyncio.Task[None] | None = None
         self.writer = CaptureWriter(factory)
         self.builder = PromptBuilder(tokenizer, chat_format=chat_format)
         self.calls = CallService(
@@ -150,6 +155,21 @@ class Gateway:
         except TimeoutError:
             raise StoreError(f"the store did not answer within {timeout:g} s") from None
 
+    def _recheck_soon(self) -> None:
+        """A cached key went stale (``SessionStore.cached``, on the loop): one task at a time rechecks the queued
+        keys, a batch per store read, until none is left."""
+        if self._rechecking is None or self._rechecking.done():
+            self._rechecking = asyncio.get_running_loop().create_task(self._recheck_keys())
+
+    async def _recheck_keys(self) -> None:
+        while True:
+            try:
+                if not await self.in_store(self.sessions.recheck):
+                    return
+            except Exception as exc:  # the keys stay queued (and trusted; the writer still checks each at commit)
+                log.warning("rechecking cached session keys failed (%s); trying again", exc)
+                await asyncio.sleep(max(self.settings.session_cache_ttl_s, 1.0))
+
     def policy_for(self, session: SessionInfo) -> Policy:
         """The backend, or the session's scripted policy (scored by the local model)."""
         if not session.policy:
@@ -164,6 +184,9 @@ class Gateway:
         return self._policies[session.id]
 
     async def aclose(self) -> None:
+        if self._rechecking is not None:
+            self._rechecking.cancel()
+            await asyncio.gather(self._rechecking, return_exceptions=True)
         self.writer.close()
         if self._owns_backend:
             await self.backend.aclose()

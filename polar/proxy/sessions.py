@@ -3,13 +3,16 @@
 Only a hash of the key is stored. Unknown keys are rejected (401) and closed sessions refused (403);
 nothing is ever auto-created.
 
-The gateway's hot path asks ``cached`` first: a key checked against the store within ``ttl_s`` is trusted
-without a read. Closing or re-keying a session in this process drops its entries at once; done elsewhere
-(another replica, the control API, a flow's takeover) it is seen within ``ttl_s`` here, and before that by the
-capture writer, which commits a capture only while its session is open under the key it was authenticated with
-(``CaptureWriter``), so no reply is ever acknowledged on a revoked key. A key opened here is in that cache from
-the start; elsewhere the first call with it reads the store, and ``on_key`` tells the history cache (a
-relaunched harness's calls start a history of their own on every replica).
+The gateway's hot path asks ``cached`` first: a key this process has checked against the store is trusted
+without a read. An entry older than ``ttl_s`` is still trusted, and queued for ``recheck``, which reads the
+queued keys' sessions in one query per batch, off the hot path (stale while revalidating: a harness whose tool
+runs outlast the TTL would otherwise make every call wait on the store). Closing or re-keying a session in this
+process drops its entries at once; done elsewhere (another replica, the control API, a flow's takeover) it is
+seen here at the first recheck after ``ttl_s``, and before that by the capture writer, which commits a capture
+only while its session is open under the key it was authenticated with (``CaptureWriter``), so no reply is ever
+acknowledged on a revoked key. A key opened here is in that cache from the start; elsewhere the first call with
+it reads the store, and ``on_key`` tells the history cache (a relaunched harness's calls start a history of
+their own on every replica).
 """
 
 from __future__ import annotations
@@ -63,26 +66,64 @@ class SessionStore:
         ttl_s: float = 0.0,
         max_keys: int = 100_000,
         on_key: Callable[[str, str | None], None] | None = None,
+        on_stale: Callable[[], None] | None = None,
     ):
-        """``ttl_s``: how long ``cached`` trusts a key checked against the store (0: never). ``on_key(session id,
-        key hash)`` is told the key of every session read from the store or opened here (the history cache drops
-        a session's calls when its key changed: a harness launched again starts a new history)."""
+        """``ttl_s``: how long ``cached`` trusts a key checked against the store before queueing it for a recheck
+        (0: no cache). ``on_key(session id, key hash)`` is told the key of every session read from the store or
+        opened here (the history cache drops a session's calls when its key changed: a harness launched again
+        starts a new history). ``on_stale()`` is called when ``cached`` queues a key: run ``recheck`` soon."""
         self._factory = factory
         self._on_key = on_key
+        self._on_stale = on_stale
         self._ttl_s = ttl_s
         self._max_keys = max_keys
         self._cache: dict[str, tuple[SessionInfo, float]] = {}  # key hash -> (open session, checked at)
+        self._stale: set[str] = set()  # key hashes waiting for ``recheck``
         self._lock = threading.Lock()  # held for dict updates only, never across I/O
 
     def cached(self, key: str | None) -> SessionInfo | None:
-        """The open session of ``key`` when it was checked within the TTL; None means: ask ``authenticate``.
-        Never blocks (no I/O)."""
+        """The open session of ``key`` as this process last checked it; None means: ask ``authenticate``. Never
+        blocks (no I/O). An entry checked more than ``ttl_s`` ago is returned too, and its key queued for
+        ``recheck``."""
         if not key or self._ttl_s <= 0:
             return None
-        entry = self._cache.get(hash_key(key))
-        if entry is None or time.monotonic() - entry[1] > self._ttl_s:
+        key_hash = hash_key(key)
+        entry = self._cache.get(key_hash)
+        if entry is None:
             return None
+        if time.monotonic() - entry[1] > self._ttl_s and key_hash not in self._stale:
+            with self._lock:
+                self._stale.add(key_hash)
+            if self._on_stale is not None:
+                self._on_stale()
         return entry[0]
+
+    def recheck(self, batch: int = 500) -> int:
+        """Read the sessions of up to ``batch`` queued keys again, in one query (blocking: call from a worker
+        thread): an open session's entry is renewed, a closed or re-keyed one's dropped (its next call
+        authenticates against the store and is refused). Returns how many keys it read; on a store error they
+        stay queued."""
+        with self._lock:
+            hashes = [self._stale.pop() for _ in range(min(batch, len(self._stale)))]
+        if not hashes:
+            return 0
+        try:
+            with session_scope(self._factory) as db:
+                rows = db.scalars(sa.select(Rollout).where(Rollout.session_token_hash.in_(hashes)))
+                found = {info.key_hash: info for info in map(_info, rows)}
+        except BaseException:
+            with self._lock:
+                self._stale.update(hashes)
+            raise
+        now = time.monotonic()
+        with self._lock:
+            for key_hash in hashes:
+                info = found.get(key_hash)
+                if info is None or info.closed:
+                    self._cache.pop(key_hash, None)
+                elif key_hash in self._cache:  # not forgotten here meanwhile
+                    self._cache[key_hash] = (info, now)
+        return len(hashes)
 
     def _remember(self, info: SessionInfo) -> None:
         if self._ttl_s <= 0 or info.key_hash is None or info.closed:

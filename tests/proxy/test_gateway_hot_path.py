@@ -1,12 +1,15 @@
 """The gateway's hot path against the store, on SQLite and Postgres: in the steady state a call reads nothing
 and writes once; several gateways (replicas) on one store keep a session's seq dense and its history whole;
-a session closed elsewhere gets no reply acknowledged even while its key is still cached; a session opened again
+a session closed elsewhere gets no reply acknowledged even while its key is still cached; a cached key past its
+TTL is rechecked in the background (calls never wait on it), in one read for many keys; a session opened again
 with a new key (a relaunched harness) starts a new history on every replica."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -185,6 +188,68 @@ async def _revoked(settings, engine) -> None:
         assert reply.status_code == 403, reply.text
         assert "closed" in reply.json()["error"]["message"]
         assert len(await captures(client, session["session_id"])) == 1  # nothing committed after the close
+
+
+def test_stale_keys_are_rechecked_in_one_read(store_url, tmp_path, cache_dir, engine):
+    asyncio.run(_rechecked_in_one_read(settings_for(tmp_path, cache_dir, store_url), engine))
+
+
+async def _rechecked_in_one_read(settings, engine) -> None:
+    async with asgi_gateway(settings, LocalBackend(engine)) as (gw, _):
+        queued: list[bool] = []
+        store = SessionStore(gw.factory, ttl_s=0.01, on_stale=lambda: queued.append(True))
+        keys = [store.create()[1] for _ in range(4)]  # opened here: cached from the start
+        infos = [store.cached(key) for key in keys]
+        elsewhere = SessionStore(gw.factory)
+        elsewhere.create(rollout_id=infos[1].id, replace_key=True)
+        elsewhere.close(infos[2].id)
+        time.sleep(0.02)
+        assert [store.cached(key) for key in keys] == infos and len(queued) == 4  # stale, still trusted, queued
+        assert [store.cached(key) for key in keys] == infos and len(queued) == 4  # queued once
+        with statements(gw) as seen:
+            assert store.recheck() == 4
+        assert seen == ["SELECT ROLLOUTS.ID,"], seen
+        assert store.cached(keys[0]) == infos[0] and store.cached(keys[3]) == infos[3]  # renewed, not queued again
+        assert store.cached(keys[1]) is None and store.cached(keys[2]) is None  # re-keyed, closed: dropped
+        assert len(queued) == 4 and store.recheck() == 0
+
+
+def test_a_call_with_a_stale_key_does_not_wait_for_its_recheck(store_url, tmp_path, cache_dir, engine):
+    asyncio.run(_not_waiting(settings_for(tmp_path, cache_dir, store_url, session_cache_ttl_s=0.05), engine))
+
+
+async def _not_waiting(settings, engine) -> None:
+    async with asgi_gateway(settings, LocalBackend(engine)) as (gw, client):
+        kept, closed = await open_session(client, policy=SCRIPT), await open_session(client, policy=SCRIPT)
+        messages = [{"role": "user", "content": "go"}]
+        recheck, release = gw.sessions.recheck, threading.Event()
+
+        def held_recheck() -> int:
+            release.wait(30)
+            return recheck()
+
+        gw.sessions.recheck = held_recheck  # type: ignore[method-assign]
+        SessionStore(gw.factory).close(closed["session_id"])
+        await asyncio.sleep(0.1)
+        assert await _call(client, kept["api_key"], messages) == "reply 0"  # its recheck is held: not waited on
+        refused = await client.post(
+            "/v1/chat/completions",
+            json={"model": "tiny", "messages": messages, "max_tokens": 4},
+            headers={"Authorization": f"Bearer {closed['api_key']}"},
+        )
+        assert refused.status_code == 403, refused.text  # still trusted here, but refused at commit
+        release.set()
+        assert gw._rechecking is not None
+        await gw._rechecking
+        assert gw.sessions.cached(closed["api_key"]) is None  # the recheck dropped it
+        assert gw.sessions.cached(kept["api_key"]) is not None
+        assert await _call(client, kept["api_key"], messages + [{"role": "user", "content": "again"}]) == "reply 1"
+        refused = await client.post(
+            "/v1/chat/completions",
+            json={"model": "tiny", "messages": messages, "max_tokens": 4},
+            headers={"Authorization": f"Bearer {closed['api_key']}"},
+        )
+        assert refused.status_code == 403 and "closed" in refused.json()["error"]["message"]
 
 
 def test_one_group_commit_checks_each_call_against_its_own_key(store_url, tmp_path, cache_dir, engine):

@@ -116,9 +116,20 @@ class SessionHistory:
             self.bodies.popitem(last=False)
 
     def remember_prompt(self, capture_id: int, ids: Sequence[int], keep: int = 2) -> None:
+        """Keep the full prompt of call ``capture_id`` (the next call most likely extends it). The kept prompt of
+        its parent, which it begins with, is dropped (``full_prompt`` slices it from this one): an agent's chain
+        holds one, and two interleaved branches (subagents) one each."""
         self.prompts[capture_id] = ids if isinstance(ids, array) else array("i", ids)
+        node = self.nodes.get(capture_id)
+        if node is not None and node.parent_id is not None and self._begins_with_parent(node):
+            self.prompts.pop(node.parent_id, None)
         while len(self.prompts) > keep:
             self.prompts.popitem(last=False)
+
+    def _begins_with_parent(self, node: CallNode) -> bool:
+        """Whether ``node``'s prompt begins with its parent's whole prompt (it kept at least that much of it)."""
+        parent = self.nodes.get(node.parent_id) if node.parent_id is not None else None
+        return parent is not None and node.prefix_len >= parent.n_prompt
 
     def insert(self, node: CallNode) -> bool:
         """Add ``node`` unless known; True when it was new. Call with ``lock`` held."""
@@ -146,6 +157,10 @@ class SessionHistory:
         if kept is not None:
             return kept
         node = self.nodes[capture_id]
+        for child_id, child_prompt in self.prompts.items():  # a kept prompt that begins with this one
+            child = self.nodes.get(child_id)
+            if child is not None and child.parent_id == capture_id and self._begins_with_parent(child):
+                return child_prompt[: node.n_prompt]
         parent = self.prompts.get(node.parent_id) if node.parent_id is not None else None
         if parent is not None:  # one step from a kept prompt: no walk to the root
             parent_node = self.nodes[node.parent_id]  # type: ignore[index]

@@ -1,7 +1,8 @@
 """An agent's history is matched to its previous call by object identity, not message by message: the request is
 decoded on top of the session's previous one (``parse_json_after`` / ``parse_extension``), and both hold the
-history node's own message objects. A full decode (the previous request forgotten: an expired auth cache, a
-body that went the lenient way) costs one semantic comparison, and identity holds again from the next call."""
+history node's own message objects. A full decode (the previous request forgotten: a key this process had not
+checked, a body that went the lenient way) costs one semantic comparison, and identity holds again from the next
+call."""
 
 from __future__ import annotations
 

@@ -16,9 +16,10 @@ OK (failed, or made by an interrupted launch) are never loaded as calls to exten
 Loading decodes each new capture's stored request with its protocol codec and re-parses its sampled ids.
 
 Per-call cost does not grow with the number of earlier calls: candidates for the parent come from an index by
-depth (the usual parent, the previous turn, is the first one tried), the full prompt of the latest calls is
-kept, and the count of tool calls is kept as it grows. Memory stays proportional to the session's tokens, not
-turns x context: a call keeps only its prompt delta and shares its history messages with its parent.
+depth (the usual parent, the previous turn, is the first one tried), the chain's ids are one array extended in
+place (``polar.proxy.call_node.Line``), and the count of tool calls is kept as it grows. Memory stays
+proportional to the session's tokens, not turns x context: a call on the line holds offsets into it (one off it,
+its prompt delta and output), and shares its history messages with its parent.
 No lock here is held across I/O: reads run without one and are merged under it.
 """
 
@@ -41,40 +42,10 @@ from db import Capture, session_scope
 from db.capture_tree import prompt_from_chain
 from db.enums import CaptureStatus
 from db.request_json import expand_request, full_request_json
+from polar.proxy.call_node import CallNode, LazyPrompt, Line
 from polar.proxy.canonical import ChatRequest
-from polar.tokens.messages import Message, ToolSpec
+from polar.tokens.messages import Message
 from polar.tokens.render import PriorCall
-
-
-class LazyPrompt(Sequence[int]):
-    """A prompt's ids, known by length; materialised from the capture tree only when iterated."""
-
-    def __init__(self, length: int, load: Callable[[], Sequence[int]]):
-        self._length = length
-        self._load = load
-
-    def __len__(self) -> int:
-        return self._length
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._load())
-
-    def __getitem__(self, index):
-        return self._load()[index]
-
-
-@dataclass(eq=False)
-class CallNode:
-    id: int  # the capture id
-    parent_id: int | None
-    prefix_len: int
-    prompt_delta_ids: array  # int32: a session's ids can be many; 4 bytes each, not a tuple of ints
-    output_ids: array
-    n_prompt: int
-    messages: tuple[Message, ...]
-    tools: tuple[ToolSpec, ...]
-    reply: Message
-    seq: int = -1
 
 
 @dataclass(eq=False)
@@ -84,7 +55,9 @@ class SessionHistory:
     # Full request bodies of the latest calls: the next call is stored relative to its parent's (db.request_json);
     # older ones are rebuilt from the store when needed, so memory does not grow with the turns.
     bodies: OrderedDict[int, Any] = field(default_factory=OrderedDict)
-    # Full prompts of the latest calls (the next call's parent is almost always one of them).
+    # The session's chain of calls, its ids held once (polar.proxy.call_node); most calls are on it.
+    line: Line = field(default_factory=Line)
+    # Full prompts of the latest calls off the line (a branch's, say): the next call most likely extends one.
     prompts: OrderedDict[int, array] = field(default_factory=OrderedDict)
     # (number of messages, seq, id), sorted: the parent search goes deepest first, latest first among equals.
     by_depth: list[tuple[int, int, int]] = field(default_factory=list)
@@ -116,9 +89,9 @@ class SessionHistory:
             self.bodies.popitem(last=False)
 
     def remember_prompt(self, capture_id: int, ids: Sequence[int], keep: int = 2) -> None:
-        """Keep the full prompt of call ``capture_id`` (the next call most likely extends it). The kept prompt of
-        its parent, which it begins with, is dropped (``full_prompt`` slices it from this one): an agent's chain
-        holds one, and two interleaved branches (subagents) one each."""
+        """Keep the full prompt of call ``capture_id``, a call off the line (the next call most likely extends
+        it). The kept prompt of its parent, which it begins with, is dropped (``full_prompt`` slices it from this
+        one): a chain off the line holds one, and two interleaved branches (subagents) one each."""
         self.prompts[capture_id] = ids if isinstance(ids, array) else array("i", ids)
         node = self.nodes.get(capture_id)
         if node is not None and node.parent_id is not None and self._begins_with_parent(node):
@@ -132,11 +105,13 @@ class SessionHistory:
         return parent is not None and node.prefix_len >= parent.n_prompt
 
     def insert(self, node: CallNode) -> bool:
-        """Add ``node`` unless known; True when it was new. Call with ``lock`` held."""
+        """Add ``node`` unless known (on the line when it continues it); True when it was new. Call with
+        ``lock`` held."""
         if node.id in self.nodes:
             return False
         node.messages = self.messages_sharing_parent(node.parent_id, node.messages)
         self.nodes[node.id] = node
+        self.line.extend(node)
         bisect.insort(self.by_depth, (len(node.messages), node.seq, node.id))
         self.tool_steps += 1 if node.tools else 0
         if node.seq >= 0:
@@ -153,23 +128,30 @@ class SessionHistory:
         return out[::-1]
 
     def full_prompt(self, capture_id: int) -> Sequence[int]:
+        node = self.nodes[capture_id]
+        on_line = node.prompt_on_line()
+        if on_line is not None:
+            return on_line
         kept = self.prompts.get(capture_id)
         if kept is not None:
             return kept
-        node = self.nodes[capture_id]
         for child_id, child_prompt in self.prompts.items():  # a kept prompt that begins with this one
             child = self.nodes.get(child_id)
             if child is not None and child.parent_id == capture_id and self._begins_with_parent(child):
                 return child_prompt[: node.n_prompt]
+        parent_node = self.nodes.get(node.parent_id) if node.parent_id is not None else None
+        if parent_node is not None and parent_node.line is not None:  # a branch off the line: the parent's
+            # prompt and output are a prefix of the line
+            return parent_node.line.ids[: node.prefix_len] + node.prompt_delta_ids
         parent = self.prompts.get(node.parent_id) if node.parent_id is not None else None
-        if parent is not None:  # one step from a kept prompt: no walk to the root
-            parent_node = self.nodes[node.parent_id]  # type: ignore[index]
+        if parent is not None and parent_node is not None:  # one step from a kept prompt: no walk to the root
             return (parent + parent_node.output_ids)[: node.prefix_len] + node.prompt_delta_ids
         return prompt_from_chain(self.chain(capture_id))
 
     def _prior(self, node: CallNode) -> PriorCall:
-        # A kept prompt is given as is (an array: the next prompt extends it by a copy, PromptBuilder._extend).
-        prompt = self.prompts.get(node.id)
+        # The line's latest call and a kept prompt are given as arrays (the next prompt extends one by a copy,
+        # PromptBuilder._extend); other calls' prompts are rebuilt only if used.
+        prompt = node.prompt_on_line() if node.id == self.line.tip else self.prompts.get(node.id)
         return PriorCall(
             node.messages,
             node.tools,
@@ -324,7 +306,7 @@ class HistoryCache:
                 # The next request is decoded on top of this one (``last_request``): holding the node's own
                 # objects, its history is matched to this call by identity, not compared message by message.
                 history.last_request = (last[0], last[1], dataclasses.replace(last[2], messages=node.messages))
-            if prompt_ids is not None:
+            if prompt_ids is not None and node.line is None:
                 # A root's full prompt is its delta: one array for both, not two copies.
                 full = node.prompt_delta_ids if node.prefix_len == 0 and node.parent_id is None else prompt_ids
                 history.remember_prompt(node.id, full)

@@ -1,6 +1,6 @@
-"""The prompts a session's history keeps in the gateway's memory: an agent's chain keeps one full prompt (its
-parent's is sliced from it), two branches one each, and every call's prompt, a branch's included, is the one
-the store's deltas rebuild."""
+"""The ids a session's history keeps in the gateway's memory: an agent's chain keeps them once, on its line (no
+call of it keeps a prompt or delta of its own), a branch keeps its own tip's prompt, and every call's prompt, a
+branch's included, is the one the store's deltas rebuild."""
 
 from __future__ import annotations
 
@@ -37,11 +37,19 @@ async def _prompts(settings, engine) -> None:
             before[-1].append({"role": "assistant", "content": content})
             messages += [{"role": "assistant", "content": content}, {"role": "user", "content": f"next {turn}"}]
         history = gw.histories.cached(sid)
-        assert history is not None and len(history.prompts) == 1  # the chain's tip only
-        # A branch from the third call (the tip's parent: its prompt is sliced from the tip's), then the chain.
+        assert history is not None and not history.prompts
+        line = history.line.ids
+        assert all(node.line is history.line for node in history.nodes.values())
+        tip = history.nodes[history.line.tip]
+        assert len(line) == tip.n_prompt + tip.n_output  # each id once: the tip's prompt, then its output
+        # A branch from the third call (the tip's parent: its prompt is a prefix of the line), then the chain.
         await call([*before[2], {"role": "user", "content": "other"}])
         await call(messages)
-        assert len(history.prompts) == 2  # the branch's tip and the chain's
+        assert len(history.prompts) == 1  # the branch's; the chain's calls are on the line
+        tip = history.nodes[history.line.tip]
+        assert history.line.ids is line and len(line) == tip.n_prompt + tip.n_output
+        branch = [node for node in history.nodes.values() if node.line is None]
+        assert len(branch) == 1 and list(history.prompts) == [branch[0].id]
         listed = await client.get(f"/v1/sessions/{sid}/captures", params={"full_prompt": True}, headers=CONTROL)
         rows = listed.json()["captures"]
         assert [r["parent_id"] for r in rows] == [

@@ -1,0 +1,112 @@
+"""A session's known call as the gateway's history holds it, and the line that holds a chain's ids once.
+
+An agent's calls form a chain: each prompt is its parent's prompt and output followed by what the turn adds. A
+session's ``Line`` holds that sequence once (the latest call's prompt, then its output); a call on the line keeps
+only offsets into it, so a session's memory is its tokens, once, not a copy per kept prompt and delta. A call
+that does not continue the line's latest call exactly (a branch, a second root, an output the next prompt cut)
+keeps its own arrays.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+
+from polar.tokens.messages import Message, ToolSpec
+
+
+class LazyPrompt(Sequence[int]):
+    """A prompt's ids, known by length; materialised only when iterated."""
+
+    def __init__(self, length: int, load: Callable[[], Sequence[int]]):
+        self._length = length
+        self._load = load
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._load())
+
+    def __getitem__(self, index):
+        return self._load()[index]
+
+
+class Line:
+    """A chain's ids in order: its latest call's prompt, then that call's output (int32: 4 bytes an id).
+    Only ever extended in place; readers get copies (slices), never views, so extending never fails."""
+
+    __slots__ = ("ids", "tip")
+
+    def __init__(self) -> None:
+        self.ids = array("i")
+        self.tip: int | None = None  # the capture id whose prompt and output ``ids`` is
+
+    def extend(self, node: CallNode) -> bool:
+        """Put ``node`` on the line if its prompt is the line followed by its delta (a root: on an empty line)."""
+        exact = node.prefix_len == len(self.ids) and node.n_prompt == node.prefix_len + len(node.prompt_delta_ids)
+        continues = node.parent_id == self.tip if node.parent_id is not None else self.tip is None
+        if not (exact and continues):
+            return False
+        self.ids.extend(node.prompt_delta_ids)
+        self.ids.extend(node.output_ids)
+        self.tip = node.id
+        node.line = self
+        node._delta = node._output = _EMPTY
+        return True
+
+
+_EMPTY = array("i")
+
+
+class CallNode:
+    """One known call: its place in the capture tree, its ids and the conversation it was made with."""
+
+    __slots__ = (
+        "id",
+        "parent_id",
+        "prefix_len",
+        "n_prompt",
+        "n_output",
+        "messages",
+        "tools",
+        "reply",
+        "seq",
+        "line",
+        "_delta",
+        "_output",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: int,  # the capture id
+        parent_id: int | None,
+        prefix_len: int,
+        prompt_delta_ids: array,  # int32: a session's ids can be many; 4 bytes each, not a tuple of ints
+        output_ids: array,
+        n_prompt: int,
+        messages: tuple[Message, ...],
+        tools: tuple[ToolSpec, ...],
+        reply: Message,
+        seq: int = -1,
+    ):
+        self.id, self.parent_id, self.prefix_len, self.n_prompt = id, parent_id, prefix_len, n_prompt
+        self.n_output = len(output_ids)
+        self.messages, self.tools, self.reply, self.seq = messages, tools, reply, seq
+        self.line: Line | None = None  # set by ``Line.extend``: the ids live there from then on
+        self._delta, self._output = prompt_delta_ids, output_ids
+
+    @property
+    def prompt_delta_ids(self) -> array:
+        line = self.line
+        return line.ids[self.prefix_len : self.n_prompt] if line is not None else self._delta
+
+    @property
+    def output_ids(self) -> array:
+        line = self.line
+        return line.ids[self.n_prompt : self.n_prompt + self.n_output] if line is not None else self._output
+
+    def prompt_on_line(self) -> array | None:
+        """The full prompt, when this call is on a line (a copy); None otherwise."""
+        return self.line.ids[: self.n_prompt] if self.line is not None else None

@@ -96,7 +96,7 @@ def test_the_gateway_runtime_freezes_start_up_and_switches_threads_every_millise
     try:
         tune_runtime()
         assert gc.get_freeze_count() > 0  # start-up's objects are out of the collector's sight
-        assert gc.get_threshold()[0] == 50_000 and sys.getswitchinterval() == 0.001
+        assert gc.get_threshold() == (5_000, 5, 1000) and sys.getswitchinterval() == 0.001
     finally:
         gc.unfreeze()
         gc.set_threshold(*thresholds)

@@ -38,17 +38,21 @@ def tune_runtime() -> None:
     measured with bench_gateway_scale section 3, 1,000 streams, 2 cores):
 
     - What start-up made (the tokenizer's vocabulary, the chat format, modules) lives as long as the process: frozen
-      out of the collector's sight, a full collection walks only what calls made since; collections are rarer too
-      (they found nothing to free in the calls' objects). Full collections paused the loop 0.3-0.4 s before; with
-      a thousand calls in flight one still walks their objects for 0.1-0.2 s, so it runs once per 1,000 young
-      collections of 50,000 allocations (and only when the old objects have grown by a quarter, CPython's own
-      rule): cycles that outlive two young collections are rare here (a full collection found 30-5,000).
+      out of the collector's sight, a full collection walks only what calls made since. Full collections paused the
+      loop 0.3-0.4 s before; with a thousand calls in flight one still walks their objects for 0.1-0.2 s, so it
+      runs once per 1,000 middle collections (and only when the old objects have grown by a quarter, CPython's own
+      rule): cycles that outlive the young collections are rare here (a full collection found 30-5,000).
+    - Young and middle collections are kept small, not rare: a collection's pause is the objects it walks, and with
+      calls ending all the time the young count (allocations less every freed object, old ones too) lets the young
+      list grow to ten times its threshold. At (50,000, 20) a young collection paused the loop 20-70 ms and a middle
+      one, walking twenty young collections' survivors, 0.3-0.45 s (the worst lag of section 3's third run); at
+      (5,000, 5) they take 20-45 ms and the worst lag is 100 ms, with the same CPU per call at 64 in flight.
     - Threads (the capture writer, store reads, long renders) hand the interpreter back every 1 ms, not 5: the
       loop waits for it after each socket write it makes while they run, and a hundred writes held it 0.25-0.5 s.
     """
     gc.collect()
     gc.freeze()
-    gc.set_threshold(50_000, 20, 1000)
+    gc.set_threshold(5_000, 5, 1000)
     sys.setswitchinterval(0.001)
 
 

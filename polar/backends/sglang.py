@@ -63,9 +63,11 @@ PAUSE_MODES = ("abort", "retract", "in_place")
 
 def _json(body: dict[str, Any]) -> bytes:
     """A generation request body: orjson, one C call for thousands of prompt ids (httpx's ``json=`` is the
-    standard encoder, several milliseconds for a long prompt); the standard encoder for what orjson refuses."""
+    standard encoder, several milliseconds for a long prompt); the standard encoder for what orjson refuses.
+    Copied to its length: orjson's bytes keep the buffer they were written in (1 MB for the 19 KB of a 4,000-id
+    prompt), and a body is held while its call runs: a thousand first calls held a gigabyte of the heap."""
     try:
-        return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+        return bytes(memoryview(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)))
     except TypeError:
         return json.dumps(body, default=lambda ids: ids.tolist()).encode()
 

@@ -17,7 +17,7 @@ from polar.tokens.messages import Message, ToolSpec
 from polar.tokens.parsers import get_format
 from polar.tokens.parsers.types import Event, ParsedOutput
 from polar.tokens.template import ChatTemplate
-from polar.tokens.tokenizer import ChatTokenizer
+from polar.tokens.tokenizer import ChatTokenizer, int32
 
 
 class TextStream:
@@ -76,14 +76,10 @@ class NativeFormat:
         # The template puts "\n" after every end-of-turn; it opens the new text.
         tail = self.tokenizer.encode("\n" + self.template.render_tail(list(new_messages)))
         # int32 arrays: a long session's prompt is copied, not rebuilt one id object at a time.
-        return _int32(prompt_ids) + _int32(output_ids) + array("i", [*glue, *tail])
+        return int32(prompt_ids) + int32(output_ids) + array("i", [*glue, *tail])
 
     def stream_parser(self, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None) -> TextStream:
         return TextStream(self.tokenizer, self.tool_format.stream_parser(tools=tools or None))
 
     def reply_ids(self, message: Message) -> list[int]:
         return [*self.tokenizer.encode(self.template.assistant_body(message)), self.tokenizer.im_end_id]
-
-
-def _int32(ids: Sequence[int]) -> array:
-    return ids if isinstance(ids, array) and ids.typecode == "i" else array("i", ids)

@@ -26,7 +26,7 @@ from polar.settings import RenderMode
 from polar.tokens.matching import extension_start
 from polar.tokens.messages import Message, ToolSpec
 from polar.tokens.template import ChatTemplate
-from polar.tokens.tokenizer import ChatTokenizer
+from polar.tokens.tokenizer import ChatTokenizer, int32
 
 
 class FamilyRenderer(Protocol):
@@ -73,8 +73,8 @@ class Prompt:
     """Prompt ids plus their place in the capture tree.
 
     ``ids == (parent.prompt_ids + parent.output_ids)[:prefix_len] + delta_ids``; a root has no parent and
-    ``prefix_len == 0``. ``ids`` is a tuple, or an int32 ``array`` where a family extends one (append mode on a
-    long session: copying an array is one memcpy, building a tuple of its ids is not); compare with ``list()``.
+    ``prefix_len == 0``. ``ids`` is an int32 ``array`` (``int32``: 4 bytes an id, and copying it is one memcpy);
+    compare with ``list()``.
     """
 
     ids: Sequence[int]
@@ -117,10 +117,10 @@ class PromptBuilder:
         prefix-stable may render the whole conversation again instead)."""
         return self.chat_format is None or self.chat_format.prefix_stable
 
-    def canonical_ids(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> tuple[int, ...]:
+    def canonical_ids(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> array:
         if self.chat_format is not None:
-            return tuple(self.chat_format.render_ids(messages, tools))
-        return tuple(self.tokenizer.encode(self.template.render(messages, tools)))
+            return int32(self.chat_format.render_ids(messages, tools))
+        return int32(self.tokenizer.encode(self.template.render(messages, tools)))
 
     def find_parent(
         self,
@@ -168,7 +168,7 @@ class PromptBuilder:
         if mode is RenderMode.CANONICAL:
             # Still a child in the tree; prefix_len says how much of what the model sampled survived.
             ids = self.canonical_ids(messages, tools)
-            shared = _common_prefix(ids, (*parent.prompt_ids, *parent.output_ids))
+            shared = _common_prefix(ids, int32(parent.prompt_ids) + int32(parent.output_ids))
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared)
         if self.chat_format is not None:
             return self._extend(self.chat_format, messages, tools, parent, start)
@@ -176,10 +176,9 @@ class PromptBuilder:
         glue = [] if ended_turn else [self.tokenizer.im_end_id]
         # The template puts "\n" after every end-of-turn; it opens the new text.
         new_ids = self.tokenizer.encode("\n" + self.template.render_tail(messages[start:]))
-        prefix = (*parent.prompt_ids, *parent.output_ids)
-        return Prompt(
-            prefix + tuple(glue) + tuple(new_ids), mode=RenderMode.APPEND, parent=parent, prefix_len=len(prefix)
-        )
+        prefix = int32(parent.prompt_ids) + int32(parent.output_ids)
+        ids = prefix + array("i", [*glue, *new_ids])
+        return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=len(prefix))
 
     def _extend(
         self, fmt: FamilyRenderer, messages: Sequence[Message], tools: Sequence[ToolSpec], parent: PriorCall, start: int
@@ -189,14 +188,9 @@ class PromptBuilder:
         if extended is None:
             ids = self.canonical_ids(messages, tools)
             reason = f"the {fmt.family} chat format cannot extend the sampled ids exactly here; rendered canonically"
-            shared = _common_prefix(ids, (*prompt_ids, *output_ids))
+            shared = _common_prefix(ids, int32(prompt_ids) + int32(output_ids))
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared, fallback_reason=reason)
         # A family may close a turn the backend cut (max tokens) or trim after its close: say what survived.
-        n, m = len(prompt_ids), len(prompt_ids) + len(output_ids)
-        if isinstance(extended, array) and isinstance(prompt_ids, array) and isinstance(output_ids, array):
-            if extended[:n] == prompt_ids and extended[n:m] == output_ids:  # memcmp, not one object per id
-                return Prompt(extended, mode=RenderMode.APPEND, parent=parent, prefix_len=m)
-        ids = tuple(extended)
-        prefix = (*prompt_ids, *output_ids)
-        shared = m if ids[:m] == prefix else _common_prefix(ids, prefix)
+        ids, prefix = int32(extended), int32(prompt_ids) + int32(output_ids)
+        shared = len(prefix) if ids[: len(prefix)] == prefix else _common_prefix(ids, prefix)  # memcmp first
         return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=shared)

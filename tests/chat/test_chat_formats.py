@@ -72,8 +72,9 @@ def test_qwen3_native_and_library_render_the_same_bytes(family_folder) -> None:
 
 
 def test_a_long_session_is_extended_as_int32_arrays(family_folder) -> None:
-    """Append mode on arrays (the gateway's kept prompts): the prompt is the same ids, built by copying arrays, and
-    its kept prefix is found without a tuple per call (a 200-turn session would otherwise rebuild its ids)."""
+    """Append mode builds an int32 array (the gateway's kept prompts are arrays): the prompt is the same ids, built
+    by copying arrays, and its kept prefix is found without a tuple per call (a 200-turn session would otherwise
+    rebuild its ids)."""
     folder = open_model_folder(family_folder("qwen"))
     native = chat_format_for(folder)
     builder = PromptBuilder(folder_tokenizer(folder), chat_format=native)
@@ -86,7 +87,7 @@ def test_a_long_session_is_extended_as_int32_arrays(family_folder) -> None:
         built = builder.build(conversation, TOOLS, [prior])
         assert built.mode is RenderMode.APPEND and built.prefix_len == len(prompt) + len(sampled)
         assert list(built.ids) == native.render_ids(conversation, TOOLS)
-        assert isinstance(built.ids, array) == isinstance(prompt_ids, array)
+        assert isinstance(built.ids, array)  # whatever the parent's ids were kept as
     # A sampled turn cut before its end-of-turn: the glue is added, and the whole sampled prefix is still kept.
     cut = array("i", sampled[:-2])
     prior = PriorCall(tuple(PROMPT), tuple(TOOLS), CALL, array("i", prompt), cut, ref=1)

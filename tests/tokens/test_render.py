@@ -67,7 +67,7 @@ def test_drift_keeps_the_sampled_ids(qwen_tokenizer):
     follow = messages + [assistant("Well, hello"), user("again")]
     appended = builder.build(follow, (), [prior])
     canonical = builder.canonical_ids(follow)
-    assert appended.ids[: prior.sequence_length] == first.ids + sampled
+    assert list(appended.ids[: prior.sequence_length]) == [*first.ids, *sampled]
     assert appended.ids != canonical
     assert qwen_tokenizer.decode(appended.ids) == qwen_tokenizer.decode(canonical)
     # Canonical mode still finds the parent and measures how much of the sample survived.

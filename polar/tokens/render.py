@@ -67,6 +67,10 @@ class PriorCall:
     def sequence_length(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
 
+    def sequence_ids(self) -> array:
+        """Its prompt then its output, as one int32 array."""
+        return int32(self.prompt_ids) + int32(self.output_ids)
+
 
 @dataclass(frozen=True)
 class Prompt:
@@ -168,7 +172,7 @@ class PromptBuilder:
         if mode is RenderMode.CANONICAL:
             # Still a child in the tree; prefix_len says how much of what the model sampled survived.
             ids = self.canonical_ids(messages, tools)
-            shared = _common_prefix(ids, int32(parent.prompt_ids) + int32(parent.output_ids))
+            shared = _common_prefix(ids, parent.sequence_ids())
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared)
         if self.chat_format is not None:
             return self._extend(self.chat_format, messages, tools, parent, start)
@@ -176,7 +180,7 @@ class PromptBuilder:
         glue = [] if ended_turn else [self.tokenizer.im_end_id]
         # The template puts "\n" after every end-of-turn; it opens the new text.
         new_ids = self.tokenizer.encode("\n" + self.template.render_tail(messages[start:]))
-        prefix = int32(parent.prompt_ids) + int32(parent.output_ids)
+        prefix = parent.sequence_ids()
         ids = prefix + array("i", [*glue, *new_ids])
         return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=len(prefix))
 
@@ -188,9 +192,11 @@ class PromptBuilder:
         if extended is None:
             ids = self.canonical_ids(messages, tools)
             reason = f"the {fmt.family} chat format cannot extend the sampled ids exactly here; rendered canonically"
-            shared = _common_prefix(ids, int32(prompt_ids) + int32(output_ids))
+            shared = _common_prefix(ids, parent.sequence_ids())
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared, fallback_reason=reason)
         # A family may close a turn the backend cut (max tokens) or trim after its close: say what survived.
-        ids, prefix = int32(extended), int32(prompt_ids) + int32(output_ids)
-        shared = len(prefix) if ids[: len(prefix)] == prefix else _common_prefix(ids, prefix)  # memcmp first
-        return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=shared)
+        ids, prompt, output = int32(extended), int32(prompt_ids), int32(output_ids)
+        n, m = len(prompt), len(prompt) + len(output)
+        if ids[:n] == prompt and ids[n:m] == output:  # memcmp of slices, no copy of the parent's whole sequence
+            return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=m)
+        return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=_common_prefix(ids, prompt + output))

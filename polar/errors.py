@@ -5,7 +5,7 @@ carry what that mapping needs. Messages name the offending field or value.
 
     PolarError
     ├── InvalidRequest (400) ── UnknownSamplingParameter, ContextLengthExceeded, TemplateError, PayloadTooLarge
-    ├── AuthenticationError (401), PermissionDenied (403), NotFound (404)
+    ├── AuthenticationError (401), PermissionDenied (403), NotFound (404), ClientClosed (499)
     ├── Conflict (409) ── RolloutClaimed, StageOrderError
     ├── BackendError (502) ── BackendUnavailable (503) ── BackendTimeout (504); BackendProtocolError, GenerationAborted
     ├── StoreError (503), GatewayError (502), NotConfigured (503), ConfigError (at start)
@@ -90,6 +90,14 @@ class PermissionDenied(PolarError):
 class NotFound(PolarError):
     status_code = 404
     error_type = "not_found_error"
+
+
+class ClientClosed(PolarError):
+    """The caller hung up before its request was read whole. Nobody receives the answer; it is counted (outcome
+    ``client_closed``, nginx's 499), not logged as a gateway fault."""
+
+    status_code = 499
+    error_type = "client_closed"
 
 
 class PayloadTooLarge(InvalidRequest):

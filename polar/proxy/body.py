@@ -1,7 +1,8 @@
 """Request bodies under a size limit, for the gateway and the control API.
 
 A body larger than the limit is a ``PayloadTooLarge`` (413), refused from its declared length when it has one,
-otherwise as soon as the bytes read pass the limit, so an oversize upload is never held in memory whole.
+otherwise as soon as the bytes read pass the limit, so an oversize upload is never held in memory whole. A caller
+that hangs up mid-body is a ``ClientClosed``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any
 import orjson
 from fastapi import Request
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 
-from polar.errors import InvalidRequest, PayloadTooLarge
+from polar.errors import ClientClosed, InvalidRequest, PayloadTooLarge
 from polar.proxy.json_guard import DEFAULT_LIMITS, JsonLimits, parse_json
 
 MAX_WEIGHT_BYTES = 2 * 1024**3
@@ -25,10 +27,13 @@ async def read_body(request: Request, limit: int) -> bytes:
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit", field="body")
     raw = bytearray()
-    async for part in request.stream():
-        raw += part
-        if len(raw) > limit:
-            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit", field="body")
+    try:
+        async for part in request.stream():
+            raw += part
+            if len(raw) > limit:
+                raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit", field="body")
+    except ClientDisconnect:
+        raise ClientClosed(f"the caller hung up after {len(raw)} bytes of its request body", field="body") from None
     return bytes(raw)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import socket
 import time
 
 import httpx
@@ -53,6 +55,25 @@ def test_gateway_metrics_count_calls_latency_tokens_commits_and_loop_lag(gateway
     assert after[("polar_event_loop_lag_seconds_count", (("server", "gateway"),))] >= 1
     assert ("polar_backend_in_flight", (("backend", "local"),)) in after
     assert ("polar_backend_queued", (("backend", "local"),)) in after
+
+
+def test_a_caller_hanging_up_mid_body_is_counted_as_client_closed_not_an_internal_error(gateway, caplog):
+    session = httpx.post(gateway.url + "/v1/sessions", json={}, headers=gateway.control).json()
+    metrics_of = lambda: _samples(httpx.get(gateway.url + "/metrics", headers=gateway.control).text)  # noqa: E731
+    key = ("polar_gateway_calls_total", (("outcome", "client_closed"), ("protocol", "openai_chat")))
+    before = metrics_of().get(key, 0.0)
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {session['api_key']}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n"
+    )
+    with caplog.at_level(logging.WARNING), socket.create_connection(("127.0.0.1", gateway.port)) as conn:
+        conn.sendall(head.encode() + b'{"model": "tiny", "messages": [')  # then hangs up, 4,969 bytes short
+    deadline = time.monotonic() + 10
+    while metrics_of().get(key, 0.0) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert metrics_of().get(key, 0.0) == before + 1
+    assert not [r for r in caplog.records if r.name.startswith("polar")], "a hang-up is not a gateway fault"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_control_api_metrics_need_the_token(tmp_path, cache_dir):

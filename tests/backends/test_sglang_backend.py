@@ -7,6 +7,7 @@ land in the middle of a streamed generation and must show up as version spans.
 from __future__ import annotations
 
 import asyncio
+import gc
 import tracemalloc
 from array import array
 from collections.abc import AsyncIterator, Iterator
@@ -151,6 +152,29 @@ def test_a_request_body_holds_only_its_bytes():
         tracemalloc.stop()
     assert orjson.loads(body)["input_ids"] == list(range(4000))
     assert held < 1.1 * len(body) + 1024
+
+
+def _reachable(root: object, depth: int) -> set[int]:
+    seen, layer = {id(root)}, [root]
+    for _ in range(depth):
+        layer = [o for parent in layer for o in gc.get_referents(parent) if id(o) not in seen]
+        seen.update(id(o) for o in layer)
+    return seen
+
+
+async def test_a_stream_holds_no_parsed_event_while_its_consumer_works(client, prompt):
+    """Between chunks a stream keeps what it has read as ids and logprobs only: a cumulative event parses into a
+    list per logprob triple, and a thousand open streams holding their latest one slowed every young collection.
+    (The server runs in this process and holds its own chunk: only what the client's stream reaches counts.)"""
+    request = GenerateRequest(prompt, SamplingParams(max_new_tokens=16, temperature=0.0, ignore_eos=True))
+    stream = client.stream(request)
+    chunks = 0
+    async for _ in stream:
+        chunks += 1
+        events = [o for o in gc.get_objects() if type(o) is dict and "meta_info" in o and "output_ids" in o]
+        held = _reachable(stream, 4)
+        assert not [e for e in events if id(e) in held]
+    assert chunks >= 2
 
 
 async def test_cumulative_and_incremental_servers_agree(cumulative_url, incremental_url, prompt):

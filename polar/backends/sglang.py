@@ -32,7 +32,7 @@ import numpy as np
 import orjson
 
 from polar.backends import aio_client
-from polar.backends.aio_client import TRANSPORT_ERRORS, Reply
+from polar.backends.aio_client import TRANSPORT_ERRORS
 from polar.backends.base import (
     GenerateChunk,
     GenerateRequest,
@@ -137,8 +137,7 @@ class SGLangBackend:
         body = self._body(request, stream=False)
         url = self.base_url + "/generate"
         try:
-            async with self._aio.post(url, _json(body)) as raw:
-                response = Reply(raw)
+            async with self._aio.post(url, _json(body)) as response:
                 await response.aread()
         except asyncio.CancelledError:
             # The server keeps generating for a request nobody waits for: free its slot (best effort).
@@ -164,8 +163,7 @@ class SGLangBackend:
         started = time.perf_counter()
         last: GenerateChunk | None = None
         try:
-            async with self._aio.post(url, _json(body)) as raw:
-                response = Reply(raw)
+            async with self._aio.post(url, _json(body)) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     raise http_error(response, url, request, self.model_info)

@@ -49,9 +49,13 @@ def meta(ids: list[int], **override: Any) -> dict[str, Any]:
     return {key: value for key, value in info.items() if value is not ...}
 
 
-def sse(*events: Any) -> StreamingResponse:
+def sse(*events: Any, gaps_s: tuple[float, ...] = ()) -> StreamingResponse:
+    """``events`` as SSE, ``gaps_s[i]`` seconds after event i (the last gap repeats)."""
+
     async def body() -> AsyncIterator[bytes]:
-        for event in events:
+        for i, event in enumerate(events):
+            if i and gaps_s:
+                await asyncio.sleep(gaps_s[min(i - 1, len(gaps_s) - 1)])
             yield b"data: " + (event if isinstance(event, bytes) else json.dumps(event).encode()) + b"\n\n"
 
     return StreamingResponse(body(), media_type="text/event-stream")
@@ -103,6 +107,18 @@ ANSWERS: dict[str, Any] = {
     "sse_jumbled": lambda: sse(
         {"text": "", "output_ids": [7], "meta_info": meta([7], finish_reason=None)},
         {"text": "", "output_ids": [7, 8, 9], "meta_info": meta([7, 8, 9], completion_tokens=5)},
+    ),
+    # A stream going silent after its second token, and one whose tokens each come within the client's limit.
+    "sse_stall": lambda: sse(
+        *({"text": "", "output_ids": [7] * n, "meta_info": meta([7] * n, finish_reason=None)} for n in (1, 2)),
+        {"text": "", "output_ids": [7] * 3, "meta_info": meta([7] * 3)},
+        gaps_s=(0.1, 2.0),
+    ),
+    "sse_steady": lambda: sse(
+        *({"text": "", "output_ids": [7] * n, "meta_info": meta([7] * n, finish_reason=None)} for n in range(1, 6)),
+        {"text": "", "output_ids": [7] * 6, "meta_info": meta([7] * 6, finish_reason={"type": "length", "length": 6})},
+        b"[DONE]",
+        gaps_s=(0.2,),
     ),
     "sse_error": lambda: sse({"error": {"message": "scheduler crashed", "type": "x", "code": 500, "retryable": False}}),
     "unknown_field": lambda: JSONResponse(
@@ -198,6 +214,20 @@ async def test_a_slow_server_times_out_as_unavailable(fake, stream):
     try:
         with pytest.raises(BackendUnavailable, match="timed out"):
             await answer(fake, impatient, "slow", stream=stream)
+    finally:
+        await impatient.aclose()
+
+
+async def test_a_stream_silent_past_the_limit_times_out_as_unavailable(fake):
+    impatient = SGLangBackend(fake[0], timeout_s=0.5, model_info=INFO)
+    loop = asyncio.get_running_loop()
+    try:
+        started = loop.time()
+        with pytest.raises(BackendUnavailable, match="timed out"):
+            await answer(fake, impatient, "sse_stall", stream=True)
+        assert loop.time() - started < 1.5  # cut within the limit and a tick of silence, not at the 2 s token
+        result = await answer(fake, impatient, "sse_steady", stream=True)  # 1.2 s long, never 0.5 s silent
+        assert result.output_ids == (7,) * 6
     finally:
         await impatient.aclose()
 

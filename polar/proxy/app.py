@@ -19,7 +19,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -45,6 +45,7 @@ from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONS
 from polar.proxy.protocols.base import parse_after
 from polar.proxy.session_routes import add_session_routes, api_key
 from polar.proxy.sessions import SessionInfo
+from polar.proxy.stream_response import StreamResponse
 from polar.slices import SlicedRequests, in_thread
 
 log = logging.getLogger(__name__)
@@ -120,14 +121,14 @@ async def _model_call(
             call = asyncio.create_task(gw.calls.complete(plan))
             if every_s <= 0 or await keepalive.first_within(call, every_s):
                 return FastJSONResponse(await call)
-            return StreamingResponse(
+            return StreamResponse(
                 keepalive.padded_json(call, every_s, _json_bytes, partial(_error_bytes, codec)),
                 media_type="application/json",
             )
         opening = asyncio.create_task(gw.calls.open_stream(plan))
         if every_s <= 0 or await keepalive.first_within(opening, every_s):
             frames, release = await opening
-            return StreamingResponse(
+            return StreamResponse(
                 _frames_as_bytes(frames),
                 media_type="text/event-stream",
                 headers=SSE_HEADERS,
@@ -146,7 +147,7 @@ async def _model_call(
             _count_failure(codec, exc)
             return [f.encode() for f in codec.stream_encoder(plan.meta, request=plan.request).error(exc)]
 
-        return StreamingResponse(
+        return StreamResponse(
             keepalive.padded_stream(opening, every_s, frames_of, stream_error),
             media_type="text/event-stream",
             headers=SSE_HEADERS,

@@ -34,8 +34,8 @@ class IdleWatch:
 
     aiohttp's ``sock_read`` does the same with a new loop timer for every read: one per chunk of every stream, 5% of
     the gateway's samples at 1,000 streams in flight (py-spy, bench_gateway_scale section 3; CPU per streamed call
-    6.4-7.0 ms with it, 5.3-5.6 without). This looks at each open
-    stream once per tick instead (a stream is cut between ``idle_s`` and ``idle_s`` plus a tick of silence)."""
+    6.4-7.0 ms with it, 5.3-5.6 without). This looks at each open stream once per tick instead: a stream is cut
+    after between ``idle_s`` and ``idle_s`` plus a tick of silence."""
 
     def __init__(self, idle_s: float):
         self.idle_s = idle_s

@@ -234,27 +234,48 @@ async def section_throughput(client: httpx.AsyncClient, servers: dict[str, Serve
             await closed_loop(conc, conc * 2, call)  # warm-up: every session's first call
             failures.clear()
             before = {s: servers[s].cpu_s() for s in {"upstream", name} - {"direct"}}
+            load_before = time.process_time()
             lat, wall = await closed_loop(conc, n, call)
             used = {s: (servers[s].cpu_s() - t) * 1000 / len(lat) for s, t in before.items()}
+            used["load"] = (time.process_time() - load_before) * 1000 / len(lat)
         rows.append((name, len(lat) / wall, statistics.median(lat), percentile(lat, 99), failures, used))
     direct = rows[0][1]
     print(
         f"{'target':<9} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'vs direct':>9} {'errors':>6} "
-        f"{'its CPU ms/call':>15} {'backend CPU ms/call':>19}"
+        f"{'its CPU ms/call':>15} {'backend CPU ms/call':>19} {'load CPU ms/call':>16}"
     )
     for name, rps, p50, p99, failures, used in rows:
         own = f"{used[name]:.2f}" if name in used else "-"
         print(
             f"{name:<9} {rps:>8.0f} {ms(p50):>8} {ms(p99):>8} {rps / direct:>9.2f} {len(failures):>6} "
-            f"{own:>15} {used['upstream']:>19.2f}"
+            f"{own:>15} {used['upstream']:>19.2f} {used['load']:>16.2f}"
         )
         if failures:
             print(f"          first error: {failures[0]}")
+    print_ceilings(rows, direct)
     by_name = {name: rps for name, rps, *_ in rows}
     if "litellm" in by_name:
         print(
             f"Polar / LiteLLM calls/s: SQLite {by_name['sqlite'] / by_name['litellm']:.2f}x, "
             f"Postgres {by_name['postgres'] / by_name['litellm']:.2f}x (LiteLLM stores nothing)"
+        )
+
+
+def print_ceilings(rows: list, direct: float) -> None:
+    """What the CPU each call costs allows on this machine's cores, for a gateway costing nothing and for one
+    gateway process at its measured cost: the backend and the load generator share the cores with the gateway,
+    and the backend does more for a gateway's call (token ids in, ids and logprobs out) than for a direct one."""
+    cores = os.cpu_count() or 1
+    for name, rps, *_, used in rows:
+        if name not in ("sqlite", "postgres"):
+            continue
+        others = used["upstream"] + used["load"]  # ms of CPU per call outside the gateway
+        free = cores * 1000 / others
+        bound = min(1000 / used[name], cores * 1000 / (others + used[name]))
+        print(
+            f"{name}: on {cores} cores a gateway costing no CPU could serve at most {free:.0f} calls/s "
+            f"({free / direct:.2f}x direct; backend + load {others:.2f} ms per call); one process at its "
+            f"{used[name]:.2f} ms at most {bound:.0f} ({rps / bound:.0%} of that reached)"
         )
 
 

@@ -171,8 +171,11 @@ class Client:
 
     @contextlib.asynccontextmanager
     async def post(self, url: str, body: bytes) -> AsyncIterator[Reply]:
-        """``async with client.post(url, body) as reply:``, the response once its headers are in."""
-        async with self.session().post(url, data=body, headers={"content-type": "application/json"}) as raw:
+        """``async with client.post(url, body) as reply:``, the response once its headers are in. ``body`` is not
+        held once sent: a stream's reply may last minutes, and a thousand in flight held their sent prompts."""
+        request = self.session().post(url, data=body, headers={"content-type": "application/json"})
+        del body
+        async with request as raw:
             yield Reply(raw, self._idle)
 
     async def aclose(self) -> None:

@@ -5,11 +5,14 @@ on loopback, and prints, each against a baseline measured in the same run:
 
 1. append mode at concurrency 1, the 20-message agent call extended turn by turn: added p50 over the direct
    backend call, with the capture commit wait (the gateway's own histogram) printed apart; the per-call cost
-   at turns 191-200 against turns 1-10;
+   at turns 191-200 against turns 1-10, as added latency and as the gateway's own CPU time per call (its
+   threads' run time: steadier than a difference of two latencies);
 2. calls/s at concurrency 64 through one gateway process (SQLite, Postgres) against the direct backend and the
    LiteLLM proxy forwarding to the same backend (its venv, ``.venv-litellm``, is built by scripts/litellm_env.sh
    on first use; ``--no-litellm`` skips it): 64 agent sessions, each call extending its session's previous one
-   (the steady state of a fleet), with the CPU each server process spent per call;
+   (the steady state of a fleet), with the CPU each server process and the load generator spent per call, and
+   what the machine's cores allow: the calls/s of a gateway costing no CPU (the backend's and the load's CPU per
+   call alone fill the cores) and of one gateway process at its measured CPU per call;
 3. N streaming calls in flight at once (backend at 20 ms per token): errors, event-loop lag p50, p99 and worst
    during the streams (the gateway's histogram, as bucket bounds), every capture committed, memory per open
    session; three times: each session's first call, all N sent in the same instant (N connections accepted in
@@ -154,7 +157,7 @@ async def section_append(client: httpx.AsyncClient, servers: dict[str, Server], 
     print(f"\n== 1. append mode, concurrency 1: one agent session of {turns} turns (starts at 20 messages) ==")
     print(
         f"{'store':<9} {'added p50 ms':>12} {'commit wait p50-ish ms':>22} {'turns 1-10 ms':>14} "
-        f"{'last 10 ms':>11} {'last/first':>10}"
+        f"{'last 10 ms':>11} {'last/first':>10} {'gateway CPU ms, turns 1-10':>26} {'last 10':>8} {'last/first':>10}"
     )
     direct_url = servers["upstream"].url + "/v1/chat/completions"
     for store in ("sqlite", "postgres"):
@@ -163,14 +166,16 @@ async def section_append(client: httpx.AsyncClient, servers: dict[str, Server], 
         key = await session_key(client, gateway)
         messages = conversation(9)
         added: list[float] = []
+        cpu: list[float] = []  # the gateway's own CPU time per call (its threads' run time, to the ns)
         before = await scrape(client, gateway)
         for turn in range(turns):
             body = chat_body(messages, max_tokens=64)
             t0 = time.perf_counter()
             await post(client, direct_url, body, None)
-            t1 = time.perf_counter()
+            t1, ran = time.perf_counter(), gateway.run_s()
             reply = await post(client, url, body, key)
             t2 = time.perf_counter()
+            cpu.append(gateway.run_s() - ran)
             added.append((t2 - t1) - (t1 - t0))
             said = echo(reply)  # a short tool result: 200 turns stay inside the context window
             result = {"role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": f"ok {turn}"}
@@ -184,9 +189,11 @@ async def section_append(client: httpx.AsyncClient, servers: dict[str, Server], 
             - before[("polar_capture_commit_wait_seconds_count", ())]
         )
         first, last = statistics.median(added[1:11]), statistics.median(added[-10:])
+        cpu_first, cpu_last = statistics.median(cpu[1:11]), statistics.median(cpu[-10:])
         print(
             f"{store:<9} {ms(statistics.median(added)):>12} {ms(wait_sum / max(wait_n, 1)) + ' (mean)':>22} "
-            f"{ms(first):>14} {ms(last):>11} {last / first:>10.2f}"
+            f"{ms(first):>14} {ms(last):>11} {last / first:>10.2f} {ms(cpu_first):>26} {ms(cpu_last):>8} "
+            f"{cpu_last / cpu_first:>10.2f}"
         )
 
 

@@ -11,8 +11,8 @@ on loopback, and prints, each against a baseline measured in the same run:
    LiteLLM proxy forwarding to the same backend (its venv, ``.venv-litellm``, is built by scripts/litellm_env.sh
    on first use; ``--no-litellm`` skips it): 64 agent sessions, each call extending its session's previous one
    (the steady state of a fleet), with the CPU each server process and the load generator spent per call, and
-   what the machine's cores allow: the calls/s of a gateway costing no CPU (the backend's and the load's CPU per
-   call alone fill the cores) and of one gateway process at its measured CPU per call;
+   what the machine's cores allow: the CPU per call left to a gateway serving half the direct rate, once the
+   backend's and the load's are paid, and the calls/s of one gateway process at its measured CPU per call;
 3. N streaming calls in flight at once (backend at 20 ms per token): errors, event-loop lag p50, p99 and worst
    during the streams (the gateway's histogram, as bucket bounds), every capture committed, memory per open
    session; three times: each session's first call, all N sent in the same instant (N connections accepted in
@@ -269,20 +269,23 @@ async def section_throughput(client: httpx.AsyncClient, servers: dict[str, Serve
 
 
 def print_ceilings(rows: list, direct: float) -> None:
-    """What the CPU each call costs allows on this machine's cores, for a gateway costing nothing and for one
-    gateway process at its measured cost: the backend and the load generator share the cores with the gateway,
-    and the backend does more for a gateway's call (token ids in, ids and logprobs out) than for a direct one."""
+    """What this machine's cores allow a gateway: the backend and the load generator share them with it, and the
+    backend does more for a gateway's call (token ids in, ids and logprobs out) than for a direct one. Printed:
+    the CPU per call a gateway may spend at most to serve half the direct rate here, and what one process serves
+    at most at its measured CPU per call (one loop: one core at most)."""
     cores = os.cpu_count() or 1
+    half = direct / 2
     for name, rps, *_, used in rows:
         if name not in ("sqlite", "postgres"):
             continue
         others = used["upstream"] + used["load"]  # ms of CPU per call outside the gateway
-        free = cores * 1000 / others
+        budget = min(cores * 1000 / half - others, 1000 / half)
+        allowed = f"at most {budget:.2f} ms" if budget > 0 else "nothing: those two alone fill the cores"
         bound = min(1000 / used[name], cores * 1000 / (others + used[name]))
         print(
-            f"{name}: on {cores} cores a gateway costing no CPU could serve at most {free:.0f} calls/s "
-            f"({free / direct:.2f}x direct; backend + load {others:.2f} ms per call); one process at its "
-            f"{used[name]:.2f} ms at most {bound:.0f} ({rps / bound:.0%} of that reached)"
+            f"{name}: half of direct is {half:.0f} calls/s; the backend and the load take {others:.2f} ms of CPU a "
+            f"call, leaving a gateway {allowed} (this one spends {used[name]:.2f} ms, at which one process serves "
+            f"at most {bound:.0f} calls/s: {rps / bound:.0%} of that reached)"
         )
 
 

@@ -96,14 +96,6 @@ def max_diff(a, b) -> float:
     return max((abs(x - y) for x, y in zip(a, b, strict=True)), default=0.0)
 
 
-def vllm_metric(url: str, name: str) -> float:
-    """One unlabelled-engine sample of a Prometheus metric from vLLM's ``/metrics``."""
-    import httpx
-
-    lines = httpx.get(f"{url}/metrics", timeout=10).text.splitlines()
-    return float(next(line for line in lines if line.startswith(name + "{")).split()[-1])
-
-
 async def first_token_chunk(stream: AsyncIterator[GenerateChunk]) -> list[GenerateChunk]:
     """Wait for the first token delta of a running stream and return it (the stream keeps running)."""
     async for chunk in stream:

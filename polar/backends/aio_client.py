@@ -71,7 +71,7 @@ class IdleWatch:
 class Reply:
     """An aiohttp response as the wire helpers read it (httpx's names)."""
 
-    def __init__(self, raw: aiohttp.ClientResponse, idle: IdleWatch | None = None):
+    def __init__(self, raw: aiohttp.ClientResponse, idle: IdleWatch):
         self._raw = raw
         self._idle = idle
         self.status_code = raw.status
@@ -106,7 +106,7 @@ class Reply:
         gets everything that arrived meanwhile at once (``polar.backends.sglang`` then decodes one chunk, not many)."""
         idle, loop = self._idle, asyncio.get_running_loop()
         connection = self._raw.connection
-        if idle is not None and connection is not None and connection.protocol is not None:
+        if connection is not None and connection.protocol is not None:
             connection.protocol.read_timeout = None  # from here on the watch's, not a timer per read
             self.last_read = loop.time()
             idle.watch(self)
@@ -121,12 +121,11 @@ class Reply:
                 *lines, pending = (pending + data).split(b"\n")
                 yield [line.rstrip(b"\r").decode() for line in lines]
         except aiohttp.ClientConnectionError:
-            if self.expired and idle is not None:
+            if self.expired:
                 raise TimeoutError(f"the backend sent nothing for {idle.idle_s:g} s") from None
             raise
         finally:
-            if idle is not None:
-                idle.forget(self)
+            idle.forget(self)
         if pending:
             yield [pending.rstrip(b"\r").decode()]
 

@@ -103,8 +103,8 @@ class StreamingCalls:
         chunks: AsyncIterator[GenerateChunk],
         check: OutputCheck,
         deadline: Deadline,
-        slot: Callable[[], None] = lambda: None,
-        generating: float = 0.0,
+        release: Callable[[], None],
+        generating: float,
     ) -> AsyncIterator[str]:
         encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
         parser = self.chat_format.stream_parser(plan.request.tools, plan.prompt.ids)
@@ -123,7 +123,7 @@ class StreamingCalls:
                 chunk = await self._next(chunks, deadline)
                 if chunk is not None:
                     self._check_chunk(check, chunk)
-            slot()  # the generation is over: the next call may use the server while this one commits
+            release()  # the generation is over: the next call may use the server while this one commits
             generated_s = time.perf_counter() - generating
             if frames := _encode(encoder, events, parser.finish()):
                 yield frames
@@ -150,7 +150,7 @@ class StreamingCalls:
             return
         finally:
             await _aclose(chunks)  # a disconnected client stops the generation
-            slot()
+            release()
         if ending := "".join(encoder.finish(completion)):
             yield ending
 

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from db.engine import describe_database, normalize_url
 from db.models import Rollout
+from polar.auth import token_path
 from polar.rollout.context import close_contexts, get_store
 from polar.rollout.report import RolloutRow, format_rollouts, format_totals, rollout_rows
 from polar.settings import Settings
@@ -159,12 +160,13 @@ async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, titl
 def viewer_hint(settings: Settings, rows: Sequence[RolloutRow]) -> str:
     """Where the demo's rollouts can be looked at: ``polar serve`` on the demo's home, then its ``/ui``."""
     base = settings.public_url.rstrip("/") or f"http://{settings.api_host}:{settings.api_port}"
-    token = f"?token={settings.control_token}" if settings.control_token else ""
+    # The token itself is never printed: the shell reads it from where it is kept.
+    token = "$POLAR_CONTROL_TOKEN" if settings.control_token else f"$(cat {token_path(settings)})"
     first = f"\n  one rollout: {base}/ui/rollouts/{rows[0].rollout_id}" if rows else ""
     return (
         "look at these rollouts in the browser:\n"
         f"  POLAR_HOME={settings.home} polar serve\n"
-        f"  then open {base}/ui{token}{first}"
+        f'  then open "{base}/ui?token={token}"{first}'
     )
 
 

@@ -309,7 +309,7 @@ def create_api(
             "pushes": [asdict(p) for p in pushes],
         }
 
-    install_ui(app, settings, factory)  # the web UI at /ui, behind the same control token
+    install_ui(app, settings, factory, token)  # the web UI at /ui, behind the same control token
     return app
 
 

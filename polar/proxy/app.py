@@ -274,7 +274,7 @@ def create_app(gw: Gateway) -> FastAPI:
             NotFound(f"unknown method {method!r}; expected generateContent or streamGenerateContent", field="path"),
         )
 
-    @app.api_route("/", methods=["GET", "HEAD"])
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)  # a probe
     async def root() -> Response:
         return JSONResponse({"service": "polar-gateway", "status": "ok"})
 

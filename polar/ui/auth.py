@@ -4,8 +4,8 @@ The token is accepted as the control API takes it (``Authorization: Bearer ...``
 ``/ui`` URL: a right one answers with a redirect to the same URL without it, setting an HttpOnly cookie (path
 ``/ui``, SameSite Strict) so the browser's later requests, the page's own ``fetch`` calls included, carry it.
 The cookie holds an HMAC of the token, not the token, so a leaked cookie opens the UI but not the ``/v1`` API.
-The token is read from the settings on every request, the same ``settings.control_token`` the API's ``control``
-dependency reads; with no token configured the UI is as open as the API.
+The token is the one the control API enforces (``polar.auth.announce``: ``POLAR_CONTROL_TOKEN``, or the token
+generated in ``$POLAR_HOME/control-token``), handed in once by ``install_ui``: there is no open mode.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 from fastapi import Request
 
-from polar.settings import Settings
+from polar.auth import bearer_of, matches
 
 COOKIE = "polar_ui"
 
@@ -42,30 +42,24 @@ def cookie_value(token: str) -> str:
     return hmac.new(token.encode(), b"polar-ui-session", hashlib.sha256).hexdigest()
 
 
-def _equal(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode(), expected.encode())
+def ui_guard(token: str):
+    """The FastAPI dependency that guards every ``/ui`` route (raises ``UIRefused`` / ``UITokenAccepted``).
 
-
-def ui_guard(settings: Settings):
-    """The FastAPI dependency that guards every ``/ui`` route (raises ``UIRefused`` / ``UITokenAccepted``)."""
+    ``token`` is the control token in force; an empty one refuses everything (``matches`` never accepts it)."""
 
     async def guard(request: Request) -> None:
-        token = settings.control_token
-        if not token:
-            return
-        auth = request.headers.get("authorization", "")
-        if auth.lower().startswith("bearer ") and _equal(auth[7:].strip(), token):
+        if matches(bearer_of(request.headers.get("authorization")), token):
             return
         given = request.query_params.get("token")
         if given is not None:
-            if not _equal(given, token):
+            if not matches(given, token):
                 raise UIRefused("the token in the URL is not the control token")
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
             location = request.url.path + (f"?{urlencode(rest)}" if rest else "")
             raise UITokenAccepted(location, cookie_value(token))
         cookie = request.cookies.get(COOKIE)
-        if cookie is not None and _equal(cookie, cookie_value(token)):
+        if token and matches(cookie, cookie_value(token)):
             return
-        raise UIRefused("this page needs the control token: open it once as /ui?token=<POLAR_CONTROL_TOKEN>")
+        raise UIRefused("this page needs the control token: open it once as /ui?token=<the control token>")
 
     return guard

@@ -128,9 +128,9 @@ class Pages:
         return HTMLResponse(html, status_code=status)
 
 
-def ui_router(settings: Settings, factory: sessionmaker[Session], page: Pages) -> APIRouter:
+def ui_router(settings: Settings, factory: sessionmaker[Session], page: Pages, token: str) -> APIRouter:
     text = TokenText.for_settings(settings)
-    router = APIRouter(prefix="/ui", dependencies=[Depends(ui_guard(settings))], include_in_schema=False)
+    router = APIRouter(prefix="/ui", dependencies=[Depends(ui_guard(token))], include_in_schema=False)
 
     def with_pages(db: Session, rollout_id: str) -> tuple[RolloutDetail, dict[int, TokenPage]]:
         """The rollout and the first token page of its first few trajectories (inside the session: their token
@@ -218,12 +218,13 @@ def ui_router(settings: Settings, factory: sessionmaker[Session], page: Pages) -
     return router
 
 
-def install_ui(app: FastAPI, settings: Settings, factory: sessionmaker[Session]) -> None:
-    """Serve the web UI from ``app`` at ``/ui``, with its static files and its HTML error pages."""
+def install_ui(app: FastAPI, settings: Settings, factory: sessionmaker[Session], token: str) -> None:
+    """Serve the web UI from ``app`` at ``/ui``, with its static files and its HTML error pages, to the holders of
+    ``token`` (the control token the app enforces)."""
     page = Pages(settings)
     # The static mount goes first: the router ends with a catch-all 404 page for any other /ui path.
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")
-    app.include_router(ui_router(settings, factory, page))
+    app.include_router(ui_router(settings, factory, page, token))
 
     @app.exception_handler(UIRefused)
     async def refused(request: Request, exc: UIRefused) -> Response:

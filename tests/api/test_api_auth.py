@@ -12,6 +12,7 @@ from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.auth import TOKEN_FILE
 from polar.rollout.context import store_factory
+from tests.app_routes import every_route
 from tests.rollout.helpers import test_settings
 
 
@@ -71,3 +72,30 @@ def test_closed_by_default_every_v1_route_needs_the_generated_token(tmp_path, ca
     good = {"Authorization": f"Bearer {token}"}
     assert client.get("/v1/tasks", headers=good).json() == {"tasks": []}
     assert client.get("/v1/rollouts/x", headers=good).status_code == 404
+
+
+# Open on purpose: the liveness probe, the schema and its viewers (no data), and the UI's CSS/JS.
+PUBLIC = {"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/ui/static"}
+
+
+def test_closed_by_default_every_route_of_the_app_and_the_ui_needs_the_token(tmp_path, cache_dir):
+    """No POLAR_CONTROL_TOKEN: every route but the public ones, /ui pages and capture JSON included, refuses a
+    caller without the generated token (401), and the token opens the UI."""
+    url = f"sqlite:///{tmp_path / 'polar.db'}"
+    upgrade(url)
+    settings = test_settings(tmp_path, cache_dir, url, control_token="", task_dispatch="inline")
+    app = create_api(settings, store_factory(settings), run_inline=run_inline)
+    client = TestClient(app, follow_redirects=False)
+    token = (tmp_path / TOKEN_FILE).read_text().strip()
+    routes = [(m, p) for m, p in every_route(app) if p not in PUBLIC]
+    paths = {p for _, p in routes}
+    assert {"/ui", "/ui/rollouts/x", "/ui/compare", "/ui/captures/x.json", "/metrics", "/v1/tasks"} <= paths
+    for method, path in routes:
+        for headers in ({}, {"Authorization": "Bearer nope"}, {"Cookie": "polar_ui=nope"}):
+            reply = client.request(method, path, headers=headers, params={"full": "1"}, json={})
+            assert reply.status_code == 401, (method, path, headers, reply.status_code)
+        assert client.request(method, path, params={"token": "nope"}).status_code == 401, (method, path)
+    assert client.get("/ui", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    entered = client.get("/ui", params={"token": token})
+    assert entered.status_code == 303 and "polar_ui" in entered.headers["set-cookie"]
+    assert client.get("/ui/compare").status_code != 401  # the cookie now opens the UI

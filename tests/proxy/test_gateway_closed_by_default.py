@@ -13,6 +13,7 @@ from fastapi.routing import APIRoute
 
 from polar.auth import TOKEN_FILE, RedactQueryKeys, control_token
 from polar.backends.local import LocalBackend
+from tests.app_routes import every_route
 from tests.proxy.gateway_server import GatewayServer, settings_for
 
 MODEL_ROUTES = {
@@ -23,6 +24,7 @@ MODEL_ROUTES = {
     "/v1beta/models/{target}",
 }
 PUBLIC = {"/", "/health", "/health/live", "/health/ready", "/v1/models"}  # probes and the model list stay open
+SCHEMA = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # the API schema and its viewers: no data
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 GEMINI = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
 
@@ -43,6 +45,18 @@ def control_routes(server: GatewayServer) -> list[tuple[str, str]]:
             path = route.path.replace("{session_id}", "some-session")
             routes += [(method, path) for method in sorted(route.methods)]
     return routes
+
+
+def test_every_route_but_the_probes_is_a_401_without_credentials(closed):
+    """Read from the app's own router, so a new route is covered without being listed: every route but the probes,
+    the schema and the model routes (which want a session key: tested above) needs the control token."""
+    server, _ = closed
+    app = server._server.config.app  # type: ignore[union-attr]
+    routes = [(m, p) for m, p in every_route(app) if p not in PUBLIC | SCHEMA | {"/v1beta/models/x", *MODEL_ROUTES}]
+    assert {"/v1/sessions", "/v1/admin/weights", "/metrics"} <= {p for _, p in routes}
+    for method, path in routes:
+        reply = httpx.request(method, server.url + path, json=CHAT, timeout=10)
+        assert reply.status_code == 401, (method, path, reply.text)
 
 
 def test_a_token_file_is_generated_with_mode_0600(closed):

@@ -3,8 +3,9 @@
 Tables: ``weight_versions``, ``tasks``, ``submissions`` (idempotency keys of task submissions), ``rollouts`` (one
 sample of a task = one gateway session), ``captures`` (one backend call, forming a tree per session),
 ``trajectories`` (training sequences built from captures), ``merge_stats`` (what each trajectory build did with a
-rollout's captures) and ``evaluations``. Token arrays use the portable types of ``db.types``; every count a query
-may want is a plain integer column, so SQL never unpacks an array.
+rollout's captures), ``evaluations``, ``claims`` (trainers' leases on complete groups), ``rollout_artifacts``
+(files a later stage needs on any host) and ``gateways`` (running gateway replicas). Token arrays use the
+portable types of ``db.types``; every count a query may want is a plain integer column, so SQL never unpacks an array.
 
 Statuses are ``StrEnum``s stored as ``VARCHAR(16)`` without a native enum type or CHECK constraint: adding a
 status is then a code change, not a migration, and autogenerate compares the column exactly like the

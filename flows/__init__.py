@@ -1,4 +1,4 @@
-"""Thin Prefect wrappers around ``polar.rollout`` (DESIGN §6), one flow per module:
+"""Thin Prefect wrappers around ``polar.rollout``, one flow per module:
 
 - ``rollout``: ``rollout(rollout_id)``, one flow run per rollout with four task runs (init, run, postrun,
   evaluate); ``build_rollout_flow`` builds it over other stage functions (benchmarks);

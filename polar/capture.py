@@ -1,4 +1,4 @@
-"""Turning one generation into one capture row (the store's unit of record, DESIGN §3)."""
+"""Turning one generation into one capture row (the store's unit of record)."""
 
 from __future__ import annotations
 

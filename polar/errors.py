@@ -4,12 +4,14 @@ Each server maps these to its own protocol in one place (a status code and an er
 carry what that mapping needs. Messages name the offending field or value.
 
     PolarError
-    ├── InvalidRequest (400) ── UnknownSamplingParameter, ContextLengthExceeded, TemplateError, PayloadTooLarge
+    ├── InvalidRequest (400) ── UnknownSamplingParameter, ContextLengthExceeded, TemplateError, PayloadTooLarge (413)
     ├── AuthenticationError (401), PermissionDenied (403), NotFound (404), ClientClosed (499)
-    ├── Conflict (409) ── RolloutClaimed, StageOrderError
-    ├── BackendError (502) ── BackendUnavailable (503) ── BackendTimeout (504); BackendProtocolError, GenerationAborted
-    ├── StoreError (503), GatewayError (502), NotConfigured (503), ConfigError (at start)
-    └── SandboxError ── PrepareFailed;  HarnessError;  EvaluationError   (rollout pipeline failures)
+    ├── Conflict (409) ── RolloutClaimed, StageOrderError, TokenizerMismatch;  ArtifactMissing (409)
+    ├── BackendError (502) ── BackendUnavailable (503) ── BackendTimeout (504)
+    │                     ── Overloaded (429), BackendProtocolError, GenerationAborted
+    ├── StoreError (503), NotConfigured (503), ConfigError (at start), GatewayError (502) ── PartialPush
+    ├── SandboxError ── PrepareFailed;  HarnessError;  EvaluationError   (rollout pipeline failures)
+    └── GroupFailed   (a trainer adapter's group in which every sample failed)
 
 In the rollout pipeline a raised error means "this stage failed; retry it". What a harness did (crashed, ran
 out of budget) is an outcome recorded on the rollout, never an exception.

@@ -1,7 +1,7 @@
 """Prometheus metrics of the gateway and the control API (``GET /metrics``, control token as Bearer).
 
 One set per process, in prometheus_client's default registry (several gateways in one process share it).
-Names and labels (README lists them):
+Names and labels (docs/gateway.md lists them):
 
 - ``polar_gateway_calls_total{protocol, outcome}``: finished model calls; outcome ``ok`` or the error type.
 - ``polar_gateway_added_latency_seconds{protocol}``: a call's time in the gateway beyond the backend's

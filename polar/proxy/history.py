@@ -1,4 +1,4 @@
-"""A session's earlier calls, as the prompt builder needs them (append mode, DESIGN §2.2).
+"""A session's earlier calls, as the prompt builder needs them (append mode).
 
 The store is the truth: any gateway process (on this host or another) may have written a session's captures.
 Each process keeps what it has seen and reads the store only for what it may lack, never the whole session:

@@ -1,4 +1,4 @@
-"""Backpressure: a bounded number of calls in flight per inference server (DESIGN: never a hang, never a 500).
+"""Backpressure: a bounded number of calls in flight per inference server: never a hang, never a 500.
 
 A call takes a slot before its generation starts and gives it back when the generation ends (a stream: when
 its last frame is sent or its client goes away). Beyond the bound, calls wait in arrival order for at most

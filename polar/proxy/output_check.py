@@ -1,4 +1,4 @@
-"""Backend output checked before it is decoded, stored or sent (DESIGN §10: impossible output is never OK).
+"""Backend output checked before it is decoded, stored or sent (impossible output is never OK).
 
 Whatever backend produced them (SGLang, vLLM, the local engine, a scripted policy), the sampled ids of one call
 must be ids the tokenizer knows (``0 <= id < vocab_size``), there may be no more of them than the call allowed

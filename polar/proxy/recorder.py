@@ -1,4 +1,4 @@
-"""Durable capture writes with group commit (DESIGN §2.4: durable before acknowledged).
+"""Durable capture writes with group commit (durable before acknowledged).
 
 Concurrent calls hand their capture rows to one writer thread, which commits everything pending in one
 transaction (one counter update and one bulk insert, on its own connection: ``polar.proxy.capture_sql``)

@@ -1,4 +1,4 @@
-"""The rollout pipeline without Prefect (DESIGN §6): tasks in, rewarded trajectories out.
+"""The rollout pipeline without Prefect: tasks in, rewarded trajectories out.
 
 - ``spec``: ``TaskRequest`` and its specs, ``parse_task_request`` (errors name the field);
 - ``submit``: ``submit_tasks`` stores a task and one rollout row per sample;

@@ -1,4 +1,4 @@
-"""Runtimes: where a rollout's commands run (DESIGN §1). ``Runtime`` is the contract (``base``); ``RUNTIMES``
+"""Runtimes: where a rollout's commands run. ``Runtime`` is the contract (``base``); ``RUNTIMES``
 maps a name to a factory and ``open_runtime`` builds one. Built in: ``local`` (a subprocess in a per-rollout
 folder with its own ``HOME``, optionally confined with bubblewrap), ``docker`` (a container per rollout, on the
 Docker SDK) and ``apptainer`` (an Apptainer instance per rollout, on the ``apptainer`` command line).

@@ -8,7 +8,7 @@ relay as the docker runtime). Commands are ``apptainer exec instance://NAME ...`
 run and killed like the local runtime's (their host process group). Apptainer has no CPU or memory limits here.
 
 Apptainer is not packaged for this machine's Debian, so this runtime is untested here: its tests skip where
-``apptainer`` is absent (README: how to run them where it exists).
+``apptainer`` is absent (docs/runtimes.md: how to run them where it exists).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class ApptainerOptions(BaseModel):
 def apptainer_available(binary: str = "apptainer") -> str | None:
     """None when the command is installed, else why not (tests skip with it)."""
     if shutil.which(binary) is None:
-        return f"{binary} is not installed (Debian 12 does not package it; see README, Runtimes)"
+        return f"{binary} is not installed (Debian 12 does not package it; see docs/runtimes.md)"
     return None
 
 

@@ -1,4 +1,4 @@
-"""Prompt building: canonical renders and append-mode prompts (DESIGN §2.2).
+"""Prompt building: canonical renders and append-mode prompts.
 
 Append mode: when a request extends an earlier call of the same session (its messages, that call's reply
 as the harness echoed it, then new messages), the prompt is

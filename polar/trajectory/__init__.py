@@ -1,4 +1,4 @@
-"""Training trajectories rebuilt from a rollout's captures (DESIGN §5).
+"""Training trajectories rebuilt from a rollout's captures.
 
 Builders are pure functions over ``CaptureRecord``s that return ``Trace``s and ``MergeStats``; reach them by
 name through ``BUILDERS`` / ``get_builder`` (``per_request``, ``prefix_merge``), or import them from their

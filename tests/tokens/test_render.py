@@ -1,4 +1,4 @@
-"""Append-mode prompts (DESIGN §2.2) against canonical renders."""
+"""Append-mode prompts against canonical renders."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from prefect.states import Crashed
 from polar.rollout.state.ownership import OwnerProbe
 from polar.settings import Settings
 
-log = logging.getLogger("polar.rollout")
+log = logging.getLogger(__name__)
 
 
 def prefect_owner_probe(settings: Settings) -> OwnerProbe:

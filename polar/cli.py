@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from polar.errors import InvalidRequest, PolarError
+from polar.logs import configure as configure_logging
 from polar.settings import get_settings
 
 
@@ -336,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _terminate)
     try:
         args = build_parser().parse_args(argv)
+        if argv is None:  # the polar process itself (tests call main with arguments and keep pytest's logging)
+            configure_logging(get_settings())
         args.func(args)
     except PolarError as exc:
         print(f"polar: error: {exc.message}", file=sys.stderr)

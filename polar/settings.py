@@ -58,6 +58,12 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=lambda: Path.home() / ".polar", description="data and cache folder")
     database_url: str = Field(default="", description="SQLAlchemy URL; empty means a SQLite file in home")
     cache: Path | None = Field(default=None, description="built tokenizers and models; empty means home/cache")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="level of the polar command's own log lines (polar.logs)"
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="text lines, or one JSON object per line for log collectors"
+    )
 
     backend: BackendKind = BackendKind.LOCAL
     backend_url: str = Field(

@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager
 from polar.rollout.limits import stage_limits
 from polar.settings import LimitScope, Settings
 
-log = logging.getLogger("polar.rollout")
+log = logging.getLogger(__name__)
 PREFIX = "polar-"
 
 

@@ -36,7 +36,7 @@ from polar.rollout.stages.postrun import build_trajectories
 from polar.rollout.state import RolloutView, Stage
 from polar.rollout.state.ownership import OwnerProbe
 
-log = logging.getLogger("polar.rollout")
+log = logging.getLogger(__name__)
 
 StageCall = Callable[[Stage, RolloutView], Awaitable[object]]
 """Runs one stage of the rollout (the view is the one at claim time, e.g. for timeouts)."""

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from polar.errors import SandboxError
 
-log = logging.getLogger("polar.runtime")
+log = logging.getLogger(__name__)
 
 CHUNK = 65_536
 

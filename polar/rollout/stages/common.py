@@ -17,7 +17,7 @@ from polar.rollout.state import RolloutView, Stage, StageOutput
 from polar.runtime import open_runtime
 from polar.runtime.base import Runtime
 
-log = logging.getLogger("polar.rollout")
+log = logging.getLogger(__name__)
 
 StageBody = Callable[[RolloutContext, RolloutView, str], Awaitable[StageOutput]]
 

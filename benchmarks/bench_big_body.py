@@ -23,13 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx  # noqa: E402
-import uvicorn  # noqa: E402
+import httpx
+import uvicorn
 
-from polar.proxy.app import create_app  # noqa: E402
-from polar.proxy.gateway import Gateway  # noqa: E402
-from polar.settings import Settings  # noqa: E402
-from tests.proxy.gateway_server import free_port  # noqa: E402
+from polar.proxy.app import create_app
+from polar.proxy.gateway import Gateway
+from polar.settings import Settings
+from tests.proxy.gateway_server import free_port
 
 
 def serve(settings: Settings, port: int) -> tuple[uvicorn.Server, threading.Thread]:

@@ -20,13 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import sqlalchemy as sa  # noqa: E402
+import sqlalchemy as sa
 
-from db.engine import make_engine, make_session_factory  # noqa: E402
-from db.enums import RolloutStatus, TaskStatus  # noqa: E402
-from db.migrate import upgrade  # noqa: E402
-from db.models import Rollout, Task, Trajectory  # noqa: E402
-from polar.feed import ack, claim  # noqa: E402
+from db.engine import make_engine, make_session_factory
+from db.enums import RolloutStatus, TaskStatus
+from db.migrate import upgrade
+from db.models import Rollout, Task, Trajectory
+from polar.feed import ack, claim
 
 
 def fill(factory, groups: int, samples: int) -> int:

@@ -48,9 +48,9 @@ from gateway_support import (
 
 sys.path.insert(0, str(ROOT))
 
-from db.engine import make_engine  # noqa: E402
-from polar.models.tiny import ensure_model_dir  # noqa: E402
-from polar.settings import get_settings  # noqa: E402
+from db.engine import make_engine
+from polar.models.tiny import ensure_model_dir
+from polar.settings import get_settings
 
 POSTGRES_URL = os.environ.get("POLAR_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 CONTROL_TOKEN = "bench-" + secrets.token_urlsafe(16)

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     system = os.environ.get("POLAR_AGENT_SYSTEM_PROMPT", "You are a coding agent. Use the bash tool.")
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": instruction}]
     client = OpenAI(max_retries=2, timeout=600)
-    transcript = open(args.transcript, "a") if args.transcript else None  # noqa: SIM115 - closed below
+    transcript = open(args.transcript, "a") if args.transcript else None
     try:
         for turn in range(args.max_turns):
             try:

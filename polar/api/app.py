@@ -91,7 +91,7 @@ def create_api(
             try:
                 await runner.tick()
                 await asyncio.to_thread(deliver_due, factory, settings)
-            except Exception:  # noqa: BLE001 - the loop must survive a store outage; the next pass retries
+            except Exception:
                 log.exception("control API background pass failed")
 
     @asynccontextmanager

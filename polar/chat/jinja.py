@@ -31,7 +31,7 @@ class JinjaFormat(LibraryFormat):
         fmt = cls("jinja", "default", tok)
         try:
             ids = fmt.render_ids([Message(Role.USER, "hi")], [PROBE_TOOL])
-        except Exception as exc:  # noqa: BLE001 - a broken template raises anything Jinja raises
+        except Exception as exc:
             raise ConfigError(
                 f"the chat_template of {folder.path} does not render: {exc}", field="chat_format"
             ) from exc

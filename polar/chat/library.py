@@ -89,7 +89,7 @@ class LibraryFormat:
                 if reply_config and config is not None
                 else self._renderer
             )
-        except Exception as exc:  # noqa: BLE001 - the library raises whatever its tokenizer lookups raise
+        except Exception as exc:
             raise ConfigError(
                 f"the {family} chat format cannot be built on tokenizer {getattr(hf_tokenizer, 'name_or_path', '?')}:"
                 f" {exc}",

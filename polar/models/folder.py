@@ -136,7 +136,7 @@ def folder_tokenizer(folder: ModelFolder) -> ChatTokenizer:
         if folder.path not in _tokenizers:
             try:
                 tok = Tokenizer.from_file(str(folder.tokenizer_file))
-            except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception on a bad file
+            except Exception as exc:
                 raise ConfigError(f"cannot load {folder.tokenizer_file}: {exc}", field="model_path") from exc
             _tokenizers[folder.path] = ChatTokenizer(
                 tok, folder.name, folder.tokenizer_file, eos_ids=folder.eos_ids() or None

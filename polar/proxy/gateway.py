@@ -166,7 +166,7 @@ class Gateway:
             try:
                 if not await self.in_store(self.sessions.recheck):
                     return
-            except Exception as exc:  # the keys stay queued (and trusted; the writer still checks each at commit)
+            except Exception as exc:  # noqa: BLE001 -- the keys stay queued (and trusted; the writer still checks each at commit)
                 log.warning("rechecking cached session keys failed (%s); trying again", exc)
                 await asyncio.sleep(max(self.settings.session_cache_ttl_s, 1.0))
 

@@ -40,7 +40,7 @@ async def _timed(check: Callable[[], Awaitable[Any]], timeout_s: float) -> dict[
         value = await asyncio.wait_for(check(), timeout_s)
     except TimeoutError:
         return {"ok": False, "error": f"no answer within {timeout_s:g} s"}
-    except Exception as exc:  # any failure of the dependency is "not ready", never a 500 of this route
+    except Exception as exc:  # noqa: BLE001 -- any failure of the dependency is "not ready", never a 500 of this route
         detail = str(exc).strip().splitlines()
         return {"ok": False, "error": f"{type(exc).__name__}: {detail[0] if detail else ''}"[:500]}
     out: dict[str, Any] = {"ok": True, "latency_s": round(time.perf_counter() - started, 4)}

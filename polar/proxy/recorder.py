@@ -199,7 +199,7 @@ class CaptureWriter:
         for pending in batch:
             try:
                 encoded[id(pending)] = capture_sql.encode_row(pending.row, dialect)
-            except Exception as exc:  # a value the column type refuses (an id beyond int32, ...): this row only
+            except Exception as exc:  # noqa: BLE001 -- a value the column type refuses (an id beyond int32, ...): this row only
                 refused[id(pending)] = _row_error(exc, [pending])
         groups: dict[tuple[str, str | None], list[_Pending]] = {}
         for pending in batch:

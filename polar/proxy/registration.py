@@ -47,7 +47,7 @@ async def registered(factory: sessionmaker[Session], settings: Settings, host: s
             await asyncio.sleep(settings.gateway_heartbeat_s)
             try:
                 await asyncio.to_thread(gateways.heartbeat, factory, gateway_id, now())
-            except Exception:  # noqa: BLE001 - a store hiccup; the next beat retries
+            except Exception:
                 log.warning("gateway %s: registry heartbeat failed", gateway_id, exc_info=True)
 
     task = asyncio.create_task(beat())

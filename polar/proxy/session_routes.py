@@ -92,7 +92,7 @@ def add_session_routes(
                 gw.histories.opened(info.id)
         except PolarError as exc:
             return _control_error(exc)
-        except Exception:
+        except Exception:  # noqa: BLE001 -- the last resort: a shaped 500, logged
             return _internal(OPENAI_CHAT, "POST /v1/sessions")
         base = str(request.base_url).rstrip("/")
         return JSONResponse(
@@ -134,7 +134,7 @@ def add_session_routes(
             rows = await gw.in_store(_captures, gw, session_id, full_prompt, requests)
         except PolarError as exc:
             return _control_error(exc)
-        except Exception:
+        except Exception:  # noqa: BLE001 -- the last resort: a shaped 500, logged
             return _internal(OPENAI_CHAT, "GET captures")
         return JSONResponse({"session_id": session_id, "captures": rows})
 

@@ -169,7 +169,7 @@ async def _keep_alive(ctx: RolloutContext, rollout_id: str, owner: str) -> None:
         await asyncio.sleep(ctx.settings.heartbeat_s)
         try:
             await asyncio.to_thread(state.heartbeat, ctx.factory, rollout_id, owner)
-        except Exception:  # noqa: BLE001 - a store hiccup; the next beat retries, the stages report real failures
+        except Exception:
             log.warning("rollout %s: heartbeat failed", rollout_id, exc_info=True)
 
 

@@ -185,7 +185,7 @@ def create_app(engine: LocalEngine, *, served_model_name: str, incremental_strea
         version = body.weight_version if body.weight_version is not None else engine.weight_version
         try:
             await engine.load_weights(Path(body.model_path), version)
-        except Exception as exc:  # a bad checkpoint is the caller's problem: SGLang answers 400, success false
+        except Exception as exc:  # noqa: BLE001 -- a bad checkpoint is the caller's problem: SGLang answers 400, success false
             logger.warning("update_weights_from_disk(%s) failed: %s", body.model_path, exc)
             message = exc.message if isinstance(exc, PolarError) else f"{type(exc).__name__}: {exc}"
             content = {"success": False, "message": f"Failed to update weights: {message}", "num_paused_requests": 0}

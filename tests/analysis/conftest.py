@@ -15,7 +15,7 @@ from tests.rollout.helpers import answer_task
 
 
 @pytest.fixture(scope="module")
-def crashed(store_context, batch):  # noqa: F811
+def crashed(store_context, batch):
     task = answer_task(
         name="crash", samples=1, policies=None, harness={"name": "command", "config": {"command": "exit 3"}}
     )

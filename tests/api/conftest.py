@@ -26,14 +26,14 @@ def api_engine(tiny_model_dir, small_tokenizer) -> Iterator[LocalEngine]:
 
 
 @pytest.fixture(scope="module")
-def api_gateway(tmp_path_factory, cache_dir, sqlite_url, api_engine):  # noqa: F811
+def api_gateway(tmp_path_factory, cache_dir, sqlite_url, api_engine):
     gateway = start_gateway(tmp_path_factory.mktemp("gw"), cache_dir, sqlite_url, api_engine)
     yield gateway
     gateway.stop()
 
 
 @pytest.fixture(scope="module")
-def api_env(tmp_path_factory, cache_dir, sqlite_url, api_gateway, prefect_server):  # noqa: F811
+def api_env(tmp_path_factory, cache_dir, sqlite_url, api_gateway, prefect_server):
     env = polar_environment(
         tmp_path_factory.mktemp("home"),
         cache_dir,

@@ -12,11 +12,11 @@ import pytest
 
 pytest.importorskip("trl")
 
-from examples.grpo.toy import toy_task  # noqa: E402
-from examples.trl_grpo.loop import INSTRUCTION, train  # noqa: E402
-from polar.client import PolarClient  # noqa: E402
-from polar.errors import GroupFailed, TokenizerMismatch  # noqa: E402
-from polar.integrations.trl import PolarRolloutFunc  # noqa: E402
+from examples.grpo.toy import toy_task
+from examples.trl_grpo.loop import INSTRUCTION, train
+from polar.client import PolarClient
+from polar.errors import GroupFailed, TokenizerMismatch
+from polar.integrations.trl import PolarRolloutFunc
 
 # TRL 1.16 sets transformers' renamed gradient-checkpointing options; and rollout_func is "experimental" in TRL.
 pytestmark = [

@@ -52,7 +52,7 @@ def main(url: str, model_dir: str, task_json: str) -> dict[str, Any]:
     try:
         instantiate(other)
         mismatch = None
-    except Exception as exc:  # the probe reports whatever verl's instantiate surfaced
+    except Exception as exc:  # noqa: BLE001 -- the probe reports whatever verl's instantiate surfaced
         mismatch = f"{type(exc).__name__}: {exc}"
     return {
         "type": f"{type(output).__module__}.{type(output).__name__}",

@@ -218,7 +218,7 @@ def in_namespace(netns: str, fn: Callable[[], object]) -> object:
             os.close(fd)
         try:
             outcome["value"] = fn()
-        except BaseException as exc:  # re-raised in the caller
+        except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller
             outcome["error"] = exc
 
     thread = threading.Thread(target=target, name=f"in-{netns}")

@@ -15,7 +15,7 @@ from tests.rollout.helpers import answer_task
 
 
 @pytest.fixture(scope="module")
-def batch(store_context):  # noqa: F811
+def batch(store_context):
     """Two tasks of two samples (one solves, one fails) on the module's store; returns their task ids."""
     tasks = [
         answer_task(name="export-a", metadata={"split": "train"}),

@@ -32,7 +32,7 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory, cache_dir, store_url, engine) -> Iterator[EmbeddedGateway]:  # noqa: F811
+def gateway(tmp_path_factory, cache_dir, store_url, engine) -> Iterator[EmbeddedGateway]:
     gw = start_gateway(tmp_path_factory.mktemp("gw"), cache_dir, store_url, engine)
     yield gw
     gw.stop()
@@ -66,7 +66,7 @@ def polar_environment(tmp: Path, cache: Path, database_url: str, gateway_url: st
 
 
 @pytest.fixture
-def flow_env(monkeypatch, tmp_path, cache_dir, store_url, gateway, prefect_server):  # noqa: F811
+def flow_env(monkeypatch, tmp_path, cache_dir, store_url, gateway, prefect_server):
     """Sets the POLAR_* environment for this test's flows; ``flow_env(**overrides)`` changes settings."""
 
     def apply(**overrides: str) -> dict[str, str]:

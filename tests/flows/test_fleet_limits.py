@@ -50,7 +50,7 @@ async def _drop_limits() -> None:
 
 
 @pytest.fixture
-def settings(tmp_path, cache_dir, sqlite_url, prefect_server):  # noqa: F811
+def settings(tmp_path, cache_dir, sqlite_url, prefect_server):
     return test_settings(tmp_path, cache_dir, sqlite_url, stage_limits=LimitScope.PREFECT, run_concurrency=3)
 
 

@@ -41,7 +41,7 @@ class GatewayServer:
     def _run(self) -> None:
         try:
             asyncio.run(self._main())
-        except BaseException as exc:  # surfaced by __enter__
+        except BaseException as exc:  # noqa: BLE001 -- surfaced by __enter__
             self._error = exc
 
     async def _main(self) -> None:

@@ -66,7 +66,7 @@ class OwnPostgres:
             capture_output=True,
             user=self._user,
         )
-        log = open(self.folder / "postgres.log", "wb")  # noqa: SIM115 - closed with the process
+        log = open(self.folder / "postgres.log", "wb")
         self.process = subprocess.Popen(
             [POSTGRES, "-D", str(self.data), "-p", str(self.port), "-c", "listen_addresses=127.0.0.1"]
             + ["-k", str(self.folder), "-c", "fsync=off"],

@@ -59,7 +59,7 @@ def no_leaks(docker_engine, tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def docker_context(tmp_path_factory, cache_dir, sqlite_url, sqlite_gateway) -> Iterator[RolloutContext]:  # noqa: F811
+def docker_context(tmp_path_factory, cache_dir, sqlite_url, sqlite_gateway) -> Iterator[RolloutContext]:
     """A rollout context on the module's SQLite store and gateway, with docker runtimes by default."""
     settings = test_settings(
         tmp_path_factory.mktemp("home"),

@@ -73,7 +73,7 @@ def cli_task(cli: str, runtime: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def long_gateway(tmp_path_factory, cache_dir, sqlite_url) -> Iterator[EmbeddedGateway]:  # noqa: F811
+def long_gateway(tmp_path_factory, cache_dir, sqlite_url) -> Iterator[EmbeddedGateway]:
     settings = test_settings(tmp_path_factory.mktemp("gw"), cache_dir, sqlite_url, model="tiny-long")
     gateway = EmbeddedGateway(settings, backend=LocalBackend.from_spec("tiny-long", cache_dir, threads=2)).start()
     yield gateway
@@ -81,7 +81,7 @@ def long_gateway(tmp_path_factory, cache_dir, sqlite_url) -> Iterator[EmbeddedGa
 
 
 @pytest.fixture(scope="module")
-def batch(docker_engine, long_gateway, prefect_server, sqlite_url, tmp_path_factory, cache_dir):  # noqa: F811
+def batch(docker_engine, long_gateway, prefect_server, sqlite_url, tmp_path_factory, cache_dir):
     """Runs the one batch of the module (every CLI in every runtime); returns each task's rollout ids by name."""
     missing = [ADAPTERS[cli].pin.name for cli in CLIS if not ADAPTERS[cli].pin.installed(tools_dir())]
     if missing or not (tools_dir() / "node" / "bin" / "node").exists():
@@ -117,7 +117,7 @@ def batch(docker_engine, long_gateway, prefect_server, sqlite_url, tmp_path_fact
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("cli", CLIS)
-def test_the_cli_solves_with_the_solving_script_and_fails_with_the_other(batch, cli, runtime, sqlite_url):  # noqa: F811
+def test_the_cli_solves_with_the_solving_script_and_fails_with_the_other(batch, cli, runtime, sqlite_url):
     factory = make_session_factory(make_engine(sqlite_url))
     solved, failed = (rollout_row(factory, rid) for rid in batch[f"{cli}-{runtime}"])
     for row, reward, n_calls in ((solved, 1.0, 2), (failed, 0.0, 1)):

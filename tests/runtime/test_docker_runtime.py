@@ -144,7 +144,7 @@ async def test_the_reaper_removes_containers_whose_folder_is_gone(no_leaks):
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.send_response(200)
         self.end_headers()
         self.wfile.write(b"hello from " + self.path.encode())

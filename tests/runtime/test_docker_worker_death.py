@@ -108,7 +108,7 @@ def containers_under(engine, root: Path) -> list:
 
 
 @pytest.fixture
-def worker_env(monkeypatch, tmp_path, cache_dir, postgres_url, pg_gateway, prefect_server) -> Iterator[dict]:  # noqa: F811
+def worker_env(monkeypatch, tmp_path, cache_dir, postgres_url, pg_gateway, prefect_server) -> Iterator[dict]:
     env = polar_environment(
         tmp_path,
         cache_dir,
@@ -131,7 +131,7 @@ async def test_kill_9_of_a_docker_worker_mid_batch_loses_no_finished_harness(
     no_leaks,
     worker_env,
     tmp_path,
-    postgres_url,  # noqa: F811
+    postgres_url,
 ):
     tasks = [docker_task("finishes", 3, "finish"), docker_task("still-running", 3, "busy")]
     worker = start_polar_run(tmp_path, tasks, worker_env)

@@ -37,7 +37,7 @@ class UIStore:
 
 
 @pytest.fixture(scope="module")
-def ui_store(tmp_path_factory, cache_dir, sqlite_url, context) -> Iterator[UIStore]:  # noqa: F811
+def ui_store(tmp_path_factory, cache_dir, sqlite_url, context) -> Iterator[UIStore]:
     task = answer_task(name="write-answer", samples=2, metadata={"group": "ui-demo"})
     crash = answer_task(name="crash", samples=1, policies=[script("echo started > log.txt", "kill -9 $PPID")])
     submitted, crashing = submit_tasks(context.factory, [task, crash])

@@ -54,7 +54,7 @@ def _task(db, name: str, harness: str, group: str) -> Task:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, cache_dir, small_tokenizer, store_url) -> Iterator[Store]:  # noqa: F811
+def store(tmp_path_factory, cache_dir, small_tokenizer, store_url) -> Iterator[Store]:
     engine = make_engine(store_url)
     factory = make_session_factory(engine)
     shape = dataclasses.replace(SessionShape(), tool_output_chars=300, rerender=0.2)  # breaks: history rewritten

@@ -14,6 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from prefect import flow
+from prefect.runtime import flow_run
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import Rollout
@@ -21,6 +22,7 @@ from flows.artifacts import publish_batch
 from flows.dispatch import Dispatch, dispatch_rollouts
 from polar.rollout import dispatch_order, submit_tasks
 from polar.rollout.context import get_store
+from polar.rollout.dispatcher import new_dispatcher
 from polar.settings import get_settings
 
 
@@ -45,9 +47,12 @@ async def rollout_batch(tasks: list[dict[str, Any]], dispatch: Dispatch = Dispat
     """Submit ``tasks`` (TaskRequest dicts) and run every sample to its final status."""
     settings = get_settings()
     factory = await get_store(settings)
-    submitted = await asyncio.to_thread(submit_tasks, factory, tasks)
+    # The batch owns what it submits (``polar.rollout.dispatcher``): a ``polar serve`` on the same store never
+    # starts these tasks, and this batch starts no other runner's.
+    dispatcher = new_dispatcher("batch", flow_run.get_id())
+    submitted = await asyncio.to_thread(submit_tasks, factory, tasks, dispatcher=dispatcher)
     rollout_ids = dispatch_order(submitted)
-    flows = await dispatch_rollouts(rollout_ids, dispatch=Dispatch(dispatch), settings=settings)
+    flows = await dispatch_rollouts(rollout_ids, dispatch=Dispatch(dispatch), settings=settings, dispatcher=dispatcher)
     summary = await asyncio.to_thread(summarize, factory, rollout_ids, flows)
     await publish_batch(factory, settings, rollout_ids)
     return {"tasks": {t.task_id: list(t.rollout_ids) for t in submitted}, **summary}

@@ -15,7 +15,6 @@ evaluators, rewards, Prefect orchestration), not a trained policy.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -25,6 +24,7 @@ import sqlalchemy as sa
 
 from db.engine import describe_database, normalize_url
 from db.models import Rollout
+from flows.prefect_server import prepare_prefect_environment
 from polar.rollout.context import close_contexts, get_store
 from polar.rollout.report import RolloutRow, format_rollouts, format_totals, rollout_rows
 from polar.settings import Settings
@@ -87,17 +87,6 @@ def toy_tasks(samples: int) -> list[dict[str, Any]]:
             "policies": [_script("wc -l < data.txt > count.txt"), _script("echo 4 > count.txt")],
         },
     ]
-
-
-def prepare_prefect_environment(settings: Settings) -> None:
-    """Prefect reads its settings when first imported: aim it at POLAR_HOME, quiet, without telemetry."""
-    home = settings.home / "prefect"
-    home.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("PREFECT_HOME", str(home))
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
 STAGE_OF = {"PENDING": "pending", "INIT": "init", "RUNNING": "run", "POSTRUN": "postrun", "EVALUATING": "evaluate"}

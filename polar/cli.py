@@ -77,13 +77,18 @@ def _trajectories(args: argparse.Namespace) -> None:
 
 
 def _demo(args: argparse.Namespace) -> None:
-    from flows.demo import run_demo
+    from flows.prefect_server import temporary_server
 
-    asyncio.run(run_demo(get_settings(), samples=args.samples))
+    settings = get_settings()
+    with temporary_server(settings):
+        from flows.demo import run_demo
+
+        asyncio.run(run_demo(settings, samples=args.samples))
 
 
 def _run(args: argparse.Namespace) -> None:
     from flows.demo import run_batch
+    from flows.prefect_server import temporary_server
     from polar.rollout.context import close_contexts
 
     with open(args.tasks) as f:
@@ -96,20 +101,20 @@ def _run(args: argparse.Namespace) -> None:
 
     async def main() -> None:
         try:
-            await run_batch(get_settings(), tasks, title=f"polar run: {len(tasks)} task(s) from {args.tasks}")
+            await run_batch(settings, tasks, title=f"polar run: {len(tasks)} task(s) from {args.tasks}")
         finally:
             await asyncio.to_thread(close_contexts)
 
-    asyncio.run(main())
+    settings = get_settings()
+    with temporary_server(settings):
+        asyncio.run(main())
 
 
 def _retry(args: argparse.Namespace) -> None:
-    from flows.demo import prepare_prefect_environment
+    from flows.prefect_server import temporary_server
     from polar.rollout.context import close_contexts
 
     settings = get_settings()
-    prepare_prefect_environment(settings)
-    from flows.retry import retry_failed
 
     async def main() -> dict:
         try:
@@ -122,7 +127,10 @@ def _retry(args: argparse.Namespace) -> None:
         finally:
             await asyncio.to_thread(close_contexts)
 
-    result = asyncio.run(main())
+    with temporary_server(settings):
+        from flows.retry import retry_failed
+
+        result = asyncio.run(main())
     print(f"retried {len(result['retried'])} rollouts: {result['counts']}")
 
 
@@ -142,7 +150,7 @@ def _status(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    from flows.dispatch import run_inline
+    from flows.prefect_server import temporary_server
     from polar.api import serve
     from polar.models.check import checked_model
     from polar.models.command import use_model_path
@@ -153,7 +161,10 @@ def _serve(args: argparse.Namespace) -> None:
     checked_model(ModelChoice.policy(settings))  # the policy model and its server agree, or nothing starts
     if settings.judge_url or settings.judge_model_path:
         checked_model(ModelChoice.judge(settings))
-    serve(host=args.host, port=args.port, run_inline=run_inline)
+    with temporary_server(settings):  # before the first flow: one server, stopped when serving ends
+        from flows.dispatch import run_inline
+
+        serve(host=args.host, port=args.port, run_inline=run_inline)
 
 
 def _export(args: argparse.Namespace) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -116,8 +117,15 @@ async def _progress(factory, since: datetime, started: float, stop: asyncio.Even
             pass
 
 
-async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, title: str) -> list:
-    """Run ``tasks`` through the batch flow in this process, printing progress; returns the table rows."""
+@dataclass(frozen=True)
+class BatchRun:
+    rows: list[RolloutRow]
+    not_run: dict[str, str]  # rollout id -> why this run did not take it to a final status
+
+
+async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, title: str) -> BatchRun:
+    """Run ``tasks`` through the batch flow in this process, printing progress, the table, and each rollout this
+    run did not take to a final status with the reason."""
     prepare_prefect_environment(settings)
     from flows.batch import rollout_batch
     from flows.dispatch import Dispatch
@@ -142,7 +150,12 @@ async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, titl
     print(format_rollouts(rows))
     print()
     print(format_totals(rows))
-    return rows
+    not_run = summary.get("not_run") or {}
+    if not_run:
+        print(f"\n{len(not_run)} rollout(s) not run to a final status by this run:")
+        for rollout_id, why in not_run.items():
+            print(f"  {rollout_id}: {why}")
+    return BatchRun(rows, not_run)
 
 
 def viewer_hint(settings: Settings, rows: Sequence[RolloutRow]) -> str:
@@ -164,10 +177,10 @@ async def run_demo(settings: Settings, samples: int = 4) -> None:
         f"local model, {describe_database(normalize_url(settings.resolved_database_url))}, Prefect ephemeral mode"
     )
     try:
-        rows = await run_batch(settings, tasks, title=title)
+        run = await run_batch(settings, tasks, title=title)
     finally:
         await asyncio.to_thread(close_contexts)
     print()
-    print(viewer_hint(settings, rows))
-    if any(row.status != "COMPLETED" for row in rows):
+    print(viewer_hint(settings, run.rows))
+    if run.not_run or any(row.status != "COMPLETED" for row in run.rows):
         raise SystemExit(1)

@@ -29,6 +29,7 @@ from prefect.runtime import flow_run
 
 from flows.limits import ensure_limits
 from flows.rollout import rollout
+from polar.errors import RolloutClaimed
 from polar.rollout.context import get_store
 from polar.rollout.dispatcher import split_owned
 from polar.rollout.fleet_limits import limit_scope, warn_unbounded
@@ -38,6 +39,7 @@ from polar.settings import LimitScope, Settings
 CREATE_AT_ONCE = 16
 READ_PAGE = 200
 POLL_S = 1.0
+NOT_DISPATCHED = "not dispatched"
 
 
 class Dispatch(StrEnum):
@@ -47,6 +49,12 @@ class Dispatch(StrEnum):
 
 def _outcome(result: Any) -> str:
     return "ok" if not isinstance(result, BaseException) else f"{result.__class__.__name__}: {result}"
+
+
+def run_elsewhere(outcome: str) -> bool:
+    """Whether an outcome of ``dispatch_rollouts`` says the rollout was not run here: not dispatched (another
+    runner holds its task), or another flow run held its claim."""
+    return outcome.startswith((NOT_DISPATCHED, f"{RolloutClaimed.__name__}:"))
 
 
 async def _inline(rollout_ids: Sequence[str], settings: Settings, takeover: bool, stale_after_s: float | None):
@@ -94,9 +102,6 @@ async def _deployment(
             if waiting:
                 await asyncio.sleep(POLL_S)
     return [results[i] for i in range(len(rollout_ids))]
-
-
-NOT_DISPATCHED = "not dispatched"
 
 
 async def dispatch_rollouts(

@@ -99,15 +99,18 @@ def _run(args: argparse.Namespace) -> None:
     os.environ["POLAR_COPY_ROOTS"] = ",".join(r for r in (os.environ.get("POLAR_COPY_ROOTS", ""), own) if r)
     get_settings.cache_clear()
 
-    async def main() -> None:
+    async def main() -> bool:
         try:
-            await run_batch(settings, tasks, title=f"polar run: {len(tasks)} task(s) from {args.tasks}")
+            run = await run_batch(settings, tasks, title=f"polar run: {len(tasks)} task(s) from {args.tasks}")
         finally:
             await asyncio.to_thread(close_contexts)
+        return not run.not_run
 
     settings = get_settings()
     with temporary_server(settings):
-        asyncio.run(main())
+        ran_all = asyncio.run(main())
+    if not ran_all:  # a rollout this run did not take to its end is not a success (the lines above say why)
+        raise SystemExit(1)
 
 
 def _retry(args: argparse.Namespace) -> None:

@@ -105,7 +105,9 @@ class Task(Base):
     created_at: Mapped[datetime] = _created_at()
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=sa.func.now(), onupdate=sa.func.now())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # when its last sample finished
-    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # when the control API started it
+    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # when its runner took it
+    # The one runner that starts its rollouts (polar.rollout.dispatcher); NULL while the control API may take it.
+    dispatcher: Mapped[str | None] = mapped_column(sa.String(128))
     # The claim that holds (ACTIVE) or consumed (ACKED) this task's group; NULL while it is claimable.
     claim_id: Mapped[str | None] = mapped_column(sa.String(36), sa.ForeignKey("claims.id"), index=True)
     callback_url: Mapped[str | None] = mapped_column(sa.Text)

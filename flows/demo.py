@@ -15,9 +15,9 @@ evaluators, rewards, Prefect orchestration), not a trained policy.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from db.engine import describe_database, normalize_url
 from db.models import Rollout
+from flows.prefect_server import prepare_prefect_environment
 from polar.auth import token_path
 from polar.rollout.context import close_contexts, get_store
 from polar.rollout.report import RolloutRow, format_rollouts, format_totals, rollout_rows
@@ -90,17 +91,6 @@ def toy_tasks(samples: int) -> list[dict[str, Any]]:
     ]
 
 
-def prepare_prefect_environment(settings: Settings) -> None:
-    """Prefect reads its settings when first imported: aim it at POLAR_HOME, quiet, without telemetry."""
-    home = settings.home / "prefect"
-    home.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("PREFECT_HOME", str(home))
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-
-
 STAGE_OF = {"PENDING": "pending", "INIT": "init", "RUNNING": "run", "POSTRUN": "postrun", "EVALUATING": "evaluate"}
 
 
@@ -128,8 +118,15 @@ async def _progress(factory, since: datetime, started: float, stop: asyncio.Even
             pass
 
 
-async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, title: str) -> list:
-    """Run ``tasks`` through the batch flow in this process, printing progress; returns the table rows."""
+@dataclass(frozen=True)
+class BatchRun:
+    rows: list[RolloutRow]
+    not_run: dict[str, str]  # rollout id -> why this run did not take it to a final status
+
+
+async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, title: str) -> BatchRun:
+    """Run ``tasks`` through the batch flow in this process, printing progress, the table, and each rollout this
+    run did not take to a final status with the reason."""
     prepare_prefect_environment(settings)
     from flows.batch import rollout_batch
     from flows.dispatch import Dispatch
@@ -154,7 +151,12 @@ async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, titl
     print(format_rollouts(rows))
     print()
     print(format_totals(rows))
-    return rows
+    not_run = summary.get("not_run") or {}
+    if not_run:
+        print(f"\n{len(not_run)} rollout(s) not run to a final status by this run:")
+        for rollout_id, why in not_run.items():
+            print(f"  {rollout_id}: {why}")
+    return BatchRun(rows, not_run)
 
 
 def viewer_hint(settings: Settings, rows: Sequence[RolloutRow]) -> str:
@@ -177,10 +179,10 @@ async def run_demo(settings: Settings, samples: int = 4) -> None:
         f"local model, {describe_database(normalize_url(settings.resolved_database_url))}, Prefect ephemeral mode"
     )
     try:
-        rows = await run_batch(settings, tasks, title=title)
+        run = await run_batch(settings, tasks, title=title)
     finally:
         await asyncio.to_thread(close_contexts)
     print()
-    print(viewer_hint(settings, rows))
-    if any(row.status != "COMPLETED" for row in rows):
+    print(viewer_hint(settings, run.rows))
+    if run.not_run or any(row.status != "COMPLETED" for row in run.rows):
         raise SystemExit(1)

@@ -8,6 +8,10 @@ fleet-wide stage limits), not the batch's, so adding workers adds throughput; th
 with one query per poll, however many there are. The idempotency key is the rollout and the calling flow run,
 so a retried batch flow run does not create a second flow run for a rollout. Either way a rollout is claimed in
 its row before it runs, so no rollout runs twice.
+
+The caller names itself (``dispatcher``, ``polar.rollout.dispatcher``): only rollouts of tasks that runner holds
+are started, the others are reported as not dispatched. The retry flow passes None: it resumes rollouts whoever
+dispatched them, under the rollout claim's takeover rules.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from prefect.runtime import flow_run
 
 from flows.limits import ensure_limits
 from flows.rollout import rollout
+from polar.errors import RolloutClaimed
+from polar.rollout.context import get_store
+from polar.rollout.dispatcher import split_owned
 from polar.rollout.fleet_limits import limit_scope, warn_unbounded
 from polar.settings import LimitScope, Settings
 
@@ -32,6 +39,7 @@ from polar.settings import LimitScope, Settings
 CREATE_AT_ONCE = 16
 READ_PAGE = 200
 POLL_S = 1.0
+NOT_DISPATCHED = "not dispatched"
 
 
 class Dispatch(StrEnum):
@@ -41,6 +49,12 @@ class Dispatch(StrEnum):
 
 def _outcome(result: Any) -> str:
     return "ok" if not isinstance(result, BaseException) else f"{result.__class__.__name__}: {result}"
+
+
+def run_elsewhere(outcome: str) -> bool:
+    """Whether an outcome of ``dispatch_rollouts`` says the rollout was not run here: not dispatched (another
+    runner holds its task), or another flow run held its claim."""
+    return outcome.startswith((NOT_DISPATCHED, f"{RolloutClaimed.__name__}:"))
 
 
 async def _inline(rollout_ids: Sequence[str], settings: Settings, takeover: bool, stale_after_s: float | None):
@@ -95,22 +109,33 @@ async def dispatch_rollouts(
     *,
     dispatch: Dispatch,
     settings: Settings,
+    dispatcher: str | None,
     takeover: bool = False,
     stale_after_s: float | None = None,
 ) -> dict[str, str]:
-    """Run every rollout; returns rollout id -> how its flow run ended ("ok" or the error). ``stale_after_s``
-    (the retry flow's) is how long an owner must have been silent before a takeover (None: the settings')."""
-    if limit_scope(settings) is LimitScope.PREFECT:
+    """Run every rollout whose task ``dispatcher`` holds (None: every rollout, the retry flow's); returns rollout
+    id -> how its flow run ended ("ok", the error, or "not dispatched: ..." for a rollout another runner owns).
+    ``stale_after_s`` (the retry flow's) is how long an owner must have been silent before a takeover (None: the
+    settings')."""
+    refused: dict[str, str] = {}
+    todo = list(rollout_ids)
+    if dispatcher is not None:
+        factory = await get_store(settings)
+        todo, refused = await asyncio.to_thread(split_owned, factory, todo, dispatcher)
+    if todo and limit_scope(settings) is LimitScope.PREFECT:
         await ensure_limits(settings)
-    elif dispatch is Dispatch.DEPLOYMENT:
+    elif todo and dispatch is Dispatch.DEPLOYMENT:
         warn_unbounded(settings, "deployment dispatch")
-    if dispatch is Dispatch.INLINE:
-        results = await _inline(rollout_ids, settings, takeover, stale_after_s)
+    if not todo:
+        results: list[Any] = []
+    elif dispatch is Dispatch.INLINE:
+        results = await _inline(todo, settings, takeover, stale_after_s)
     else:
-        results = await _deployment(rollout_ids, settings, takeover, stale_after_s)
-    return {rollout_id: _outcome(result) for rollout_id, result in zip(rollout_ids, results, strict=True)}
+        results = await _deployment(todo, settings, takeover, stale_after_s)
+    ran = {rollout_id: _outcome(result) for rollout_id, result in zip(todo, results, strict=True)}
+    return {r: ran[r] if r in ran else f"{NOT_DISPATCHED}: {refused[r]}" for r in rollout_ids}
 
 
-async def run_inline(rollout_ids: list[str], settings: Settings) -> None:
+async def run_inline(rollout_ids: list[str], settings: Settings, dispatcher: str) -> None:
     """The control API's inline dispatch (``polar.api.runner.InlineDispatch``): the rollout flows in this process."""
-    await dispatch_rollouts(rollout_ids, dispatch=Dispatch.INLINE, settings=settings)
+    await dispatch_rollouts(rollout_ids, dispatch=Dispatch.INLINE, settings=settings, dispatcher=dispatcher)

@@ -36,6 +36,6 @@ async def retry_failed(
         select_retryable, factory, rollout_ids=rollout_ids, task_id=task_id, stale_after_s=stale
     )
     flows = await dispatch_rollouts(
-        chosen, dispatch=Dispatch(dispatch), settings=settings, takeover=True, stale_after_s=stale
+        chosen, dispatch=Dispatch(dispatch), settings=settings, dispatcher=None, takeover=True, stale_after_s=stale
     )
     return {"retried": chosen, **(await asyncio.to_thread(summarize, factory, chosen, flows))}

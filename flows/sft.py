@@ -24,6 +24,7 @@ from polar import sft
 from polar.export import Acceptance
 from polar.rollout import dispatch_order, submit_tasks
 from polar.rollout.context import get_store
+from polar.rollout.dispatcher import new_dispatcher
 from polar.settings import get_settings
 
 
@@ -61,8 +62,11 @@ async def sft_generation(
         builder=builder,
         run_id=run_id,
     )
-    submitted = await asyncio.to_thread(submit_tasks, factory, requests)
-    await dispatch_rollouts(dispatch_order(submitted), dispatch=Dispatch(dispatch), settings=settings)
+    dispatcher = new_dispatcher("sft", run_id)  # owns the tasks it submits (polar.rollout.dispatcher)
+    submitted = await asyncio.to_thread(submit_tasks, factory, requests, dispatcher=dispatcher)
+    await dispatch_rollouts(
+        dispatch_order(submitted), dispatch=Dispatch(dispatch), settings=settings, dispatcher=dispatcher
+    )
     task_ids = [t.task_id for t in submitted]
     files = await asyncio.to_thread(
         sft.export_accepted, factory, settings, task_ids, rule, Path(output), name, formats or ["jsonl", "parquet"]

@@ -78,13 +78,18 @@ def _trajectories(args: argparse.Namespace) -> None:
 
 
 def _demo(args: argparse.Namespace) -> None:
-    from flows.demo import run_demo
+    from flows.prefect_server import temporary_server
 
-    asyncio.run(run_demo(get_settings(), samples=args.samples))
+    settings = get_settings()
+    with temporary_server(settings):
+        from flows.demo import run_demo
+
+        asyncio.run(run_demo(settings, samples=args.samples))
 
 
 def _run(args: argparse.Namespace) -> None:
     from flows.demo import run_batch
+    from flows.prefect_server import temporary_server
     from polar.rollout.context import close_contexts
 
     with open(args.tasks) as f:
@@ -95,22 +100,25 @@ def _run(args: argparse.Namespace) -> None:
     os.environ["POLAR_COPY_ROOTS"] = ",".join(r for r in (os.environ.get("POLAR_COPY_ROOTS", ""), own) if r)
     get_settings.cache_clear()
 
-    async def main() -> None:
+    async def main() -> bool:
         try:
-            await run_batch(get_settings(), tasks, title=f"polar run: {len(tasks)} task(s) from {args.tasks}")
+            run = await run_batch(settings, tasks, title=f"polar run: {len(tasks)} task(s) from {args.tasks}")
         finally:
             await asyncio.to_thread(close_contexts)
+        return not run.not_run
 
-    asyncio.run(main())
+    settings = get_settings()
+    with temporary_server(settings):
+        ran_all = asyncio.run(main())
+    if not ran_all:  # a rollout this run did not take to its end is not a success (the lines above say why)
+        raise SystemExit(1)
 
 
 def _retry(args: argparse.Namespace) -> None:
-    from flows.demo import prepare_prefect_environment
+    from flows.prefect_server import temporary_server
     from polar.rollout.context import close_contexts
 
     settings = get_settings()
-    prepare_prefect_environment(settings)
-    from flows.retry import retry_failed
 
     async def main() -> dict:
         try:
@@ -123,7 +131,10 @@ def _retry(args: argparse.Namespace) -> None:
         finally:
             await asyncio.to_thread(close_contexts)
 
-    result = asyncio.run(main())
+    with temporary_server(settings):
+        from flows.retry import retry_failed
+
+        result = asyncio.run(main())
     print(f"retried {len(result['retried'])} rollouts: {result['counts']}")
 
 
@@ -143,7 +154,7 @@ def _status(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    from flows.dispatch import run_inline
+    from flows.prefect_server import temporary_server
     from polar.api import serve
     from polar.models.check import checked_model
     from polar.models.command import use_model_path
@@ -154,7 +165,10 @@ def _serve(args: argparse.Namespace) -> None:
     checked_model(ModelChoice.policy(settings))  # the policy model and its server agree, or nothing starts
     if settings.judge_url or settings.judge_model_path:
         checked_model(ModelChoice.judge(settings))
-    serve(host=args.host, port=args.port, run_inline=run_inline)
+    with temporary_server(settings):  # before the first flow: one server, stopped when serving ends
+        from flows.dispatch import run_inline
+
+        serve(host=args.host, port=args.port, run_inline=run_inline)
 
 
 def _export(args: argparse.Namespace) -> None:

@@ -68,6 +68,7 @@ def task_view(db: Session, task_id: str, max_async_level: int | None) -> dict[st
         "claim_id": task.claim_id,
         "created_at": _iso(task.created_at),
         "dispatched_at": _iso(task.dispatched_at),
+        "dispatcher": task.dispatcher,
         "finished_at": _iso(task.finished_at),
         "callback": task.callback_state,
         "rollouts": [rollout_view(row) for row in rollouts],

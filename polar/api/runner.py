@@ -10,8 +10,9 @@
 
 Admission: with ``POLAR_MAX_ASYNC_LEVEL = N`` a task whose ``metadata.step`` is more than ``N`` ahead of the
 current weight-version ordinal waits (PENDING, not dispatched) until the trainer registers enough versions.
-A task is taken for dispatch by a conditional update of ``tasks.dispatched_at``, so two API replicas never
-start the same task.
+A task is taken for dispatch by a conditional update of ``tasks.dispatcher`` (``polar.rollout.dispatcher``):
+only tasks stored without a runner are taken, so two API replicas never start the same task, and the tasks a
+``polar run`` on the same store submitted (owned by it from the insert) are never started here.
 
 ``cancel`` marks the task and its unfinished rollouts CANCELLED and closes (revokes) their gateway sessions in
 the same transaction, before anything else (a rollout's owner is reset, so a flow still running can no longer
@@ -31,12 +32,13 @@ from uuid import UUID
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.engine import rows_matched, session_scope
+from db.engine import session_scope
 from db.enums import RolloutStatus, TaskStatus
 from db.models import Rollout, Task
 from polar.clock import now
 from polar.errors import NotConfigured, NotFound
 from polar.feed import versions
+from polar.rollout.dispatcher import new_dispatcher, take
 from polar.rollout.fleet_limits import ensure_limits, limit_scope, warn_unbounded
 from polar.settings import LimitScope, Settings, TaskDispatch
 
@@ -59,27 +61,23 @@ def held_reason(step: Any, current_ordinal: int, max_async_level: int | None) ->
     return f"metadata.step {step} is more than {max_async_level} ahead of weight version ordinal {current_ordinal}"
 
 
-def take_admissible(factory: sessionmaker[Session], max_async_level: int | None) -> list[tuple[str, list[str]]]:
-    """Mark every admissible undispatched task dispatched; returns (task id, rollout ids) in priority order."""
+def take_admissible(
+    factory: sessionmaker[Session], max_async_level: int | None, dispatcher: str
+) -> list[tuple[str, list[str]]]:
+    """Take every admissible task no runner holds for ``dispatcher``; returns (task id, rollout ids) in priority
+    order."""
     taken = []
     with session_scope(factory) as db:
         current = len(versions.ordinals(db))
         tasks = db.execute(
             sa.select(Task.id, Task.meta)
-            .where(Task.dispatched_at.is_(None), Task.status == TaskStatus.PENDING)
+            .where(Task.dispatcher.is_(None), Task.status == TaskStatus.PENDING)
             .order_by(Task.priority.desc(), Task.created_at, Task.id)
         ).all()
         for task_id, meta in tasks:
             if held_reason((meta or {}).get("step"), current, max_async_level) is not None:
                 continue
-            won = rows_matched(
-                db,
-                sa.update(Task)
-                .where(Task.id == task_id, Task.dispatched_at.is_(None))
-                .values(dispatched_at=now())
-                .execution_options(synchronize_session=False),
-            )
-            if won:
+            if take(db, task_id, dispatcher):
                 ids = db.scalars(sa.select(Rollout.id).where(Rollout.task_id == task_id).order_by(Rollout.sample_index))
                 taken.append((task_id, list(ids)))
     return taken
@@ -108,9 +106,9 @@ def mark_cancelled(factory: sessionmaker[Session], task_id: str) -> tuple[TaskSt
         return task.status, cancelled
 
 
-# Runs rollouts to their final status in this process; the Prefect layer provides it (``flows.dispatch.run_inline``),
-# passed in by whoever builds the app, since the library never imports the flows above it.
-InlineDispatch = Callable[[list[str], Settings], Awaitable[object]]
+# Runs rollouts to their final status in this process, as the given dispatcher; the Prefect layer provides it
+# (``flows.dispatch.run_inline``), passed in by whoever builds the app, since the library never imports the flows.
+InlineDispatch = Callable[[list[str], Settings, str], Awaitable[object]]
 
 
 class TaskRunner:
@@ -121,12 +119,13 @@ class TaskRunner:
         if self.mode is TaskDispatch.INLINE and run_inline is None:
             raise NotConfigured("inline task dispatch needs the rollout flows: build the app with run_inline")
         self._run_rollouts = run_inline
+        self.dispatcher = new_dispatcher("api")
         self._inline: dict[str, asyncio.Task[Any]] = {}
         self._limits_ready = False
 
     async def tick(self) -> list[str]:
         """Admit and start what may start now; returns the task ids started."""
-        taken = await asyncio.to_thread(take_admissible, self.factory, self.settings.max_async_level)
+        taken = await asyncio.to_thread(take_admissible, self.factory, self.settings.max_async_level, self.dispatcher)
         for task_id, rollout_ids in taken:
             if self.mode is TaskDispatch.DEPLOYMENT:
                 await self._create_flow_runs(rollout_ids)
@@ -137,8 +136,8 @@ class TaskRunner:
     async def _run_inline(self, task_id: str, rollout_ids: list[str]) -> None:
         assert self._run_rollouts is not None  # checked in __init__ for inline mode
         try:
-            await self._run_rollouts(rollout_ids, self.settings)
-        except Exception:
+            await self._run_rollouts(rollout_ids, self.settings, self.dispatcher)
+        except Exception:  # noqa: BLE001 - a rollout's failure is in its row; this is only the dispatch itself
             log.exception("dispatching task %s failed", task_id)
         finally:
             self._inline.pop(task_id, None)

@@ -35,4 +35,8 @@ def serve(*, host: str | None = None, port: int | None = None, run_inline: Inlin
         host=host or settings.api_host,
         port=port or settings.api_port,
         log_level="info",
+        # Not uvloop: an inline flow swaps SIGTERM's handler for Prefect's, which raises TerminationSignal, and
+        # uvloop swallows an exception raised by a signal handler (the process then ignored SIGTERM). On asyncio's
+        # loop it unwinds this call, so what the process started (Prefect's temporary server, harnesses) stops.
+        loop="asyncio",
     )

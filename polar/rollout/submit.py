@@ -7,6 +7,10 @@ anything is written, and all rows go in one transaction: a bad task in a batch s
 With an idempotency key (the control API's ``Idempotency-Key`` header) the key is stored in that same transaction
 with a hash of the batch, so a client that retries after a timeout gets the tasks of its first attempt, never a
 duplicate; the same key with a different batch is a ``Conflict``.
+
+A runner that stores tasks to run them itself passes its ``dispatcher`` id: the tasks are stored already owned
+by it (``tasks.dispatcher``, ``dispatched_at``), so no other runner (a ``polar serve`` on the same store) ever
+takes them. Without one they wait for the control API's runner (``polar.rollout.dispatcher``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.engine import session_scope
 from db.enums import RolloutStatus, TaskStatus
 from db.models import Rollout, Submission, Task
+from polar.clock import now
 from polar.errors import Conflict, InvalidRequest
 from polar.rollout.spec import TaskRequest, parse_task_request
 
@@ -88,15 +93,18 @@ def submit_tasks(
     requests: Sequence[TaskRequest | dict[str, Any]],
     *,
     idempotency_key: str | None = None,
+    dispatcher: str | None = None,
 ) -> list[SubmittedTask]:
     """Store the tasks and their rollouts (status PENDING); returns their ids, in submission order.
+
+    With ``dispatcher`` the tasks are stored owned by that runner (it alone starts their rollouts).
 
     With ``idempotency_key``, a batch already submitted under that key returns its first tasks (nothing new is
     stored); a different batch under it raises ``Conflict``.
     """
     tasks = validate_tasks(requests)
     if idempotency_key is None:
-        return _store(factory, tasks, None)
+        return _store(factory, tasks, None, dispatcher)
     _check_key(idempotency_key)
     sha256 = _batch_sha256(tasks)
     with session_scope(factory) as db:
@@ -104,7 +112,7 @@ def submit_tasks(
     if earlier is not None:
         return earlier
     try:
-        return _store(factory, tasks, (idempotency_key, sha256))
+        return _store(factory, tasks, (idempotency_key, sha256), dispatcher)
     except IntegrityError:  # a concurrent retry with the same key committed first: its tasks are the answer
         with session_scope(factory) as db:
             earlier = _earlier(db, idempotency_key, sha256)
@@ -114,9 +122,13 @@ def submit_tasks(
 
 
 def _store(
-    factory: sessionmaker[Session], tasks: Sequence[TaskRequest], key: tuple[str, str] | None
+    factory: sessionmaker[Session],
+    tasks: Sequence[TaskRequest],
+    key: tuple[str, str] | None,
+    dispatcher: str | None,
 ) -> list[SubmittedTask]:
     submitted = []
+    dispatched_at = now() if dispatcher is not None else None
     with session_scope(factory) as db:
         if key is not None:
             # First, so a concurrent submission with the same key conflicts before any task is written.
@@ -138,6 +150,8 @@ def _store(
                 meta=request.metadata,
                 status=TaskStatus.PENDING,
                 callback_url=request.callback_url,
+                dispatcher=dispatcher,
+                dispatched_at=dispatched_at,
             )
             db.add(task)
             db.flush()

@@ -104,9 +104,13 @@ async def test_deployment_dispatch_creates_every_flow_run_at_once_and_the_contro
         update={"batch_max_active": 1, "rollout_deployment": name, "task_dispatch": TaskDispatch.DEPLOYMENT}
     )
     factory = store_factory(settings)
-    (batch,) = await asyncio.to_thread(submit_tasks, factory, [answer_task(name="fleet-batch", samples=3)])
+    (batch,) = await asyncio.to_thread(
+        submit_tasks, factory, [answer_task(name="fleet-batch", samples=3)], dispatcher="test-batch"
+    )
     waiting = asyncio.create_task(
-        dispatch_rollouts(list(batch.rollout_ids), dispatch=Dispatch.DEPLOYMENT, settings=settings)
+        dispatch_rollouts(
+            list(batch.rollout_ids), dispatch=Dispatch.DEPLOYMENT, settings=settings, dispatcher="test-batch"
+        )
     )
     for _ in range(100):
         if len(await _flow_runs_of(deployment_id)) == 3:

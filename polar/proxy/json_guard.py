@@ -12,7 +12,10 @@
 - a lone UTF-16 surrogate (``"\\ud800"``): it is no character, cannot be encoded as UTF-8, and would fail the
   tokenizer or the store much later.
 
-NUL characters are valid JSON text and are kept: the store encodes them where it must (``db.types``).
+NUL characters are valid JSON text and are kept: the store encodes them where it must (``db.types``). A body is
+UTF-8 (RFC 8259; the providers refuse UTF-16 and UTF-32, which Python's parser would guess), and of a key given
+twice the value that is dropped must pass the same checks (last wins, as in every parser; a ``NaN`` or a lone
+surrogate cannot hide in the first).
 """
 
 from __future__ import annotations
@@ -71,7 +74,14 @@ def parse_json_after(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: A
             _share(value, checked, known)
             return value, True
     try:
-        value = json.loads(raw)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(
+            f"request body is not UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start}); JSON bodies are UTF-8",
+            field="body",
+        ) from None
+    try:
+        value = json.loads(text, object_pairs_hook=lambda pairs: _object(pairs, limits))
     except RecursionError:
         raise InvalidRequest(
             f"request body is nested deeper than the limit of {limits.max_depth} levels", field="body"
@@ -80,6 +90,24 @@ def parse_json_after(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: A
         raise InvalidRequest(f"request body is not valid JSON: {exc}", field="body") from None
     check_json(value, limits)
     return value, False
+
+
+def _object(pairs: list[tuple[str, Any]], limits: JsonLimits) -> dict[str, Any]:
+    """A decoded object (the standard parser's hook); the dropped value of a repeated key is checked too."""
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen: set[str] = set()
+        for key, item in reversed(pairs):
+            if key in seen:
+                try:
+                    check_json(item, limits)
+                except InvalidRequest as exc:
+                    field = _field((key,))
+                    raise InvalidRequest(
+                        f"{field}: a repeated key's dropped value: {exc.message}", field=field
+                    ) from None
+            seen.add(key)
+    return value
 
 
 class _MaybeBigInteger(Exception):

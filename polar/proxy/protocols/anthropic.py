@@ -125,15 +125,23 @@ class _ToolChoice(_Wire):
         return self
 
 
+class _ThinkingOption(_Wire):
+    """``thinking``: ignored (the model thinks as its template says), but held to Anthropic's documented range."""
+
+    type: str
+    budget_tokens: int | None = Field(default=None, ge=1024)
+
+
 class _Request(_Wire):
     # Scalars first: errors are reported in field order, and a wrong max_tokens is easier to act on than a
-    # problem deep inside the conversation.
-    model: str
+    # problem deep inside the conversation. Ranges are Anthropic's documented ones (docs/limits.md).
+    model: str = Field(min_length=1)
     max_tokens: int = Field(ge=1)
     stream: bool = False
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=0)
+    thinking: _ThinkingOption | None = None
     stop_sequences: list[str] | None = None
     system: str | list[_Text] | None = None
     tools: list[_Tool] | None = None
@@ -221,6 +229,10 @@ def _tools(tools: list[_Tool]) -> tuple[ToolSpec, ...]:
 
 
 def _translate(request: _Request) -> ChatRequest:
+    budget = request.thinking.budget_tokens if request.thinking is not None else None
+    if budget is not None and budget >= request.max_tokens:
+        field = "thinking.budget_tokens"
+        raise InvalidRequest(f"{field}: must be less than max_tokens ({request.max_tokens})", field=field)
     messages: list[Message] = []
     if request.system is not None and (system := _system_text(request.system)):
         messages.append(Message(Role.SYSTEM, system))

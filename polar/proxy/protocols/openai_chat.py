@@ -33,6 +33,7 @@ from polar.proxy.protocols.base import StreamMeta, sse
 from polar.proxy.protocols.openai_common import (
     Content,
     MaxTokens,
+    ModelName,
     SamplingWire,
     Text,
     WireModel,
@@ -90,7 +91,7 @@ class StreamOptionsWire(WireModel):
 
 
 class ChatBody(SamplingWire):
-    model: str
+    model: ModelName
     messages: list[ChatMessageWire] = Field(min_length=1)
     tools: list[ToolWire] | None = None
     functions: list[FunctionWire] | None = None  # legacy form of tools

@@ -47,6 +47,7 @@ from polar.proxy.protocols.base import StreamMeta
 from polar.proxy.protocols.openai_common import (
     Content,
     MaxTokens,
+    ModelName,
     SamplingWire,
     Text,
     WireModel,
@@ -76,7 +77,7 @@ ShellOutput = Annotated[
 
 
 class ResponsesBody(SamplingWire):
-    model: str
+    model: ModelName
     input: Input
     instructions: str | None = None
     tools: list[Any] | None = None

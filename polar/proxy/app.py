@@ -39,7 +39,7 @@ from polar.proxy import keepalive, ws_denial
 from polar.proxy.admin import add_admin_routes
 from polar.proxy.body import OFFLOAD_BYTES, FastJSONResponse, read_body
 from polar.proxy.canonical import ChatRequest
-from polar.proxy.cost import message_chars, tool_chars
+from polar.proxy.cost import MIN_TOOL_CHARS, message_chars, tool_chars
 from polar.proxy.gateway import Gateway
 from polar.proxy.health import add_health_routes
 from polar.proxy.json_guard import parse_json_after
@@ -109,21 +109,37 @@ async def _decode(
     raw = await read_body(request, gw.settings.max_body_bytes)
     prior = None if count else _prior_request(gw, request, codec)
 
+    bound = gw.calls.bound_bytes()
+    big = bool(bound) and len(raw) > bound
+
+    def count_tools(value: Any) -> None:  # before the body is walked: 100,000 tools are refused at once
+        gw.calls.refuse_surely_too_long(codec.count_tools(value) * MIN_TOOL_CHARS)
+
     def decode() -> tuple[Any, ChatRequest, bool, int]:
-        body, strict = parse_json_after(raw, gw.limits, prior[1] if prior is not None else None)
+        checked = prior[1] if prior is not None else None
+        body, strict = parse_json_after(raw, gw.limits, checked, count_tools if big else None)
         if count and isinstance(body, dict) and codec is ANTHROPIC:
             body = {"max_tokens": 1, **body}  # count_tokens bodies carry no max_tokens
         known = (prior[1], prior[2]) if prior is not None else None
         chat = parse_after(codec, body, known, path_model=model, path_stream=False if count else stream)
         tools = tool_chars(chat.tools) if len(raw) > INLINE_CHARS else 0
-        bound = gw.calls.bound_bytes()
-        if bound and len(raw) > bound:
+        if big:
             gw.calls.refuse_surely_too_long(message_chars(chat.messages) + tools)
         return body, chat, strict, tools
 
     if len(raw) >= OFFLOAD_BYTES:
-        return await in_thread(decode)
+        return await in_thread(_freed_in_thread, decode)
     return decode()
+
+
+def _freed_in_thread(fn: Callable[[], Any]) -> Any:
+    """``fn()``; a refusal leaves without its traceback, so what its frames held (a decoded body of a million
+    objects) is freed here, in the worker thread, not on the event loop where the error is answered."""
+    try:
+        return fn()
+    except PolarError as exc:
+        exc.__traceback__ = None
+        raise exc from None
 
 
 def _prior_request(gw: Gateway, request: Request, codec: ProtocolCodec) -> tuple[str, Any, ChatRequest] | None:

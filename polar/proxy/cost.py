@@ -5,7 +5,9 @@ tool results) and every tool definition (name, description and parameter schema,
 JSON, never more compactly than compact JSON). No token covers more characters than the vocabulary's longest
 token (``max_token_chars``), so ``chars // max_token_chars`` is a lower bound on the prompt's tokens: a request
 whose bound already exceeds the context window is refused (``ContextLengthExceeded``, the provider's own 400)
-before any work, never wrongly. A body's decoded text is never longer than its bytes, so a body of at most
+before any work, never wrongly. Before even that, a body's count
+of tool definitions (``ProtocolCodec.count_tools``, no walk) times ``MIN_TOOL_CHARS`` bounds it: 100,000 tools are
+refused as soon as the body is decoded. A body's decoded text is never longer than its bytes, so a body of at most
 ``context_length * max_token_chars`` bytes needs no counting at all.
 """
 
@@ -39,6 +41,11 @@ def tool_chars(tools: Sequence[ToolSpec]) -> int:
             continue
         chars += len(schema) if schema.isascii() else len(schema.decode())
     return chars
+
+
+MIN_TOOL_CHARS = len(orjson.dumps(ToolSpec("").as_json()))
+"""The fewest characters a render writes for one tool definition: chat templates write each as its JSON
+(``ToolSpec.as_json``), never more compactly than compact JSON with an empty name, description and schema."""
 
 
 def surely_too_long(chars: int, max_token_chars: int, context_length: int) -> ContextLengthExceeded | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,18 +54,26 @@ def parse_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
     return parse_json_after(raw, limits)[0]
 
 
-def parse_json_after(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: Any = None) -> tuple[Any, bool]:
+def parse_json_after(
+    raw: bytes,
+    limits: JsonLimits = DEFAULT_LIMITS,
+    checked: Any = None,
+    before_check: Callable[[Any], None] | None = None,
+) -> tuple[Any, bool]:
     """``parse_json``, and whether the body went the strict (orjson) way: only such a body may be ``checked``
     for the next one. ``checked``: a strict body that passed these checks before (the session's previous
     request): a top-level value equal to its counterpart there, and the leading items of a list equal to its
     list, are not walked again; equal values at the same place pass alike (an agent re-sends its whole
     conversation every turn; only what is new costs), and the returned body holds ``checked``'s items in place of
-    the equal ones (one copy of the common history in memory)."""
+    the equal ones (one copy of the common history in memory). ``before_check`` sees the decoded value before it is
+    walked (a cheap refusal, such as the cost bound, may then spare the walk)."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         pass
     else:
+        if before_check is not None:
+            before_check(value)
         known = _known_parts(value, checked)
         try:
             check_json(value, limits, strict=True, skip=known)
@@ -77,7 +86,7 @@ def parse_json_after(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: A
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidRequest(
-            f"request body is not UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start}); JSON bodies are UTF-8",
+            f"request body is not valid JSON: not UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start})",
             field="body",
         ) from None
     try:

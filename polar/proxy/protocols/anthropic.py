@@ -261,6 +261,13 @@ class AnthropicCodec:
 
     name = "anthropic_messages"
 
+    def count_tools(self, body: Any) -> int:
+        """Tools with an ``input_schema`` (server tools have none, and are not rendered)."""
+        tools = body.get("tools") if isinstance(body, dict) else None
+        if not isinstance(tools, list):
+            return 0
+        return sum(1 for t in tools if isinstance(t, dict) and t.get("input_schema") is not None)
+
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None
     ) -> ChatRequest:

@@ -59,6 +59,12 @@ class ProtocolCodec(Protocol):
         """
         ...
 
+    def count_tools(self, body: Any) -> int:
+        """How many tool definitions a render of ``body`` surely writes, counted on the decoded body before it is
+        checked or validated (cheap: no walk); 0 for a malformed body, whose validation names the problem. The
+        cost bound (``polar.proxy.cost``) uses it to refuse a body of 100,000 tools before any work."""
+        ...
+
     def response(self, completion: Completion, *, request: ChatRequest | None = None) -> dict[str, Any]:
         """``request`` is what ``parse_request`` returned (codecs may carry protocol details in a subclass)."""
         ...

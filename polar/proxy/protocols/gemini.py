@@ -313,6 +313,18 @@ class GeminiCodec:
 
     name = "gemini"
 
+    def count_tools(self, body: Any) -> int:
+        """The ``functionDeclarations`` of the top-level ``tools`` (camelCase or snake_case)."""
+        tools = body.get("tools") if isinstance(body, dict) else None
+        if not isinstance(tools, list):
+            return 0
+        n = 0
+        for tool in tools:
+            if isinstance(tool, dict):
+                declared = tool.get("functionDeclarations", tool.get("function_declarations"))
+                n += len(declared) if isinstance(declared, list) else 0
+        return n
+
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None
     ) -> ChatRequest:

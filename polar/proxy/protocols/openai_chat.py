@@ -257,6 +257,18 @@ class OpenAIChatCodec:
 
     name = "openai_chat"
 
+    def count_tools(self, body: Any) -> int:
+        """``function`` tools and legacy ``functions``: every one is rendered."""
+        if not isinstance(body, dict):
+            return 0
+        tools, functions = body.get("tools"), body.get("functions")
+        n = (
+            sum(1 for t in tools if isinstance(t, dict) and t.get("type") == "function")
+            if isinstance(tools, list)
+            else 0
+        )
+        return n + (len(functions) if isinstance(functions, list) else 0)
+
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None
     ) -> OpenAIChatRequest:

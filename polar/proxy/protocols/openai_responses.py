@@ -356,6 +356,14 @@ class OpenAIResponsesCodec:
 
     name = "openai_responses"
 
+    def count_tools(self, body: Any) -> int:
+        """Top-level ``function`` and ``custom`` tools of distinct names (the first declaration of a name wins)."""
+        tools = body.get("tools") if isinstance(body, dict) else None
+        if not isinstance(tools, list):
+            return 0
+        kinds = ("function", "custom")
+        return len({t.get("name") for t in tools if isinstance(t, dict) and t.get("type") in kinds})
+
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None
     ) -> OpenAIResponsesRequest:

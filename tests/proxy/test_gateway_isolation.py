@@ -11,7 +11,8 @@ import asyncio
 import httpx
 
 from polar.backends.local import LocalBackend
-from tests.proxy.big_bodies import long_description_body, many_tools_body
+from polar.proxy.cost import MIN_TOOL_CHARS
+from tests.proxy.big_bodies import TOOLS, long_description_body, many_tools_body
 from tests.proxy.gateway_server import GatewayServer, settings_for
 from tests.proxy.shapes import PROTOCOLS, error_problem, stream_outcome
 
@@ -19,10 +20,10 @@ from tests.proxy.shapes import PROTOCOLS, error_problem, stream_outcome
 def test_huge_requests_get_a_400_while_other_sessions_and_health_go_on(tmp_path, cache_dir, engine):
     with GatewayServer(settings_for(tmp_path, cache_dir, default_max_tokens=2), backend=LocalBackend(engine)) as gw:
         keys = [gw.session()["api_key"] for _ in range(10)]
-        asyncio.run(_scenario(gw.url, keys))
+        asyncio.run(_scenario(gw.url, keys, gw.gateway.calls.max_token_chars))
 
 
-async def _scenario(url: str, keys: list[str]) -> None:
+async def _scenario(url: str, keys: list[str], max_token_chars: int) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         big = [
             asyncio.create_task(_post(client, "/v1/messages", many_tools_body(), {"x-api-key": keys[0]})),
@@ -41,7 +42,8 @@ async def _scenario(url: str, keys: list[str]) -> None:
     assert outcomes == ["ok"] * 8, outcomes
     assert tools_reply.status_code == 400, tools_reply.text[:300]
     assert error_problem("anthropic", 400, tools_reply.json()) is None
-    assert "125000 tokens" in tools_reply.text  # the bound, not a tokenization
+    # the bound from the count of tools alone: no walk, no tokenization
+    assert f"{TOOLS * MIN_TOOL_CHARS // max_token_chars} tokens" in tools_reply.text
     assert description_reply.status_code == 400, description_reply.text[:300]
     assert error_problem("openai_chat", 400, description_reply.json()) is None
     assert "at least" in description_reply.text  # the bound, not a tokenization

@@ -128,7 +128,7 @@ class _ToolChoice(_Wire):
 class _ThinkingOption(_Wire):
     """``thinking``: ignored (the model thinks as its template says), but held to Anthropic's documented range."""
 
-    type: str
+    type: str | None = None
     budget_tokens: int | None = Field(default=None, ge=1024)
 
 
@@ -140,7 +140,7 @@ class _Request(_Wire):
     stream: bool = False
     temperature: float | None = Field(default=None, ge=0.0, le=1.0)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=0)
+    top_k: int | None = Field(default=None, ge=1)
     thinking: _ThinkingOption | None = None
     stop_sequences: list[str] | None = None
     system: str | list[_Text] | None = None

@@ -168,6 +168,8 @@ class SGLangBackend:
                     await response.aread()
                     raise http_error(response, url, request, self.model_info)
                 async for payloads in sse_batches(response, url):
+                    if last is not None:
+                        raise BackendProtocolError(f"{url}: the stream went on after its final chunk")
                     new_ids, new_logprobs, final = self._read_batch(payloads, reader, started)
                     del payloads  # parsed events are not held across a yield (each logprob triple is a list)
                     if final is not None:
@@ -193,6 +195,10 @@ class SGLangBackend:
         new_logprobs: list[float] = []
         finished: dict | None = None
         for payload in payloads:
+            if not isinstance(payload, dict):
+                raise BackendProtocolError(f"{reader.url}: a stream event is {payload!r:.100}, not a JSON object")
+            if finished is not None:
+                raise BackendProtocolError(f"{reader.url}: the stream went on after its final chunk")
             if "error" in payload:
                 raise error_from_body(payload, 400, reader.url, reader.request, self.model_info, in_stream=True)
             ids, logprobs = reader.add(payload)

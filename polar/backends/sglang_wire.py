@@ -29,6 +29,7 @@ CONTEXT_KEYS = ("max_context_length", "context_length", "max_model_len")
 _UNKNOWN_PARAM = re.compile(r"unknown (?:sampling parameter|field)\s+'?([A-Za-z_][\w.]*)'?")
 _CONTEXT_MESSAGE = re.compile(r"context (?:length|window)", re.IGNORECASE)
 _NUMBER = re.compile(r"\d+")
+_NOT_FINAL = re.compile(r'"finish_reason"\s*:\s*null')
 
 
 def sampling_params_json(request: GenerateRequest) -> dict[str, Any]:
@@ -71,7 +72,7 @@ class OutputReader:
         if len(triples) != len(ids):
             raise BackendProtocolError(f"{self.url}: {len(triples)} output_token_logprobs for {len(ids)} output_ids")
         total = meta.get("completion_tokens")
-        if not isinstance(total, int):
+        if not isinstance(total, int) or isinstance(total, bool):
             raise BackendProtocolError(f"{self.url}: meta_info.completion_tokens is missing")
         seen = len(self.ids)
         if len(ids) == total:  # cumulative (or the first chunk, where both readings agree)
@@ -95,9 +96,9 @@ class OutputReader:
         meta = payload["meta_info"]
         reason, matched = _finish_of(meta.get("finish_reason"), self.url)
         prompt_tokens = meta.get("prompt_tokens")
-        if not isinstance(prompt_tokens, int):
+        if not isinstance(prompt_tokens, int) or isinstance(prompt_tokens, bool):
             raise BackendProtocolError(f"{self.url}: meta_info.prompt_tokens is missing")
-        latency = meta.get("e2e_latency")
+        latency = meta.get("e2e_latency")  # finite and >= 0: polar.proxy.output_check checks every result
         return GenerateResult(
             output_ids=tuple(self.ids),
             output_logprobs=tuple(self.logprobs),
@@ -107,7 +108,7 @@ class OutputReader:
             prompt_tokens=prompt_tokens,
             logprob_semantics=LogprobSemantics.TEMPERATURE_SCALED,
             ttft_s=self.ttft_s,
-            e2e_s=float(latency) if isinstance(latency, int | float) else None,
+            e2e_s=float(latency) if isinstance(latency, int | float) and not isinstance(latency, bool) else None,
         )
 
 
@@ -120,7 +121,12 @@ def _int_list(value: Any, name: str, url: str) -> list[int]:
 def _logprobs_of(triples: list[Any], ids: list[int], url: str, offset: int = 0) -> list[float]:
     logprobs = []
     for i, (triple, token) in enumerate(zip(triples, ids, strict=True), start=offset):
-        if not (isinstance(triple, list) and len(triple) >= 2 and isinstance(triple[0], int | float)):
+        if not (
+            isinstance(triple, list)
+            and len(triple) >= 2
+            and isinstance(triple[0], int | float)
+            and not isinstance(triple[0], bool)
+        ):
             raise BackendProtocolError(f"{url}: output_token_logprobs[{i}] is not a [logprob, id, text] triple")
         if triple[1] != token:
             raise BackendProtocolError(
@@ -132,10 +138,10 @@ def _logprobs_of(triples: list[Any], ids: list[int], url: str, offset: int = 0) 
 
 def _finish_of(value: Any, url: str) -> tuple[FinishReason, int | str | None]:
     if not isinstance(value, dict) or value.get("type") not in ("stop", "length", "abort"):
-        raise BackendProtocolError(f"{url}: finish_reason {value!r} is not a stop/length/abort dict")
+        raise BackendProtocolError(f"{url}: finish_reason {value!r:.200} is not a stop/length/abort dict")
     reason = FinishReason(value["type"])
     matched = value.get("matched") if reason is FinishReason.STOP else None
-    if matched is not None and not isinstance(matched, int | str):
+    if matched is not None and (isinstance(matched, bool) or not isinstance(matched, int | str)):
         raise BackendProtocolError(f"{url}: finish_reason.matched {matched!r} is neither a token id nor a string")
     return reason, matched
 
@@ -147,16 +153,24 @@ def _spans_of(meta: dict[str, Any], n_output: int, url: str) -> tuple[VersionSpa
         if not isinstance(version, str):
             raise BackendProtocolError(f"{url}: meta_info has neither weight_versions nor weight_version")
         return (VersionSpan(version, 0, n_output),)
-    try:
-        spans = tuple(VersionSpan(str(s["version"]), int(s["start"]), int(s["end"])) for s in raw)
-    except (TypeError, KeyError, ValueError):
+    if not isinstance(raw, list) or not all(_is_span(s) for s in raw):
         raise BackendProtocolError(
-            f"{url}: meta_info.weight_versions is not a list of {{version, start, end}}"
-        ) from None
+            f"{url}: meta_info.weight_versions {raw!r:.200} is not a list of {{version: string, start: integer, "
+            "end: integer}"
+        )
+    spans = tuple(VersionSpan(s["version"], s["start"], s["end"]) for s in raw)
     contiguous = all(a.end == b.start for a, b in zip(spans, spans[1:], strict=False))
     if not spans or spans[0].start != 0 or spans[-1].end != n_output or not contiguous:
-        raise BackendProtocolError(f"{url}: weight_versions {raw!r} do not cover the {n_output} output tokens")
+        raise BackendProtocolError(f"{url}: weight_versions {raw!r:.200} do not cover the {n_output} output tokens")
     return spans
+
+
+def _is_span(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("version"), str)
+        and all(isinstance(value.get(k), int) and not isinstance(value.get(k), bool) for k in ("start", "end"))
+    )
 
 
 async def sse_batches(response: Reply, url: str) -> AsyncIterator[list[Any]]:
@@ -190,6 +204,13 @@ def latest(data: list[str], url: str) -> list[Any]:
     last = _loads(data[-1], url)
     if len(data) > 1 and not _cumulative(last):
         return [*(_loads(event, url) for event in data[:-1]), last]
+    for event in data[:-1]:
+        # Not decoded (the last repeats them), but each must be a JSON object that is neither an error nor a final
+        # chunk (nothing may follow that): a text search says so for an ordinary chunk; any other is decoded.
+        if not event.startswith("{"):
+            raise BackendProtocolError(f"{url}: a stream event is not a JSON object: {event[:200]!r}")
+        if '"error"' in event or not _NOT_FINAL.search(event):
+            return [*(_loads(event, url) for event in data[:-1]), last]
     return [last]
 
 

@@ -236,6 +236,8 @@ class VLLMBackend:
 
     def _absorb(self, acc: Accumulator, choice: dict[str, Any]) -> None:
         """Append one choice's token ids and logprobs (a whole reply or one stream delta)."""
+        if acc.finish is not None:
+            raise BackendProtocolError(f"vLLM at {self.base_url} went on after the chunk with its finish_reason")
         ids = field_of(choice, "token_ids", list, nullable=True) or []
         logprobs = field_of(choice, "logprobs", dict, nullable=True)
         if self.endpoint == "generate":

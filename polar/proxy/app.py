@@ -28,6 +28,7 @@ from polar.auth import announce, bearer_of, install_access_log_redaction, matche
 from polar.errors import (
     AuthenticationError,
     BackendError,
+    BackendUnavailable,
     InvalidRequest,
     NotFound,
     Overloaded,
@@ -38,11 +39,13 @@ from polar.proxy import keepalive, ws_denial
 from polar.proxy.admin import add_admin_routes
 from polar.proxy.body import OFFLOAD_BYTES, FastJSONResponse, read_body
 from polar.proxy.canonical import ChatRequest
+from polar.proxy.cost import MIN_TOOL_CHARS, message_chars, tool_chars
 from polar.proxy.gateway import Gateway
 from polar.proxy.health import add_health_routes
 from polar.proxy.json_guard import parse_json_after
 from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
 from polar.proxy.protocols.base import parse_after
+from polar.proxy.service import INLINE_CHARS
 from polar.proxy.session_routes import add_session_routes, api_key
 from polar.proxy.sessions import SessionInfo
 from polar.proxy.stream_response import StreamResponse
@@ -50,12 +53,35 @@ from polar.slices import SlicedRequests, in_thread
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+RETRY_AFTER_S = 1
+"""``Retry-After`` of a store or backend outage (503, 504): a client waits a little, never retries in a tight loop."""
+
+
+def retry_after(exc: PolarError) -> int | None:
+    """Seconds a client should wait before retrying ``exc``; None when retrying cannot help (not a retryable error).
+    Every retryable error answers with it: overload (its queue's own estimate), store and backend outages."""
+    if isinstance(exc, Overloaded):
+        return exc.retry_after_s
+    if isinstance(exc, StoreError | BackendUnavailable):
+        return RETRY_AFTER_S
+    return None
 
 
 def _error(codec: ProtocolCodec, exc: PolarError) -> JSONResponse:
     status, body = codec.error_response(exc)
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else None
+    wait = retry_after(exc)
+    headers = {"Retry-After": str(wait)} if wait is not None else None
     return FastJSONResponse(body, status_code=status, headers=headers)
+
+
+def _codec_of_path(path: str) -> ProtocolCodec:
+    """The protocol whose error shape a path's errors take: Google's under ``/v1beta``, Anthropic's under
+    ``/v1/messages``, OpenAI's everywhere else (its routes, the session and admin routes, unknown paths)."""
+    if path == "/v1beta" or path.startswith("/v1beta/"):
+        return GEMINI
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return ANTHROPIC
+    return OPENAI_CHAT
 
 
 async def _frames_as_bytes(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
@@ -70,24 +96,50 @@ async def _run(fn: Callable[[], None]) -> None:
 
 async def _decode(
     gw: Gateway, request: Request, codec: ProtocolCodec, model: str | None, stream: bool | None, *, count: bool = False
-) -> tuple[Any, ChatRequest, bool]:
+) -> tuple[Any, ChatRequest, bool, int]:
     """The body checked and decoded into a ChatRequest, and whether it went the strict way (it may then spare the
     session's next call the same work: ``parse_json_after``); in a worker thread when it is large, so one big
-    body does not hold up the event loop (and with it every other session's calls)."""
+    body does not hold up the event loop (and with it every other session's calls). Called once the caller's
+    key was checked: the body of an unauthenticated call is never read.
+
+    Also the cost bound (``polar.proxy.cost``), before any tokenization: a body whose rendered text (messages,
+    system, tool results and tool definitions) surely needs more tokens than the context window is refused
+    with the provider's 400 here; returned last is how many characters its tool definitions render (counted
+    only for a body large enough for them to matter: the call then tokenizes off the loop)."""
     raw = await read_body(request, gw.settings.max_body_bytes)
     prior = None if count else _prior_request(gw, request, codec)
 
-    def decode() -> tuple[Any, ChatRequest, bool]:
-        body, strict = parse_json_after(raw, gw.limits, prior[1] if prior is not None else None)
+    bound = gw.calls.bound_bytes()
+    big = bool(bound) and len(raw) > bound
+
+    def count_tools(value: Any) -> None:  # before the body is walked: 100,000 tools are refused at once
+        gw.calls.refuse_surely_too_long(codec.count_tools(value) * MIN_TOOL_CHARS)
+
+    def decode() -> tuple[Any, ChatRequest, bool, int]:
+        checked = prior[1] if prior is not None else None
+        body, strict = parse_json_after(raw, gw.limits, checked, count_tools if big else None)
         if count and isinstance(body, dict) and codec is ANTHROPIC:
             body = {"max_tokens": 1, **body}  # count_tokens bodies carry no max_tokens
         known = (prior[1], prior[2]) if prior is not None else None
         chat = parse_after(codec, body, known, path_model=model, path_stream=False if count else stream)
-        return body, chat, strict
+        tools = tool_chars(chat.tools) if len(raw) > INLINE_CHARS else 0
+        if big:
+            gw.calls.refuse_surely_too_long(message_chars(chat.messages) + tools)
+        return body, chat, strict, tools
 
     if len(raw) >= OFFLOAD_BYTES:
-        return await in_thread(decode)
+        return await in_thread(_freed_in_thread, decode)
     return decode()
+
+
+def _freed_in_thread(fn: Callable[[], Any]) -> Any:
+    """``fn()``; a refusal leaves without its traceback, so what its frames held (a decoded body of a million
+    objects) is freed here, in the worker thread, not on the event loop where the error is answered."""
+    try:
+        return fn()
+    except PolarError as exc:
+        exc.__traceback__ = None
+        raise exc from None
 
 
 def _prior_request(gw: Gateway, request: Request, codec: ProtocolCodec) -> tuple[str, Any, ChatRequest] | None:
@@ -109,13 +161,15 @@ async def _model_call(
 ) -> Response:
     started = time.perf_counter()
     try:
-        body, chat, strict = await _decode(gw, request, codec, model, stream)
         session = await _authenticate(gw, api_key(request, query=codec is GEMINI))
+        body, chat, strict, tools_chars = await _decode(gw, request, codec, model, stream)
         if strict:
             gw.histories.remember_request(session.id, codec.name, body, chat)
         else:
             gw.histories.forget_request(session.id)
-        plan = await gw.calls.plan_call(session, codec, body, chat, gw.policy_for(session), started)
+        plan = await gw.calls.plan_call(
+            session, codec, body, chat, gw.policy_for(session), started, tools_chars=tools_chars
+        )
         every_s = gw.settings.keepalive_s
         if not chat.stream:
             call = asyncio.create_task(gw.calls.complete(plan))
@@ -185,8 +239,8 @@ async def _authenticate(gw: Gateway, key: str | None) -> SessionInfo:
 
 
 async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> int:
-    _, chat, _ = await _decode(gw, request, codec, model, False, count=True)
     await _authenticate(gw, api_key(request, query=codec is GEMINI))
+    _, chat, _, _ = await _decode(gw, request, codec, model, False, count=True)
     ids = await in_thread(gw.builder.canonical_ids, chat.messages, chat.tools)  # tokenizing: off the loop
     return len(ids)
 
@@ -212,18 +266,19 @@ def create_app(gw: Gateway) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def unknown_route(request: Request, exc: StarletteHTTPException) -> Response:
+        codec = _codec_of_path(request.url.path)
         if exc.status_code == 404:
-            return _control_error(NotFound(f"no such endpoint: {request.method} {request.url.path}", field="path"))
+            return _error(codec, NotFound(f"no such endpoint: {request.method} {request.url.path}", field="path"))
         error = PolarError(f"{request.method} {request.url.path}: {exc.detail}")
         error.status_code = exc.status_code
         error.error_type = "invalid_request_error"
-        return _control_error(error)
+        return _error(codec, error)
 
     @app.exception_handler(RequestValidationError)
     async def bad_parameters(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
-        return _control_error(InvalidRequest(f"invalid {field}: {first['msg']}", field=field))
+        return _error(_codec_of_path(request.url.path), InvalidRequest(f"invalid {field}: {first['msg']}", field=field))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -299,6 +354,6 @@ def create_app(gw: Gateway) -> FastAPI:
     async def last_resort(request: Request, exc: Exception) -> Response:
         # Reached only by a bug in a route without its own guard: still JSON in the OpenAI shape, not text.
         log.error("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
-        return _control_error(PolarError("internal error in the gateway; see its log"))
+        return _error(_codec_of_path(request.url.path), PolarError("internal error in the gateway; see its log"))
 
     return app

@@ -72,7 +72,8 @@ def _not_ready(checks: dict[str, dict[str, Any]], status: str, **extra: Any) -> 
     failed = [name for name, check in checks.items() if not check["ok"]]
     message = "; ".join(f"{name}: {checks[name]['error']}" for name in failed)
     error = {"message": f"not ready: {message}", "type": "service_unavailable", "param": None, "code": None}
-    return JSONResponse({"status": status, **extra, "checks": checks, "error": error}, status_code=503)
+    body = {"status": status, **extra, "checks": checks, "error": error}
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})  # retryable, as every 503 here
 
 
 def add_health_routes(app: FastAPI, gw: Gateway) -> None:

@@ -12,13 +12,17 @@
 - a lone UTF-16 surrogate (``"\\ud800"``): it is no character, cannot be encoded as UTF-8, and would fail the
   tokenizer or the store much later.
 
-NUL characters are valid JSON text and are kept: the store encodes them where it must (``db.types``).
+NUL characters are valid JSON text and are kept: the store encodes them where it must (``db.types``). A body is
+UTF-8 (RFC 8259; the providers refuse UTF-16 and UTF-32, which Python's parser would guess), and of a key given
+twice the value that is dropped must pass the same checks (last wins, as in every parser; a ``NaN`` or a lone
+surrogate cannot hide in the first).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,18 +54,26 @@ def parse_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
     return parse_json_after(raw, limits)[0]
 
 
-def parse_json_after(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: Any = None) -> tuple[Any, bool]:
+def parse_json_after(
+    raw: bytes,
+    limits: JsonLimits = DEFAULT_LIMITS,
+    checked: Any = None,
+    before_check: Callable[[Any], None] | None = None,
+) -> tuple[Any, bool]:
     """``parse_json``, and whether the body went the strict (orjson) way: only such a body may be ``checked``
     for the next one. ``checked``: a strict body that passed these checks before (the session's previous
     request): a top-level value equal to its counterpart there, and the leading items of a list equal to its
     list, are not walked again; equal values at the same place pass alike (an agent re-sends its whole
     conversation every turn; only what is new costs), and the returned body holds ``checked``'s items in place of
-    the equal ones (one copy of the common history in memory)."""
+    the equal ones (one copy of the common history in memory). ``before_check`` sees the decoded value before it is
+    walked (a cheap refusal, such as the cost bound, may then spare the walk)."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         pass
     else:
+        if before_check is not None:
+            before_check(value)
         known = _known_parts(value, checked)
         try:
             check_json(value, limits, strict=True, skip=known)
@@ -71,7 +83,14 @@ def parse_json_after(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: A
             _share(value, checked, known)
             return value, True
     try:
-        value = json.loads(raw)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(
+            f"request body is not valid JSON: not UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start})",
+            field="body",
+        ) from None
+    try:
+        value = json.loads(text, object_pairs_hook=lambda pairs: _object(pairs, limits))
     except RecursionError:
         raise InvalidRequest(
             f"request body is nested deeper than the limit of {limits.max_depth} levels", field="body"
@@ -80,6 +99,24 @@ def parse_json_after(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, checked: A
         raise InvalidRequest(f"request body is not valid JSON: {exc}", field="body") from None
     check_json(value, limits)
     return value, False
+
+
+def _object(pairs: list[tuple[str, Any]], limits: JsonLimits) -> dict[str, Any]:
+    """A decoded object (the standard parser's hook); the dropped value of a repeated key is checked too."""
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen: set[str] = set()
+        for key, item in reversed(pairs):
+            if key in seen:
+                try:
+                    check_json(item, limits)
+                except InvalidRequest as exc:
+                    field = _field((key,))
+                    raise InvalidRequest(
+                        f"{field}: a repeated key's dropped value: {exc.message}", field=field
+                    ) from None
+            seen.add(key)
+    return value
 
 
 class _MaybeBigInteger(Exception):

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from polar.errors import (
 )
 from polar.ids import random_hex
 from polar.proxy.canonical import ChatRequest, Completion, Usage
+from polar.proxy.cost import message_chars, surely_too_long
 from polar.proxy.history import CallNode, HistoryCache, SessionHistory
 from polar.proxy.limits import InFlightLimit
 from polar.proxy.output_check import OutputCheck
@@ -70,15 +71,6 @@ class CallPlan:
     context: PolicyContext
     meta: StreamMeta
     started: float = 0.0  # perf_counter when the call arrived (metrics)
-
-
-def _chars(messages: Sequence[Message]) -> int:
-    """The text of ``messages`` a render tokenizes, in characters (content, reasoning, tool calls)."""
-    chars = 0
-    for message in messages:
-        chars += len(message.content) + len(message.reasoning or "")
-        chars += sum(len(call.arguments) + len(call.name) for call in message.tool_calls)
-    return chars
 
 
 class _Stale(Exception):
@@ -120,12 +112,13 @@ class CallService(StreamingCalls):
     # ---- planning ---------------------------------------------------------------------------------
 
     def _parent(
-        self, session: SessionInfo, request: ChatRequest, history: SessionHistory, fresh: bool
+        self, session: SessionInfo, request: ChatRequest, history: SessionHistory, fresh: bool, tools_chars: int = 0
     ) -> tuple[tuple[PriorCall, int] | None, int]:
         """The request checked, the earlier call it extends (cheap: no tokenizing) and how many characters the
-        prompt's build tokenizes. Unless ``fresh`` (the history was just read from the store), a request holding an
-        assistant message no known call explains raises ``_Stale``: a call this process has not seen (another
-        replica's) may be its parent."""
+        prompt's build tokenizes (``tools_chars``: its tool definitions', when a whole render writes them).
+        Unless ``fresh`` (the history was just read from the store), a request holding an assistant message no
+        known call explains raises ``_Stale``: a call this process has not seen (another replica's) may be its
+        parent."""
         if "\x00" in request.model or len(request.model) > MAX_MODEL_NAME:
             raise InvalidRequest(
                 f"model: a model name has at most {MAX_MODEL_NAME} characters and no NUL", field="model"
@@ -139,8 +132,10 @@ class CallService(StreamingCalls):
         found = self.builder.find_parent(messages, request.tools, history.candidates(len(messages)), ordered=True)
         # Of an append-mode extension only the new messages are tokenized (the rest are the parent's ids).
         only_new = found is not None and self._appends and self.builder.tokenizes_only_new_messages
-        chars = _chars(messages[found[1] if found is not None and only_new else 0 :])
-        self._refuse_surely_too_long(chars)
+        chars = message_chars(messages[found[1] if found is not None and only_new else 0 :])
+        if found is None or not only_new:
+            chars += tools_chars
+        self.refuse_surely_too_long(chars)
         if not fresh and any(m.role is Role.ASSISTANT for m in messages[found[1] if found else 0 :]):
             raise _Stale()
         return found, chars
@@ -178,6 +173,8 @@ class CallService(StreamingCalls):
         request: ChatRequest,
         policy: Policy,
         started: float | None = None,
+        *,
+        tools_chars: int = 0,
     ) -> CallPlan:
         """``plan`` with the session's history: from memory in the steady state, read from the store (only the
         captures this process lacks) on a session's first call here, after a seq this process skipped, or
@@ -185,16 +182,17 @@ class CallService(StreamingCalls):
         extension by a few messages, a short conversation rendered whole) is planned on the event loop, one piece of
         work among others; a long text in a worker thread. (Not every build: Python work in threads competes with
         the loop for the GIL, and a thousand first calls rendered in threads starved it for tens of milliseconds
-        at a time.)"""
+        at a time.) ``tools_chars``: the characters of the request's tool definitions (``polar.proxy.cost``), which
+        count towards that when the build renders them."""
         history = self.histories.cached(session.id)
         fresh = history is None
         if history is None:
             history = await self.load_history(session.id)
         try:
-            found, chars = self._parent(session, request, history, fresh)
+            found, chars = self._parent(session, request, history, fresh, tools_chars)
         except _Stale:
             history = await self.load_history(session.id)
-            found, chars = self._parent(session, request, history, True)
+            found, chars = self._parent(session, request, history, True, tools_chars)
         args = (session, codec, body, request, policy, history, found, started)
         if chars <= INLINE_CHARS:
             return self._build(*args)
@@ -204,20 +202,18 @@ class CallService(StreamingCalls):
     def _appends(self) -> bool:
         return self.render_mode is RenderMode.APPEND
 
-    def _refuse_surely_too_long(self, chars: int) -> None:
+    def refuse_surely_too_long(self, chars: int) -> None:
         """A prompt whose text to tokenize (``chars`` characters) alone needs more tokens than the context window
-        holds is refused before it is tokenized: no token covers more than ``max_token_chars`` characters, so
-        ``chars // max_token_chars`` is a lower bound on its tokens. A 10 MB body then costs no tokenizing, and
-        never a wrong refusal."""
-        if self.max_token_chars <= 0:
-            return
-        at_least = chars // self.max_token_chars
-        if at_least > self.context_length:
-            error = ContextLengthExceeded(at_least, self.context_length)
-            error.message = f"prompt has at least {at_least} tokens but the model's context window is "
-            error.message += f"{self.context_length} tokens"
-            error.args = (error.message,)
+        holds is refused before it is tokenized (``polar.proxy.cost``): a 10 MB body then costs no tokenizing,
+        and never a wrong refusal."""
+        error = surely_too_long(chars, self.max_token_chars, self.context_length)
+        if error is not None:
             raise error
+
+    def bound_bytes(self) -> int:
+        """A body of at most this many bytes cannot hold a prompt ``refuse_surely_too_long`` refuses (its decoded
+        text is no longer than its bytes); 0 when there is no bound."""
+        return self.context_length * self.max_token_chars if self.max_token_chars > 0 else 0
 
     async def load_history(self, session_id: str) -> SessionHistory:
         return await self._in_store(self.histories.load, session_id)

@@ -41,8 +41,13 @@ def _event(payload: dict) -> str:
 
 
 def test_of_cumulative_chunks_that_arrived_together_only_the_last_is_decoded():
-    # The earlier events are not even JSON here: decoding them would raise.
-    batch = ["{not json", "{nor this", _event(_chunk([5, 6, 7], [[-0.1, 5, None], [-0.2, 6, None], [-0.3, 7, None]]))]
+    # The earlier events are not even JSON here (past the text that says they are not final): decoding them
+    # would raise.
+    batch = [
+        '{"finish_reason": null, not json',
+        '{"finish_reason":null nor this',
+        _event(_chunk([5, 6, 7], [[-0.1, 5, None], [-0.2, 6, None], [-0.3, 7, None]])),
+    ]
     (only,) = latest(batch, "http://sglang")
     reader = OutputReader("http://sglang", GenerateRequest((1,)))
     assert reader.add(only) == ((5, 6, 7), (-0.1, -0.2, -0.3))
@@ -67,3 +72,13 @@ def test_incremental_chunks_that_arrived_together_are_all_decoded_in_order():
 def test_an_error_event_is_never_skipped():
     batch = [_event(_chunk([5], [[-0.1, 5, None]])), _event({"error": {"message": "boom", "code": 500}})]
     assert [p.get("error") for p in latest(batch, "http://sglang")] == [None, {"message": "boom", "code": 500}]
+
+
+def test_an_event_that_is_no_object_or_a_final_chunk_before_others_is_never_skipped():
+    last = _event(_chunk([5, 6], [[-0.1, 5, None], [-0.2, 6, None]]))
+    for stray in ("null", "5", '"text"', "[1]"):
+        with pytest.raises(BackendProtocolError, match="not a JSON object"):
+            latest([stray, last], "http://sglang")
+    final = _chunk([5], [[-0.1, 5, None]])
+    final["meta_info"]["finish_reason"] = {"type": "length", "length": 1}
+    assert len(latest([_event(final), last], "http://sglang")) == 2  # decoded: the reader refuses what follows

@@ -99,6 +99,7 @@ def explicit_cases(protocol: Protocol) -> list[Case]:
         cases.append(
             Case("empty part", _dump({"contents": [{"role": "user", "parts": [{}]}]}), expect="invalid", field="parts")
         )
+    cases += _provider_refusals(protocol, valid)
     if protocol.name in ("anthropic", "gemini"):
         counted = {k: v for k, v in valid.items() if k != "max_tokens"}
         cases.append(Case("count_tokens", _dump(counted), count_tokens=True, expect="ok"))
@@ -108,6 +109,51 @@ def explicit_cases(protocol: Protocol) -> list[Case]:
         cases.append(Case("count_tokens nan", _with(counted, "x", "NaN"), count_tokens=True, expect="invalid"))
         cases.append(Case("count_tokens surrogate", raw_text('"\\ud800"'), count_tokens=True, expect="invalid"))
         cases.append(Case("count_tokens junk", b"[1, 2", count_tokens=True, expect="invalid"))
+    return cases
+
+
+def _provider_refusals(protocol: Protocol, valid: dict[str, Any]) -> list[Case]:
+    """Inputs the providers refuse (issue 32): out-of-range sampling, negative thinking budgets, empty model names,
+    orphan tool results, bodies not in UTF-8, and repeated keys whose dropped value is NaN or a lone surrogate."""
+    cases: list[Case] = []
+    for value in ("2.5", "3.0", "1e308"):
+        if protocol.name == "gemini":
+            raw = _with(valid, "generationConfig", f'{{"temperature": {value}}}')
+        else:
+            raw = _with(valid, "temperature", value)
+        cases.append(Case(f"temperature {value}", raw, expect="invalid", field="temperature"))
+    if protocol.name == "gemini":
+        for value in ("1e308", "0", "2147483648"):
+            raw = _with(valid, "generationConfig", f'{{"topK": {value}}}')
+            cases.append(Case(f"topK {value}", raw, expect="invalid", field="topK"))
+        raw = _with(valid, "generationConfig", '{"thinkingConfig": {"thinkingBudget": -5}}')
+        cases.append(Case("negative thinking budget", raw, expect="invalid", field="thinkingBudget"))
+    else:
+        cases.append(Case("empty model", _with(valid, "model", '""'), expect="invalid", field="model"))
+    if protocol.name == "anthropic":
+        raw = _with(valid, "thinking", '{"type": "enabled", "budget_tokens": -1}')
+        cases.append(Case("negative thinking budget", raw, expect="invalid", field="budget_tokens"))
+        orphan = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "r"}]}
+        cases.append(
+            Case("orphan tool result", _dump({**valid, "messages": [orphan]}), expect="invalid", field="toolu_x")
+        )
+    if protocol.name == "openai_chat":
+        orphan = {"role": "tool", "tool_call_id": "call_x", "content": "r"}
+        body = {**valid, "messages": [*valid["messages"], orphan]}
+        cases.append(Case("orphan tool result", _dump(body), expect="invalid", field="call_x"))
+    if protocol.name == "openai_responses":
+        orphan = {"type": "function_call_output", "call_id": "call_x", "output": "r"}
+        body = {**valid, "input": [{"role": "user", "content": "hi"}, orphan]}
+        cases.append(Case("orphan tool result", _dump(body), expect="invalid", field="call_x"))
+    text = json.dumps(valid)
+    for encoding in ("utf-16", "utf-16-le", "utf-32"):
+        # without a byte-order mark UTF-16 is valid UTF-8 (ASCII and NULs), and no JSON
+        named = "utf-8" if encoding != "utf-16-le" else None
+        cases.append(Case(f"{encoding} body", text.encode(encoding), expect="invalid", field=named))
+    first = next(iter(valid))
+    for hidden in ("NaN", '"\\ud800"', "Infinity"):
+        raw = f'{{"{first}": {hidden}, '.encode() + _dump(valid)[1:]
+        cases.append(Case(f"repeated key hiding {hidden}", raw, expect="invalid", field=first))
     return cases
 
 

@@ -160,6 +160,7 @@ async def _backend_down(settings, port: int) -> None:
             for path in ("/health/ready", "/health"):
                 reply = await client.get(path)
                 assert reply.status_code == 503, reply.text
+                assert reply.headers["retry-after"] == "1"
                 body = reply.json()
                 assert body["checks"]["backend"]["ok"] is False and body["checks"]["store"]["ok"] is True
                 assert "backend" in body["error"]["message"]
@@ -170,5 +171,6 @@ async def _backend_down(settings, port: int) -> None:
                     protocol.url(False), json=protocol.body(), headers=protocol.headers(session["api_key"])
                 )
                 assert reply.status_code == 503 and error_problem(protocol.name, 503, reply.json()) is None
+                assert reply.headers["retry-after"] == "1", protocol.name  # every retryable 5xx says when
     finally:
         await backend.aclose()

@@ -42,11 +42,14 @@ async def _scenario(pg: OwnPostgres, settings, engine) -> None:
             chat = await client.post("/v1/chat/completions", json=CHAT, headers=bearer)
             assert chat.status_code == 503, chat.text
             assert "store" in chat.json()["error"]["message"] and "2 s" in chat.json()["error"]["message"]
+            assert chat.headers["retry-after"] == "1"  # every retryable 5xx says when to retry
             messages = await client.post("/v1/messages", json=CLAUDE, headers=claude)
             assert messages.status_code == 503, messages.text
             assert messages.json()["type"] == "error" and messages.json()["error"]["type"] == "overloaded_error"
+            assert messages.headers["retry-after"] == "1"
             ready = await client.get("/health/ready")
             assert ready.status_code == 503, ready.text
+            assert ready.headers["retry-after"] == "1"
             assert ready.json()["status"] == "not_ready" and ready.json()["checks"]["store"]["ok"] is False
             assert ready.json()["checks"]["backend"]["ok"] is True
             assert (await client.get("/health")).status_code == 503

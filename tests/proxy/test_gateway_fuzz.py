@@ -2,8 +2,10 @@
 
 Per protocol at least 500 bodies from a seeded generator (``tests.proxy.fuzz_bodies``): each class of bad input
 the gateway must refuse as a 400 naming the field (non-finite numbers, lone surrogates, nesting, oversize strings
-and integers, provider refusals), NUL text it must accept and store, and random mutations of valid bodies. The
-gateway runs in-process (ASGI) on the tiny local model with a two-token budget.
+and integers, provider refusals: out-of-range sampling, thinking budgets, empty models, orphan tool results, bodies
+not in UTF-8, repeated keys hiding NaN or a lone surrogate), NUL text it must accept and store, and random
+mutations of valid bodies. The gateway runs in-process (ASGI) on the tiny local model with a two-token budget.
+No answer is a 5xx and none hangs.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tests.proxy.shapes import PROTOCOLS, Protocol, error_problem, stream_outcom
 BODIES_PER_PROTOCOL = 500
 SEED = 13
 SESSION_CALLS = 40
+HANG_S = 60.0  # far beyond any answer here (a two-token budget): a call past it hangs
 
 COUNT_PATHS = {"anthropic": "/v1/messages/count_tokens", "gemini": "/v1beta/models/tiny:countTokens"}
 
@@ -32,11 +35,19 @@ def _url(protocol: Protocol, case: Case) -> str:
 
 
 async def _send(client, protocol: Protocol, key: str, case: Case) -> list[str]:
-    """Problems with the gateway's answer to ``case`` (none when it is right)."""
-    reply = await client.post(
-        _url(protocol, case), content=case.raw, headers={**protocol.headers(key), "content-type": "application/json"}
-    )
+    """Problems with the gateway's answer to ``case`` (none when it is right; no answer within ``HANG_S`` is one)."""
     where = f"{protocol.name} {case.label} ({case.raw[:80]!r})"
+    try:
+        reply = await asyncio.wait_for(
+            client.post(
+                _url(protocol, case),
+                content=case.raw,
+                headers={**protocol.headers(key), "content-type": "application/json"},
+            ),
+            HANG_S,
+        )
+    except TimeoutError:
+        return [f"{where}: no answer within {HANG_S:g} s (a hang)"]
     status = reply.status_code
     if status >= 500:
         return [f"{where}: {status} {reply.text[:300]}"]

@@ -125,15 +125,23 @@ class _ToolChoice(_Wire):
         return self
 
 
+class _ThinkingOption(_Wire):
+    """``thinking``: ignored (the model thinks as its template says), but held to Anthropic's documented range."""
+
+    type: str | None = None
+    budget_tokens: int | None = Field(default=None, ge=1024)
+
+
 class _Request(_Wire):
     # Scalars first: errors are reported in field order, and a wrong max_tokens is easier to act on than a
-    # problem deep inside the conversation.
-    model: str
+    # problem deep inside the conversation. Ranges are Anthropic's documented ones (docs/limits.md).
+    model: str = Field(min_length=1)
     max_tokens: int = Field(ge=1)
     stream: bool = False
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=1)
+    thinking: _ThinkingOption | None = None
     stop_sequences: list[str] | None = None
     system: str | list[_Text] | None = None
     tools: list[_Tool] | None = None
@@ -221,6 +229,10 @@ def _tools(tools: list[_Tool]) -> tuple[ToolSpec, ...]:
 
 
 def _translate(request: _Request) -> ChatRequest:
+    budget = request.thinking.budget_tokens if request.thinking is not None else None
+    if budget is not None and budget >= request.max_tokens:
+        field = "thinking.budget_tokens"
+        raise InvalidRequest(f"{field}: must be less than max_tokens ({request.max_tokens})", field=field)
     messages: list[Message] = []
     if request.system is not None and (system := _system_text(request.system)):
         messages.append(Message(Role.SYSTEM, system))
@@ -248,6 +260,13 @@ class AnthropicCodec:
     """The ``anthropic_messages`` protocol codec (see the module docstring for the mapping)."""
 
     name = "anthropic_messages"
+
+    def count_tools(self, body: Any) -> int:
+        """Tools with an ``input_schema`` (server tools have none, and are not rendered)."""
+        tools = body.get("tools") if isinstance(body, dict) else None
+        if not isinstance(tools, list):
+            return 0
+        return sum(1 for t in tools if isinstance(t, dict) and t.get("input_schema") is not None)
 
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None

@@ -21,8 +21,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from polar.errors import PolarError
+from polar.errors import InvalidRequest, PolarError
 from polar.proxy.canonical import ChatRequest, Completion
+from polar.tokens.messages import Role
 from polar.tokens.parsers import Event
 
 
@@ -58,6 +59,12 @@ class ProtocolCodec(Protocol):
         """
         ...
 
+    def count_tools(self, body: Any) -> int:
+        """How many tool definitions a render of ``body`` surely writes, counted on the decoded body before it is
+        checked or validated (cheap: no walk); 0 for a malformed body, whose validation names the problem. The
+        cost bound (``polar.proxy.cost``) uses it to refuse a body of 100,000 tools before any work."""
+        ...
+
     def response(self, completion: Completion, *, request: ChatRequest | None = None) -> dict[str, Any]:
         """``request`` is what ``parse_request`` returned (codecs may carry protocol details in a subclass)."""
         ...
@@ -79,13 +86,31 @@ def parse_after(
 ) -> ChatRequest:
     """``codec.parse_request(body)``; when ``prior`` (an earlier body of the session and its decode) is given and
     the codec can (``parse_extension``), only what ``body`` adds to it is validated and converted, so an agent's
-    turn costs what it adds, not its whole history. The result is the same either way."""
+    turn costs what it adds, not its whole history. The result is the same either way, and its tool results
+    all answer a call (``check_tool_results``)."""
     extend = getattr(codec, "parse_extension", None)
     if prior is not None and extend is not None:
         extended = extend(body, prior[0], prior[1])
         if extended is not None:
-            return extended
-    return codec.parse_request(body, path_model=path_model, path_stream=path_stream)
+            return check_tool_results(extended)
+    return check_tool_results(codec.parse_request(body, path_model=path_model, path_stream=path_stream))
+
+
+def check_tool_results(request: ChatRequest) -> ChatRequest:
+    """``request``, unless a tool result names a call id that no earlier assistant message made: every provider
+    refuses such an orphan result (OpenAI: a ``tool`` message must answer a preceding ``tool_calls``;
+    Anthropic: a ``tool_result`` needs its ``tool_use``; Responses: a ``function_call_output`` its
+    ``function_call``). A result without an id (Gemini matches by name) is not checked."""
+    called: set[str] = set()
+    for message in request.messages:
+        if message.role is Role.ASSISTANT:
+            called.update(call.id for call in message.tool_calls if call.id)
+        elif message.role is Role.TOOL and message.tool_call_id and message.tool_call_id not in called:
+            raise InvalidRequest(
+                f"tool_call_id: the tool result for call {message.tool_call_id!r:.80} answers no earlier tool call",
+                field="tool_call_id",
+            )
+    return request
 
 
 def dumps_text(data: Any) -> str:

@@ -46,6 +46,8 @@ from polar.proxy.protocols.base import StreamMeta
 from polar.proxy.protocols.gemini_output import GeminiStream, error_body, finish_chunk, function_call
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 
+INT32_MAX = 2**31 - 1
+
 
 class _Wire(BaseModel):
     model_config = ConfigDict(
@@ -116,14 +118,22 @@ class _Tool(_Wire):
     function_declarations: list[_FunctionDeclaration] | None = None
 
 
+class _ThinkingConfig(_Wire):
+    """Ignored (the model thinks as its template says), but held to the documented range: -1 (dynamic) or more."""
+
+    thinking_budget: int | None = Field(default=None, ge=-1, le=INT32_MAX)
+
+
 class _GenerationConfig(_Wire):
+    # Ranges are Google's documented ones (docs/limits.md); topK is an int32 there.
     max_output_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: float | None = None  # the SDKs send 64.0; it must still be a whole number
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_k: float | None = Field(default=None, ge=1, le=INT32_MAX)  # the SDKs send 64.0; still a whole number
     stop_sequences: list[str] | None = None
     seed: int | None = None
     candidate_count: int | None = None
+    thinking_config: _ThinkingConfig | None = None
 
 
 class _Config(_GenerationConfig):
@@ -302,6 +312,18 @@ class GeminiCodec:
     """The ``gemini`` protocol codec (see the module docstring for the mapping)."""
 
     name = "gemini"
+
+    def count_tools(self, body: Any) -> int:
+        """The ``functionDeclarations`` of the top-level ``tools`` (camelCase or snake_case)."""
+        tools = body.get("tools") if isinstance(body, dict) else None
+        if not isinstance(tools, list):
+            return 0
+        n = 0
+        for tool in tools:
+            if isinstance(tool, dict):
+                declared = tool.get("functionDeclarations", tool.get("function_declarations"))
+                n += len(declared) if isinstance(declared, list) else 0
+        return n
 
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None

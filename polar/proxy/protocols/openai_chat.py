@@ -33,6 +33,7 @@ from polar.proxy.protocols.base import StreamMeta, sse
 from polar.proxy.protocols.openai_common import (
     Content,
     MaxTokens,
+    ModelName,
     SamplingWire,
     Text,
     WireModel,
@@ -90,7 +91,7 @@ class StreamOptionsWire(WireModel):
 
 
 class ChatBody(SamplingWire):
-    model: str
+    model: ModelName
     messages: list[ChatMessageWire] = Field(min_length=1)
     tools: list[ToolWire] | None = None
     functions: list[FunctionWire] | None = None  # legacy form of tools
@@ -255,6 +256,18 @@ class OpenAIChatCodec:
     request) for per-request choices; without it the usage chunk is not sent."""
 
     name = "openai_chat"
+
+    def count_tools(self, body: Any) -> int:
+        """``function`` tools and legacy ``functions``: every one is rendered."""
+        if not isinstance(body, dict):
+            return 0
+        tools, functions = body.get("tools"), body.get("functions")
+        n = (
+            sum(1 for t in tools if isinstance(t, dict) and t.get("type") == "function")
+            if isinstance(tools, list)
+            else 0
+        )
+        return n + (len(functions) if isinstance(functions, list) else 0)
 
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None

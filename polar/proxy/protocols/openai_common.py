@@ -45,11 +45,12 @@ class ContentPart(WireModel):
 class SamplingWire(WireModel):
     """Sampling fields both OpenAI APIs accept; ``top_k``/``min_p``/``seed`` are the usual extensions.
 
-    Ranges are checked once, by the backend's ``SamplingParams``, which names the field too.
+    ``temperature`` and ``top_p`` are held to OpenAI's documented ranges (0-2, 0-1: docs/limits.md); the
+    extensions' ranges are checked once, by the backend's ``SamplingParams``, which names the field too.
     """
 
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     top_k: int | None = None
     min_p: float | None = None
     seed: int | None = None
@@ -73,6 +74,8 @@ class SamplingWire(WireModel):
 
 # A token budget: a positive integer (0 or a negative number is a mistake, not "no limit").
 MaxTokens = Annotated[int, Field(ge=1)]
+# A model name: never empty (every provider refuses one).
+ModelName = Annotated[str, Field(min_length=1)]
 
 
 def validate(model: type[M], data: Any, *, root: str = "body", prefix: str = "") -> M:

@@ -47,6 +47,7 @@ from polar.proxy.protocols.base import StreamMeta
 from polar.proxy.protocols.openai_common import (
     Content,
     MaxTokens,
+    ModelName,
     SamplingWire,
     Text,
     WireModel,
@@ -76,7 +77,7 @@ ShellOutput = Annotated[
 
 
 class ResponsesBody(SamplingWire):
-    model: str
+    model: ModelName
     input: Input
     instructions: str | None = None
     tools: list[Any] | None = None
@@ -354,6 +355,14 @@ class OpenAIResponsesCodec:
     parsed request) so custom and namespaced tool calls go back in the shape the harness declared."""
 
     name = "openai_responses"
+
+    def count_tools(self, body: Any) -> int:
+        """Top-level ``function`` and ``custom`` tools of distinct names (the first declaration of a name wins)."""
+        tools = body.get("tools") if isinstance(body, dict) else None
+        if not isinstance(tools, list):
+            return 0
+        kinds = ("function", "custom")
+        return len({t.get("name") for t in tools if isinstance(t, dict) and t.get("type") in kinds})
 
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None

@@ -1,0 +1,174 @@
+"""The live view's read model of the store: gateways by heartbeat, stage occupancy against the limits, the READY
+buffer, throughput and failures over the window, and the weight version being collected against the current one.
+
+Stage occupancy counts rollouts by status: a rollout's status becomes its stage's once it holds the stage's slot,
+so ``INIT`` + ``RUNNING`` + ``POSTRUN`` never exceed their limits fleet-wide. The READY buffer is the rollouts
+between taking a ready slot and getting a run slot: those in ``INIT`` (initialising, or initialised and waiting).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from db.enums import RolloutStatus
+from db.models import Gateway, Rollout, WeightVersion
+from polar.rollout.limits import stage_limits
+from polar.settings import Settings
+
+
+class GatewayState(StrEnum):
+    """UP: a fresh heartbeat and it answers; DRAINING: a fresh heartbeat but it no longer answers (shutting down,
+    or unreachable from here); DOWN: silent past ``POLAR_GATEWAY_STALE_S``; STOPPED: it deregistered (shown for
+    one stale window after)."""
+
+    UP = "UP"
+    DRAINING = "DRAINING"
+    DOWN = "DOWN"
+    STOPPED = "STOPPED"
+
+
+@dataclass(frozen=True)
+class GatewayEntry:
+    id: str
+    url: str
+    heartbeat_at: datetime
+    silent_s: float
+    stopped: bool
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class StageLoad:
+    stage: str
+    occupied: int
+    limit: int | None  # evaluate has none
+
+
+@dataclass(frozen=True)
+class Throughput:
+    window_s: float
+    finished: int
+    failed: int
+    per_minute: float
+    failed_per_minute: float
+    causes: list[tuple[str, int]]  # failure cause, rollouts (most first)
+
+
+@dataclass(frozen=True)
+class Versions:
+    current: str | None
+    registered: int
+    collecting: int  # rollouts under way that sampled already
+    behind_max: int | None  # versions between the oldest being collected and the current one
+    behind_mean: float | None
+
+
+@dataclass(frozen=True)
+class FleetState:
+    at: datetime
+    gateways: list[GatewayEntry]
+    stages: list[StageLoad]
+    ready: StageLoad
+    pending: int
+    throughput: Throughput
+    versions: Versions
+
+
+STAGE_STATUS = {
+    "init": RolloutStatus.INIT,
+    "run": RolloutStatus.RUNNING,
+    "postrun": RolloutStatus.POSTRUN,
+    "evaluate": RolloutStatus.EVALUATING,
+}
+
+
+def gateway_entries(db: Session, at: datetime, stale_s: float) -> list[GatewayEntry]:
+    """Registered gateways not stopped, and those stopped within the last stale window."""
+    rows = db.scalars(
+        sa.select(Gateway)
+        .where(sa.or_(Gateway.stopped_at.is_(None), Gateway.stopped_at >= at - timedelta(seconds=stale_s)))
+        .order_by(Gateway.started_at, Gateway.id)
+    ).all()
+    return [
+        GatewayEntry(
+            id=row.id,
+            url=row.url,
+            heartbeat_at=row.heartbeat_at,
+            silent_s=max(0.0, (at - row.heartbeat_at).total_seconds()),
+            stopped=row.stopped_at is not None,
+            started_at=row.started_at,
+        )
+        for row in rows
+    ]
+
+
+def state_of(entry: GatewayEntry, stale_s: float, answered: bool) -> GatewayState:
+    if entry.stopped:
+        return GatewayState.STOPPED
+    if entry.silent_s > stale_s:
+        return GatewayState.DOWN
+    return GatewayState.UP if answered else GatewayState.DRAINING
+
+
+def failure_cause(status: RolloutStatus, failed_stage: str | None) -> str:
+    if failed_stage:
+        return f"{failed_stage} failed"
+    return {RolloutStatus.TIMEOUT: "timeout", RolloutStatus.CANCELLED: "cancelled"}.get(status, "harness error")
+
+
+def _throughput(db: Session, at: datetime, window_s: float) -> Throughput:
+    since = at - timedelta(seconds=window_s)
+    rows = db.execute(
+        sa.select(Rollout.status, Rollout.stage_results).where(
+            Rollout.finished_at >= since, Rollout.status.in_([s for s in RolloutStatus if s.is_terminal])
+        )
+    ).all()
+    causes: Counter[str] = Counter()
+    for status, results in rows:
+        if status is not RolloutStatus.COMPLETED:
+            causes[failure_cause(status, ((results or {}).get("failure") or {}).get("stage"))] += 1
+    failed = sum(causes.values())
+    minutes = window_s / 60
+    return Throughput(window_s, len(rows), failed, len(rows) / minutes, failed / minutes, causes.most_common())
+
+
+def _versions(db: Session) -> Versions:
+    registered = list(db.scalars(sa.select(WeightVersion.version).order_by(WeightVersion.id)))
+    ordinal = {version: i for i, version in enumerate(registered)}
+    sampled = db.scalars(
+        sa.select(Rollout.weight_version_min).where(
+            Rollout.status.in_([s for s in RolloutStatus if not s.is_terminal]), Rollout.weight_version_min.is_not(None)
+        )
+    ).all()
+    current = registered[-1] if registered else None
+    behind = [len(registered) - 1 - ordinal.get(v, -1) if v in ordinal else len(registered) for v in sampled]
+    if current is None:
+        behind = [0 for _ in sampled]
+    return Versions(
+        current=current,
+        registered=len(registered),
+        collecting=len(sampled),
+        behind_max=max(behind) if behind else None,
+        behind_mean=sum(behind) / len(behind) if behind else None,
+    )
+
+
+def fleet_state(db: Session, settings: Settings, at: datetime) -> FleetState:
+    counts = dict(db.execute(sa.select(Rollout.status, sa.func.count()).group_by(Rollout.status)).tuples().all())
+    limits = stage_limits(settings)
+    stages = [StageLoad(stage, counts.get(status, 0), limits.get(stage)) for stage, status in STAGE_STATUS.items()]
+    return FleetState(
+        at=at,
+        gateways=gateway_entries(db, at, settings.gateway_stale_s),
+        stages=stages,
+        ready=StageLoad("ready", counts.get(RolloutStatus.INIT, 0), limits["ready"]),
+        pending=counts.get(RolloutStatus.PENDING, 0),
+        throughput=_throughput(db, at, settings.live_window_s),
+        versions=_versions(db),
+    )

@@ -37,7 +37,10 @@ def notify_webhooks(factory: sessionmaker[Session], alarms: Sequence[Alarm]) -> 
     if not task_ids:
         return 0
     with factory() as db:
-        urls = dict(db.execute(sa.select(Task.id, Task.callback_url).where(Task.id.in_(task_ids))).tuples().all())
+        urls = {
+            row.id: row.callback_url
+            for row in db.execute(sa.select(Task.id, Task.callback_url).where(Task.id.in_(task_ids)))
+        }
     delivered = 0
     with httpx.Client(timeout=TIMEOUT_S) as client:
         for alarm in alarms:

@@ -160,7 +160,9 @@ def _versions(db: Session) -> Versions:
 
 
 def fleet_state(db: Session, settings: Settings, at: datetime) -> FleetState:
-    counts = dict(db.execute(sa.select(Rollout.status, sa.func.count()).group_by(Rollout.status)).tuples().all())
+    counts = {
+        status: n for status, n in db.execute(sa.select(Rollout.status, sa.func.count()).group_by(Rollout.status))
+    }
     limits = stage_limits(settings)
     stages = [StageLoad(stage, counts.get(status, 0), limits.get(stage)) for stage, status in STAGE_STATUS.items()]
     return FleetState(

@@ -65,9 +65,7 @@ def test_rewards_all_one_over_enough_groups(context, healthy):
 
 
 def test_a_harness_that_never_calls_the_model(context):
-    ids = run_batch(
-        context, [answer_task(name=f"quits-{i}", samples=2, harness=SILENT_HARNESS) for i in range(2)]
-    )
+    ids = run_batch(context, [answer_task(name=f"quits-{i}", samples=2, harness=SILENT_HARNESS) for i in range(2)])
     alarms = {alarm.kind: alarm for alarm in alarms_of(context, ids)}
     assert set(alarms) == {AlarmKind.NO_MODEL_CALL, AlarmKind.EMPTY_PATCHES, AlarmKind.ALL_ZERO_REWARD}
     assert alarms[AlarmKind.NO_MODEL_CALL].value == 1.0  # every run, none over the gateway

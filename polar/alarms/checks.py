@@ -159,7 +159,8 @@ def gateway_alarms(db: Session, settings: Settings, at: datetime) -> list[Alarm]
     alarms = []
     for gateway_id, heartbeat_at in silent:
         quiet = (at - heartbeat_at).total_seconds()
-        message = f"gateway {gateway_id}: no heartbeat since {heartbeat_at:%H:%M:%S} ({quiet:.0f} s)"
+        # The message names the silence by its last heartbeat (not its length), so it stays one alarm while it lasts.
+        message = f"gateway {gateway_id}: no heartbeat since {heartbeat_at:%Y-%m-%d %H:%M:%S} UTC"
         alarms.append(
             Alarm(AlarmKind.GATEWAY_SILENT, f"gateway {gateway_id}", message, quiet, settings.gateway_stale_s)
         )

@@ -1,9 +1,12 @@
 """The live view's read model of the store: gateways by heartbeat, stage occupancy against the limits, the READY
 buffer, throughput and failures over the window, and the weight version being collected against the current one.
 
-Stage occupancy counts rollouts by status: a rollout's status becomes its stage's once it holds the stage's slot,
-so ``INIT`` + ``RUNNING`` + ``POSTRUN`` never exceed their limits fleet-wide. The READY buffer is the rollouts
-between taking a ready slot and getting a run slot: those in ``INIT`` (initialising, or initialised and waiting).
+Stage occupancy counts the rollouts inside a stage: a rollout's status becomes the stage's once it holds the
+stage's slot and its ``stage`` (the last one finished) becomes the stage as it gives the slot back, so a status
+of ``INIT`` with ``stage`` not yet ``init`` is a held init slot (and likewise for run, postrun, evaluate): the
+counts never exceed the limits. The READY buffer is the rollouts between taking a ready slot and getting a run
+slot that the store can see: those in ``INIT`` (initialising, or initialised and waiting for a run slot); one
+that holds a ready slot while it waits for an init slot is still ``PENDING`` there, so the count is a lower bound.
 """
 
 from __future__ import annotations
@@ -160,17 +163,26 @@ def _versions(db: Session) -> Versions:
 
 
 def fleet_state(db: Session, settings: Settings, at: datetime) -> FleetState:
-    counts = {
-        status: n for status, n in db.execute(sa.select(Rollout.status, sa.func.count()).group_by(Rollout.status))
-    }
+    rows = db.execute(
+        sa.select(Rollout.status, Rollout.stage, sa.func.count())
+        .where(Rollout.status.in_([s for s in RolloutStatus if not s.is_terminal]))
+        .group_by(Rollout.status, Rollout.stage)
+    ).all()
+    inside: Counter[str] = Counter()  # rollouts inside a stage (its status, the stage not finished yet)
+    by_status: Counter[RolloutStatus] = Counter()
+    for status, done, n in rows:
+        by_status[status] += n
+        for stage, stage_status in STAGE_STATUS.items():
+            if status is stage_status and done != stage:
+                inside[stage] += n
     limits = stage_limits(settings)
-    stages = [StageLoad(stage, counts.get(status, 0), limits.get(stage)) for stage, status in STAGE_STATUS.items()]
+    stages = [StageLoad(stage, inside[stage], limits.get(stage)) for stage in STAGE_STATUS]
     return FleetState(
         at=at,
         gateways=gateway_entries(db, at, settings.gateway_stale_s),
         stages=stages,
-        ready=StageLoad("ready", counts.get(RolloutStatus.INIT, 0), limits["ready"]),
-        pending=counts.get(RolloutStatus.PENDING, 0),
+        ready=StageLoad("ready", by_status[RolloutStatus.INIT], limits["ready"]),
+        pending=by_status[RolloutStatus.PENDING],
         throughput=_throughput(db, at, settings.live_window_s),
         versions=_versions(db),
     )

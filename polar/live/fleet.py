@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from db.enums import RolloutStatus
-from db.models import Gateway, Rollout, WeightVersion
+from db.models import Capture, Gateway, Rollout, WeightVersion
 from polar.rollout.limits import stage_limits
 from polar.settings import Settings
 
@@ -142,21 +142,28 @@ def _throughput(db: Session, at: datetime, window_s: float) -> Throughput:
 
 
 def _versions(db: Session) -> Versions:
+    """The current version and how far behind it the rollouts under way sample: each one's oldest version among
+    its captures so far (versions never registered count as older than every registered one)."""
     registered = list(db.scalars(sa.select(WeightVersion.version).order_by(WeightVersion.id)))
     ordinal = {version: i for i, version in enumerate(registered)}
-    sampled = db.scalars(
-        sa.select(Rollout.weight_version_min).where(
-            Rollout.status.in_([s for s in RolloutStatus if not s.is_terminal]), Rollout.weight_version_min.is_not(None)
-        )
+    sampled = db.execute(
+        sa.select(Capture.rollout_id, Capture.weight_version)
+        .join(Rollout, Rollout.id == Capture.rollout_id)
+        .where(Rollout.status.in_([s for s in RolloutStatus if not s.is_terminal]), Capture.weight_version.is_not(None))
+        .distinct()
     ).all()
+    oldest: dict[str, int] = {}
+    for rollout_id, version in sampled:
+        position = ordinal.get(version or "", -1)
+        oldest[rollout_id] = min(position, oldest.get(rollout_id, position))
     current = registered[-1] if registered else None
-    behind = [len(registered) - 1 - ordinal.get(v, -1) if v in ordinal else len(registered) for v in sampled]
+    behind = [len(registered) - 1 - position for position in oldest.values()] if current is not None else []
     if current is None:
-        behind = [0 for _ in sampled]
+        behind = [0 for _ in oldest]
     return Versions(
         current=current,
         registered=len(registered),
-        collecting=len(sampled),
+        collecting=len(oldest),
         behind_max=max(behind) if behind else None,
         behind_mean=sum(behind) / len(behind) if behind else None,
     )

@@ -40,6 +40,7 @@ STATE = """() => ({
   stages: [...document.querySelectorAll('tr.occupancy')].map(r => [r.dataset.stage, Number(r.dataset.occupied),
            r.dataset.limit === '' ? null : Number(r.dataset.limit)]),
   alarms: [...document.querySelectorAll('li.alarm')].map(a => a.dataset.kind + ' ' + a.dataset.scope),
+  collecting: Number(document.querySelector('#weights .collecting').dataset.n),
 })"""
 
 
@@ -101,6 +102,7 @@ def test_the_live_page_during_a_batch_with_a_gateway_killed_mid_run(tmp_path, ca
             assert f"gateway_silent gateway {doomed.registry_id}" in final["alarms"]
             assert counted_silent() - silent_before == 1  # once, however many refreshes showed it
             assert max(dict((s, n) for s, n, _ in st["stages"])["run"] for st in samples) >= 1
+            assert max(st["collecting"] for st in samples) >= 1  # rollouts under way that have sampled
             page.wait_for_function("Number(document.querySelector('#throughput .finished').dataset.n) === 8")
             row = page.locator(f'tr.gateway[data-gateway="{survivor.registry_id}"]')
             assert "no answer" not in row.inner_text()  # its load was scraped from its /metrics

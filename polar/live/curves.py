@@ -2,7 +2,7 @@
 reward, the solve rate (reward >= 1), trainable tokens per rollout and rollout duration of finished rollouts.
 
 A rollout belongs to the version it last sampled under (``weight_version_max``); versions never registered
-(``default``, a server's own name) come first, in the order they were first sampled. The group is the task's
+(``default``, a server's own name) come first, in the order their first rollout finished. The group is the task's
 ``metadata.group`` (else its name); every chart also has an ``all`` line.
 """
 
@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -44,15 +45,12 @@ class Curves:
         return {g: [self.values[metric].get(g, {}).get(v) for v in self.versions] for g in [ALL, *self.groups]}
 
 
-def _duration(timings: dict | None) -> float | None:
-    if not timings:
-        return None
-    seconds = [float((timings.get(s) or {}).get("duration_s") or 0.0) for s in STAGES]
-    return sum(seconds) if any(seconds) else None
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+FACTS = sa.table(
+    "rollout_facts",
+    *(sa.column(name) for name in ("rollout_id", "task_id", "status", "reward", "weight_version_max", "created_at")),
+    sa.column("finished_at"),
+    *(sa.column(f"{stage}_s") for stage in STAGES),
+)
 
 
 def learning_curves(
@@ -62,7 +60,10 @@ def learning_curves(
     until: datetime | None = None,
     task_ids: Sequence[str] | None = None,
 ) -> Curves:
+    """Aggregated in SQL over the ``rollout_facts`` view (one pass per grouping: by version, and by version and
+    group), so the cost is one scan however many rollouts the store holds."""
     dialect = db.get_bind().dialect.name
+    f = FACTS
     tokens = (
         sa.select(Trajectory.rollout_id, sa.func.coalesce(sa.func.sum(Trajectory.n_loss_tokens), 0).label("n"))
         .join(Rollout, Rollout.id == Trajectory.rollout_id)
@@ -71,61 +72,53 @@ def learning_curves(
         .group_by(Trajectory.rollout_id)
         .subquery("tokens")
     )
-    query = (
-        sa.select(
-            Rollout.weight_version_max,
-            Rollout.reward,
-            Rollout.stage_timings,
-            Rollout.finished_at,
-            Task.name,
-            sa.cast(meta_value(dialect, "group"), sa.String).label("group"),
-            tokens.c.n,
+    seconds = sum((sa.func.coalesce(f.c[f"{stage}_s"], 0.0) for stage in STAGES), sa.literal(0.0))
+    solved = sa.case((f.c.reward.is_(None), None), (f.c.reward >= 1, 1.0), else_=0.0)
+    label = sa.func.coalesce(sa.cast(meta_value(dialect, "group"), sa.String), Task.name, "(unnamed)")
+    measures = (
+        sa.func.count().label("n"),
+        sa.func.avg(f.c.reward).label("mean_reward"),
+        sa.func.avg(solved).label("solve_rate"),
+        sa.func.avg(sa.func.coalesce(tokens.c.n, 0)).label("trainable_tokens"),
+        sa.func.avg(sa.func.nullif(seconds, 0.0)).label("duration_s"),
+        sa.func.min(f.c.finished_at).label("first"),
+    )
+
+    def grouped(*keys: Any) -> list[Any]:
+        query = (
+            sa.select(f.c.weight_version_max.label("version"), *keys, *measures)
+            .select_from(f)
+            .join(Task, Task.id == f.c.task_id, isouter=True)
+            .join(tokens, tokens.c.rollout_id == f.c.rollout_id, isouter=True)
+            .where(f.c.status == RolloutStatus.COMPLETED.value, f.c.weight_version_max.is_not(None))
+            .group_by(f.c.weight_version_max, *keys)
         )
-        .join(Task, Task.id == Rollout.task_id, isouter=True)
-        .join(tokens, tokens.c.rollout_id == Rollout.id, isouter=True)
-        .where(Rollout.status == RolloutStatus.COMPLETED, Rollout.weight_version_max.is_not(None))
-        .order_by(Rollout.finished_at)
-    )
-    if since is not None:
-        query = query.where(Rollout.created_at >= since)
-    if until is not None:
-        query = query.where(Rollout.created_at < until)
-    if task_ids:
-        query = query.where(Rollout.task_id.in_(list(task_ids)))
+        if since is not None:
+            query = query.where(f.c.created_at >= since)
+        if until is not None:
+            query = query.where(f.c.created_at < until)
+        if task_ids:
+            query = query.where(f.c.task_id.in_(list(task_ids)))
+        return list(db.execute(query))
+
+    overall = grouped()
+    by_group = grouped(label.label("label"))
     registered = {v: i for i, v in enumerate(db.scalars(sa.select(WeightVersion.version).order_by(WeightVersion.id)))}
-    first_seen: dict[str, int] = {}
-    samples: dict[str, dict[tuple[str, str], list[float]]] = {m: defaultdict(list) for m in METRICS}
-    count: dict[tuple[str, str], int] = defaultdict(int)
-    for version, reward, timings, _, name, group, n_tokens in db.execute(query):
-        first_seen.setdefault(version, len(first_seen))
-        label = group or name or "(unnamed)"
-        duration = _duration(timings)
-        for g in (ALL, label):
-            key = (g, version)
-            count[key] += 1
-            if reward is not None:
-                samples["mean_reward"][key].append(float(reward))
-                samples["solve_rate"][key].append(1.0 if reward >= 1.0 else 0.0)
-            samples["trainable_tokens"][key].append(float(n_tokens or 0))
-            if duration is not None:
-                samples["duration_s"][key].append(duration)
-    unregistered = len(registered)
+    first = {row.version: row.first for row in overall}
     versions = sorted(
-        first_seen, key=lambda v: (0, first_seen[v]) if v not in registered else (1, registered[v] - unregistered)
+        first,
+        key=lambda v: (1, registered[v], "") if v in registered else (0, 0, str(first[v])),
     )
-    groups = sorted({g for g, _ in count if g != ALL})
-    values: dict[str, dict[str, dict[str, float]]] = {}
-    for metric, by_key in samples.items():
-        table: dict[str, dict[str, float]] = defaultdict(dict)
-        for (g, v), xs in by_key.items():
-            mean = _mean(xs)
-            if mean is not None:
-                table[g][v] = mean
-        values[metric] = dict(table)
+    values: dict[str, dict[str, dict[str, float]]] = {m: defaultdict(dict) for m in METRICS}
     rollouts: dict[str, dict[str, int]] = defaultdict(dict)
-    for (g, v), n in count.items():
-        rollouts[g][v] = n
-    return Curves(versions, groups, values, dict(rollouts))
+    for group, row in [*((ALL, row) for row in overall), *((row.label, row) for row in by_group)]:
+        rollouts[group][row.version] = int(row.n)
+        for metric in METRICS:
+            value = getattr(row, metric)
+            if value is not None:
+                values[metric][group][row.version] = float(value)
+    groups = sorted({str(row.label) for row in by_group})
+    return Curves(versions, groups, {m: dict(v) for m, v in values.items()}, dict(rollouts))
 
 
 def curve_charts(curves: Curves) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """A store seeded as a GRPO run leaves it: five registered weight versions, two task groups, four samples per
 task, rewards rising with the version (the ``arith`` group learns faster than ``files``), trajectories with
-trainable tokens and stage timings. Rows are written directly: a real closed loop on the tiny random model in
-CI's minutes does not move its reward visibly (the chart needs a store where it rises)."""
+trainable tokens and stage timings. Rows are written directly: a real closed loop that moves the reward takes
+minutes (``examples/grpo``, 6 steps), too long for a CI test."""
 
 from __future__ import annotations
 

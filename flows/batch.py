@@ -2,7 +2,8 @@
 
     rollout_batch(tasks=[{...TaskRequest...}, ...], dispatch="inline" | "deployment")
 
-It returns a summary (task ids, every rollout's final status and reward). Rollouts that failed a stage for good
+It returns a summary (task ids, every rollout's final status and reward, the batch's alarms:
+``flows.alarms``). Rollouts that failed a stage for good
 are ERROR with their failure recorded; ``retry_failed`` resumes them. The batch itself ends Completed whatever
 its rollouts' outcomes: an agent that failed its task is data, not a broken batch.
 """
@@ -19,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db.enums import RolloutStatus
 from db.models import Rollout
+from flows.alarms import raise_batch_alarms
 from flows.artifacts import publish_batch
 from flows.dispatch import Dispatch, dispatch_rollouts, run_elsewhere
 from polar.rollout import dispatch_order, submit_tasks
@@ -63,4 +65,6 @@ async def rollout_batch(tasks: list[dict[str, Any]], dispatch: Dispatch = Dispat
     flows = await dispatch_rollouts(rollout_ids, dispatch=Dispatch(dispatch), settings=settings, dispatcher=dispatcher)
     summary = await asyncio.to_thread(summarize, factory, rollout_ids, flows)
     await publish_batch(factory, settings, rollout_ids)
-    return {"tasks": {t.task_id: list(t.rollout_ids) for t in submitted}, **summary}
+    alarms = await raise_batch_alarms(factory, settings, rollout_ids)
+    by_task = {t.task_id: list(t.rollout_ids) for t in submitted}
+    return {"tasks": by_task, **summary, "alarms": [alarm.as_json() for alarm in alarms]}

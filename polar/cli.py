@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -142,15 +143,32 @@ def _status(args: argparse.Namespace) -> None:
     import sqlalchemy as sa
 
     from db.models import Task
+    from polar.auth import control_token
+    from polar.live import LiveView
+    from polar.live.text import format_live
     from polar.rollout.context import store_factory
     from polar.rollout.report import format_rollouts, format_totals, rollout_rows
 
-    factory = store_factory(get_settings())
-    with factory() as db:
-        task_ids = args.task or list(db.scalars(sa.select(Task.id).order_by(Task.created_at.desc()).limit(args.last)))
-    rows = rollout_rows(factory, task_ids)
-    print(format_rollouts(rows))
-    print(format_totals(rows))
+    settings = get_settings()
+    factory = store_factory(settings)
+    view = LiveView(settings, factory, control_token(settings, create=False) or None)
+
+    def screen() -> str:
+        with factory() as db:
+            task_ids = args.task or list(
+                db.scalars(sa.select(Task.id).order_by(Task.created_at.desc()).limit(args.last))
+            )
+        rows = rollout_rows(factory, task_ids)
+        live = format_live(asyncio.run(view.snapshot()))
+        return "\n".join([format_rollouts(rows), format_totals(rows), "", live])
+
+    if not args.watch:
+        print(screen())
+        return
+    while True:  # one screen, redrawn; Ctrl-C ends it
+        text = screen()
+        print("\x1b[H\x1b[2J" + text, flush=True)
+        time.sleep(args.watch)
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -214,7 +232,12 @@ def _report(args: argparse.Namespace) -> None:
     )
     print(
         json.dumps(
-            {"html": str(report.html), "images": {k: str(v) for k, v in report.images.items()}, **report.summary}
+            {
+                "html": str(report.html),
+                "images": {k: str(v) for k, v in report.images.items()},
+                "charts": {k: str(v) for k, v in report.charts.items()},
+                **report.summary,
+            }
         )
     )
 
@@ -290,6 +313,15 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="the rollouts of recent tasks as a table")
     status.add_argument("--task", action="append", help="a task id (repeatable)")
     status.add_argument("--last", type=int, default=5, help="the last N tasks when no --task is given")
+    status.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="redraw the screen every SECONDS (2 if not given) until Ctrl-C",
+    )
     status.set_defaults(func=_status)
 
     api = sub.add_parser("serve", help="the control API: tasks, rollouts, trajectories, trainer claims, weights")

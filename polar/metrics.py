@@ -15,6 +15,8 @@ Names and labels (docs/gateway.md lists them):
 - ``polar_event_loop_lag_seconds{server}``: how late a 10 ms timer fires on the server's event loop (a hundred
   samples a second: a p99 over a few seconds is not just the worst one).
 - ``polar_store_errors_total{server}``, ``polar_backend_errors_total{type}``.
+- ``polar_alarms_total{kind}``: alarms raised (``polar.alarms``), by the batch flow that fired them or, for a
+  silent gateway, by the control API's live view.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ OVERLOADED = Counter("polar_backend_overloaded", "Calls refused after waiting fo
 LOOP_LAG = Histogram("polar_event_loop_lag_seconds", "Event-loop lag", ["server"], buckets=_FAST)
 STORE_ERRORS = Counter("polar_store_errors", "Store failures", ["server"])
 BACKEND_ERRORS = Counter("polar_backend_errors", "Backend failures", ["type"])
+ALARMS = Counter("polar_alarms", "Alarms raised", ["kind"])
 
 
 def observe_commit(batch_size: int, seconds: float) -> None:

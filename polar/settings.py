@@ -43,6 +43,14 @@ class LimitScope(StrEnum):
     PREFECT = "prefect"
 
 
+class AccessLog(StrEnum):
+    """The gateway's access log: none, one ``key=value`` line per model call, or one JSON object per call."""
+
+    OFF = "off"
+    TEXT = "text"
+    JSON = "json"
+
+
 class TaskDispatch(StrEnum):
     """How the control API runs a submitted task: as flow runs of the rollout deployment (any worker of the pool
     picks them up), in its own process, or ``auto``: the deployment when a Prefect server is configured."""
@@ -208,6 +216,27 @@ class Settings(BaseSettings):
         default="", description="where users reach polar serve (its base URL); Prefect artifacts link to /ui there"
     )
     prefect_ui_url: str = Field(default="", description="Prefect UI base URL; the web UI links flow runs there")
+
+    # ---- the live view (/ui/live, polar status) and alarms ------------------------------------------------
+    gateway_access_log: AccessLog = Field(
+        default=AccessLog.OFF, description="one line per model call on the gateway: off, text or json"
+    )
+    live_window_s: float = Field(
+        default=300.0, gt=0, description="the live view's window: throughput, failures and alarms over the last N s"
+    )
+    alarm_min_groups: int = Field(
+        default=3, ge=1, description="alarm when the rewards of at least this many groups are all 0 (or all 1)"
+    )
+    alarm_empty_patch_share: float = Field(
+        default=0.5, ge=0, le=1, description="alarm when more than this share of git rollouts changed nothing"
+    )
+    alarm_no_call_share: float = Field(
+        default=0.2, ge=0, le=1, description="alarm when more than this share of harness runs made no model call"
+    )
+    alarm_infra_error_share: float = Field(
+        default=0.1, ge=0, le=1, description="alarm when more than this share of rollouts failed outside the agent"
+    )
+    alarm_min_rollouts: int = Field(default=4, ge=1, description="the share alarms need at least this many rollouts")
 
     # ---- runtimes and harness tools (docker, apptainer; polar harness install) ---------------------------
     tools: Path | None = Field(

@@ -35,7 +35,7 @@ from polar.errors import (
     PolarError,
     StoreError,
 )
-from polar.proxy import keepalive, ws_denial
+from polar.proxy import access_log, keepalive, ws_denial
 from polar.proxy.admin import add_admin_routes
 from polar.proxy.body import OFFLOAD_BYTES, FastJSONResponse, read_body
 from polar.proxy.canonical import ChatRequest
@@ -259,6 +259,7 @@ def create_app(gw: Gateway) -> FastAPI:
         await gw.aclose()
 
     app = FastAPI(title="Polar gateway", lifespan=lifespan)
+    access_log.install(app, gw.settings)
     app.state.gateway = gw
     app.add_middleware(SlicedRequests)  # a burst of calls spreads over loop iterations
     control_token = announce(gw.settings)  # closed by default: generated on first start when none is set

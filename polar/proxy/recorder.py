@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db import Capture, Rollout, session_scope
 from db.engine import rows_matched
 from polar.errors import PermissionDenied, PolarError, StoreError
-from polar.proxy import capture_sql
+from polar.proxy import access_log, capture_sql
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,12 @@ class CaptureWriter:
         self._ensure_started()
         loop = asyncio.get_running_loop()
         pending = _Pending(row, loop, loop.create_future(), key_hash)
+        queued = loop.time()
         self._queue.put(pending)
         try:
-            return await asyncio.wait_for(pending.future, timeout_s)
+            stored = await asyncio.wait_for(pending.future, timeout_s)
+            access_log.noted(row, loop.time() - queued)  # the call's line in the access log, if on
+            return stored
         except TimeoutError:
             raise StoreError(f"the store did not commit the capture within {timeout_s:g} s") from None
 

@@ -1,11 +1,13 @@
-"""Building a report: the analysis frames of a run or a date range, four PNG plots, and an HTML page that embeds
-them (base64) with summary tables, so the page is one file to share."""
+"""Building a report: the analysis frames of a run or a date range, four PNG plots, the learning curves (mean
+reward, solve rate, trainable tokens, duration by weight version and task group; SVG drawn by ``polar.live``,
+the same charts as the live page), and an HTML page that embeds them (PNG as base64, SVG inline) with summary
+tables, so the page is one file to share."""
 
 from __future__ import annotations
 
 import base64
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pandas as pd
 from sqlalchemy.orm import Session, sessionmaker
 
 from polar import analysis
+from polar.live import curve_charts, learning_curves
 from polar.report import plots
 
 
@@ -21,6 +24,7 @@ class Report:
     html: Path
     images: dict[str, Path]
     summary: dict[str, object]
+    charts: dict[str, Path] = field(default_factory=dict)  # the learning curves, SVG
 
 
 def _summary(rollouts: pd.DataFrame, tokens: pd.DataFrame) -> dict[str, object]:
@@ -66,13 +70,19 @@ def build_report(
         "stage_latency": plots.stage_latency(latencies, out / "stage_latency.png"),
         "failure_causes": plots.failure_causes(failures, out / "failure_causes.png"),
     }
+    with factory() as db:
+        svgs = curve_charts(learning_curves(db, since=since, until=until, task_ids=task_ids))
+    charts = {}
+    for name, svg in svgs.items():
+        charts[name] = out / f"curve_{name}.svg"
+        charts[name].write_text(svg, encoding="utf-8")
     summary = _summary(rollouts, tokens)
     page = out / "report.html"
-    page.write_text(_html(title, scope, summary, images, rewards, latencies, failures), encoding="utf-8")
-    return Report(page, images, summary)
+    page.write_text(_html(title, scope, summary, images, svgs, rewards, latencies, failures), encoding="utf-8")
+    return Report(page, images, summary, charts)
 
 
-def _html(title, scope, summary, images, rewards, latencies, failures) -> str:
+def _html(title, scope, summary, images, svgs, rewards, latencies, failures) -> str:
     def table(frame: pd.DataFrame) -> str:
         return (
             frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="", border=0)
@@ -90,6 +100,7 @@ def _html(title, scope, summary, images, rewards, latencies, failures) -> str:
 <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto}} img{{max-width:100%}}
 table{{border-collapse:collapse;font-size:12px}} td,th{{padding:2px 8px;border-bottom:1px solid #ddd}}</style></head>
 <body><h1>{html.escape(title)}</h1><p>Scope: {html.escape(scope_text)}</p><ul>{items}</ul>
+<h2>Learning curves</h2><div class="curves">{"".join(svgs.values())}</div>
 {"".join(image(name, path) for name, path in images.items())}
 <h2>Rewards by harness and weight version</h2>{table(rewards)}
 <h2>Stage latencies (s)</h2>{table(latencies)}

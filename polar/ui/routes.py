@@ -24,11 +24,14 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.enums import RolloutStatus
+from polar.auth import control_token
 from polar.errors import NotFound
+from polar.live import LiveView
 from polar.settings import Settings
 from polar.ui.auth import COOKIE, UIRefused, UITokenAccepted, ui_guard
 from polar.ui.detail import RolloutDetail, capture_json, rollout_detail, trajectory_row
 from polar.ui.listing import RolloutFilter, filter_choices, group_view, list_rollouts
+from polar.ui.live import add_live_routes
 from polar.ui.tokens import TokenPage, TokenText, token_html, token_page
 
 STATIC = Path(__file__).parent / "static"
@@ -51,6 +54,7 @@ def _environment() -> Environment:
     env.filters["secs"] = lambda v: "–" if v is None else (f"{v * 1e3:.0f} ms" if v < 1 else f"{v:.1f} s")
     env.filters["short"] = lambda v: (v or "")[:8]
     env.filters["token_html"] = lambda tp: Markup(token_html(tp))
+    env.filters["pct"] = lambda v: "–" if v is None else f"{v:.0%}"
     env.filters["when"] = lambda v: "–" if v is None else v.strftime("%Y-%m-%d %H:%M:%S")
     return env
 
@@ -210,6 +214,8 @@ def ui_router(settings: Settings, factory: sessionmaker[Session], page: Pages, t
         if sides[0][0].rollout.task_id != sides[1][0].rollout.task_id:
             raise UIPageError(400, "Not one task", f"rollouts {a} and {b} belong to different tasks")
         return page("compare.html", sides=sides, task=sides[0][0].task)
+
+    add_live_routes(router, LiveView(settings, factory, control_token(settings, create=False) or None), page)
 
     @router.get("/{rest:path}")
     async def unknown(rest: str) -> Response:

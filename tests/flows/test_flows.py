@@ -40,6 +40,7 @@ async def test_a_batch_runs_each_rollout_as_a_flow_run_with_four_task_runs(flow_
     factory = store_factory()
     ids = [rid for rollout_ids in summary["tasks"].values() for rid in rollout_ids]
     assert summary["counts"] == {"COMPLETED": 3}
+    assert summary["alarms"] == []  # a healthy batch: no alarm, no alarms artifact
     rows = {rid: rollout_row(factory, rid) for rid in ids}
     assert sorted(r.reward for r in rows.values()) == [0.0, 1.0, 1.0]
     for rid, row in rows.items():
@@ -89,6 +90,26 @@ async def test_an_evaluator_failure_is_retried_by_resuming_only_evaluate(flow_en
     # The retry's flow run shows the finished stages as skipped task runs.
     runs = await task_runs_of(row.flow_run_id, expect=4)
     assert [r.state.name for r in runs] == ["Skipped", "Skipped", "Skipped", "Completed"]
+
+
+async def test_a_batch_whose_evaluator_always_fails_writes_an_alarm_artifact_on_its_flow_run(flow_env):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    flow_env(POLAR_EVALUATE_RETRIES="0", POLAR_ALARM_MIN_ROLLOUTS="2")
+    broken = {"type": "script", "config": {"script": "echo scorer down >&2; exit 3"}}
+    summary = await rollout_batch(tasks=[answer_task(name="unscored", samples=2, evaluator=broken)])
+    assert summary["counts"] == {"ERROR": 2}
+    (alarm,) = summary["alarms"]
+    assert alarm["kind"] == "infra_errors" and alarm["value"] == 1.0
+    batch_runs = {str(run.id) for run in await flow_runs_named("batch-inline")}
+    async with get_client() as client:
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["polar-alarms"]))
+        )
+    (artifact,) = [a for a in artifacts if str(a.flow_run_id) in batch_runs]
+    assert artifact.type == "markdown" and "infra_errors" in artifact.data
+    assert "2 of 2 rollouts failed in a pipeline stage" in artifact.data
 
 
 async def test_prefect_task_retries_rerun_only_the_failed_stage_within_one_flow_run(flow_env, tmp_path):

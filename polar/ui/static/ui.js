@@ -29,6 +29,18 @@ function liveStages() {
   }, 2000);
 }
 
+// The live page: each part with data-src is fetched again every data-every ms and replaced in place.
+function liveParts() {
+  for (const part of document.querySelectorAll(".live-part[data-src]")) {
+    setInterval(async () => {
+      try {
+        const reply = await fetch(part.dataset.src, { credentials: "same-origin" });
+        if (reply.ok) part.innerHTML = await reply.text();
+      } catch (error) { /* the server is restarting: the next tick tries again */ }
+    }, Number(part.dataset.every) || 2000);
+  }
+}
+
 function lazyJson() {
   document.addEventListener("toggle", async (event) => {
     const details = event.target;
@@ -78,4 +90,4 @@ function hoverTitles() {
   });
 }
 
-document.addEventListener("DOMContentLoaded", () => { liveRows(); liveStages(); lazyJson(); paging(); hoverTitles(); });
+document.addEventListener("DOMContentLoaded", () => { liveRows(); liveStages(); liveParts(); lazyJson(); paging(); hoverTitles(); });

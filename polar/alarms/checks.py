@@ -1,0 +1,178 @@
+"""Deciding alarms from the store.
+
+A rollout's facts (``Outcome``) come from its row: its reward and weight version, its stage results (the run
+stage's outcome, postrun's git summary, a pipeline ``failure``) and how many model calls it made. ``evaluate``
+turns a set of them into alarms; ``batch_alarms`` reads a batch's rollouts, ``recent_alarms`` the live view's
+window (rollouts finished in the last ``POLAR_LIVE_WINDOW_S``) plus the gateways past their heartbeat window.
+
+- rewards: a scope (the batch or window, and each weight version in it) with at least ``alarm_min_groups``
+  groups (tasks) with a reward, every reward 0 (``all_zero_reward``) or every reward 1 (``all_one_reward``);
+- shares, once at least ``alarm_min_rollouts`` rollouts count: git rollouts whose patch is empty (over
+  ``alarm_empty_patch_share``), harness runs that ended without a model call (``alarm_no_call_share``), and
+  finished rollouts that failed in a pipeline stage (a stage that failed for good after its retries, the
+  ``failure`` record: infrastructure, not the agent's work; over ``alarm_infra_error_share``);
+- ``gateway_silent``: a gateway registered and not stopped whose heartbeat is older than ``gateway_stale_s``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from db.enums import RolloutStatus
+from db.models import Capture, Gateway, Rollout
+from polar.alarms.kinds import Alarm, AlarmKind
+from polar.settings import Settings
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the alarms read of one rollout."""
+
+    rollout_id: str
+    task_id: str | None
+    status: RolloutStatus
+    reward: float | None
+    version: str | None
+    calls: int  # captures: model calls the harness made through the gateway
+    ran: bool  # the run stage finished (the harness ended on its own)
+    git: bool  # postrun collected a git diff
+    patch_bytes: int | None  # its size (None when postrun collected none)
+    failed_stage: str | None  # a pipeline stage that failed for good
+
+
+def _outcome(row: Any, calls: int) -> Outcome:
+    results: dict[str, Any] = row.stage_results or {}
+    timings: dict[str, Any] = row.stage_timings or {}
+    artifacts = (results.get("postrun") or {}).get("artifacts") or {}
+    git = bool(artifacts.get("git")) and "diff_bytes" in artifacts
+    return Outcome(
+        rollout_id=row.id,
+        task_id=row.task_id,
+        status=row.status,
+        reward=row.reward,
+        version=row.weight_version_max,
+        calls=calls,
+        ran=bool((timings.get("run") or {}).get("finished_at")),
+        git=git,
+        patch_bytes=int(artifacts["diff_bytes"]) if git else None,
+        failed_stage=(results.get("failure") or {}).get("stage"),
+    )
+
+
+def outcomes(
+    db: Session, *, rollout_ids: Sequence[str] | None = None, finished_since: datetime | None = None
+) -> list[Outcome]:
+    """The finished rollouts among ``rollout_ids`` (or finished since ``finished_since``)."""
+    calls = sa.select(Capture.rollout_id, sa.func.count().label("n")).group_by(Capture.rollout_id).subquery("calls")
+    query = (
+        sa.select(Rollout, calls.c.n)
+        .join(calls, calls.c.rollout_id == Rollout.id, isouter=True)
+        .where(Rollout.status.in_([s for s in RolloutStatus if s.is_terminal]))
+    )
+    if rollout_ids is not None:
+        query = query.where(Rollout.id.in_(list(rollout_ids)))
+    if finished_since is not None:
+        query = query.where(Rollout.finished_at >= finished_since)
+    return [_outcome(row, n or 0) for row, n in db.execute(query)]
+
+
+def _reward_alarms(scope: str, items: list[Outcome], settings: Settings) -> list[Alarm]:
+    rewarded = [o for o in items if o.reward is not None]
+    groups = sorted({o.task_id or o.rollout_id for o in rewarded})
+    if len(groups) < settings.alarm_min_groups:
+        return []
+    rewards = [o.reward for o in rewarded if o.reward is not None]
+    tasks = tuple(t for t in groups if t)
+    for kind, value, words in ((AlarmKind.ALL_ZERO_REWARD, 0.0, "0"), (AlarmKind.ALL_ONE_REWARD, 1.0, "1")):
+        if all(r == value for r in rewards):
+            message = f"{scope}: all {len(rewards)} rewards over {len(groups)} groups are {words}"
+            return [Alarm(kind, scope, message, float(len(groups)), float(settings.alarm_min_groups), tasks)]
+    return []
+
+
+def _share_alarm(
+    kind: AlarmKind, scope: str, hits: list[Outcome], out_of: list[Outcome], limit: float, what: str, settings: Settings
+) -> list[Alarm]:
+    if len(out_of) < settings.alarm_min_rollouts or not out_of:
+        return []
+    share = len(hits) / len(out_of)
+    if share <= limit:
+        return []
+    message = f"{scope}: {len(hits)} of {len(out_of)} {what} ({share:.0%}, over {limit:.0%})"
+    tasks = tuple(sorted({o.task_id for o in hits if o.task_id}))
+    return [Alarm(kind, scope, message, round(share, 4), limit, tasks)]
+
+
+def evaluate(items: Sequence[Outcome], settings: Settings, scope: str = "batch") -> list[Alarm]:
+    """The alarms a set of finished rollouts raises (each weight version in it judged on its own too)."""
+    items = list(items)
+    alarms = _reward_alarms(scope, items, settings)
+    versions = sorted({o.version for o in items if o.version is not None})
+    if len(versions) > 1:
+        for version in versions:
+            alarms += _reward_alarms(f"version {version}", [o for o in items if o.version == version], settings)
+    git = [o for o in items if o.git]
+    alarms += _share_alarm(
+        AlarmKind.EMPTY_PATCHES,
+        scope,
+        [o for o in git if o.patch_bytes == 0],
+        git,
+        settings.alarm_empty_patch_share,
+        "git rollouts changed nothing",
+        settings,
+    )
+    ran = [o for o in items if o.ran]
+    alarms += _share_alarm(
+        AlarmKind.NO_MODEL_CALL,
+        scope,
+        [o for o in ran if o.calls == 0],
+        ran,
+        settings.alarm_no_call_share,
+        "harness runs made no model call",
+        settings,
+    )
+    alarms += _share_alarm(
+        AlarmKind.INFRA_ERRORS,
+        scope,
+        [o for o in items if o.failed_stage is not None],
+        [o for o in items if o.status is not RolloutStatus.CANCELLED],
+        settings.alarm_infra_error_share,
+        "rollouts failed in a pipeline stage",
+        settings,
+    )
+    return alarms
+
+
+def gateway_alarms(db: Session, settings: Settings, at: datetime) -> list[Alarm]:
+    """A gateway registered, not stopped, and silent for longer than ``gateway_stale_s``."""
+    silent = db.execute(
+        sa.select(Gateway.id, Gateway.heartbeat_at)
+        .where(Gateway.stopped_at.is_(None), Gateway.heartbeat_at < at - timedelta(seconds=settings.gateway_stale_s))
+        .order_by(Gateway.id)
+    ).all()
+    alarms = []
+    for gateway_id, heartbeat_at in silent:
+        quiet = (at - heartbeat_at).total_seconds()
+        # The message names the silence by its last heartbeat (not its length), so it stays one alarm while it lasts.
+        message = f"gateway {gateway_id}: no heartbeat since {heartbeat_at:%Y-%m-%d %H:%M:%S} UTC"
+        alarms.append(
+            Alarm(AlarmKind.GATEWAY_SILENT, f"gateway {gateway_id}", message, quiet, settings.gateway_stale_s)
+        )
+    return alarms
+
+
+def batch_alarms(db: Session, settings: Settings, rollout_ids: Iterable[str]) -> list[Alarm]:
+    return evaluate(outcomes(db, rollout_ids=list(rollout_ids)), settings, "batch")
+
+
+def recent_alarms(db: Session, settings: Settings, at: datetime) -> list[Alarm]:
+    """The live view's alarms: the window's rollouts and the silent gateways."""
+    since = at - timedelta(seconds=settings.live_window_s)
+    window = f"last {settings.live_window_s / 60:g} min"
+    return gateway_alarms(db, settings, at) + evaluate(outcomes(db, finished_since=since), settings, window)

@@ -1,0 +1,61 @@
+"""The live view as one snapshot: the fleet read from the store, each gateway's load scraped from its
+``/metrics``, the alarms of the window, and (when asked) the learning curves. The web UI's ``/ui/live`` and
+``polar status`` both render it; ``LiveView`` keeps the scraper (rates need the previous scrape) between calls.
+
+A silent gateway's alarm is counted in ``/metrics`` once per silence by the process that first shows it; the
+batch alarms are counted by the batch flow that raised them, not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from polar.alarms import Alarm, AlarmKind, count_alarms, recent_alarms
+from polar.clock import now
+from polar.live.curves import Curves, learning_curves
+from polar.live.fleet import FleetState, GatewayEntry, GatewayState, fleet_state, state_of
+from polar.live.scrape import GatewayLoad, Scraper
+from polar.settings import Settings
+
+
+@dataclass(frozen=True)
+class GatewayView:
+    entry: GatewayEntry
+    state: GatewayState
+    load: GatewayLoad | None
+
+
+@dataclass(frozen=True)
+class LiveSnapshot:
+    fleet: FleetState
+    gateways: list[GatewayView]
+    alarms: list[Alarm]
+    curves: Curves | None
+
+
+class LiveView:
+    def __init__(self, settings: Settings, factory: sessionmaker[Session], token: str | None):
+        self.settings = settings
+        self.factory = factory
+        self.scraper = Scraper(token)
+
+    def _read(self, curves: bool) -> tuple[FleetState, list[Alarm], Curves | None]:
+        at = now()
+        with self.factory() as db:
+            fleet = fleet_state(db, self.settings, at)
+            alarms = recent_alarms(db, self.settings, at)
+            return fleet, alarms, learning_curves(db) if curves else None
+
+    async def snapshot(self, *, curves: bool = False) -> LiveSnapshot:
+        fleet, alarms, learned = await asyncio.to_thread(self._read, curves)
+        stale = self.settings.gateway_stale_s
+        reachable = [(g.id, g.url) for g in fleet.gateways if not g.stopped and g.silent_s <= stale]
+        loads = await self.scraper.scrape(reachable) if reachable else {}
+        gateways = [
+            GatewayView(g, state_of(g, stale, loads.get(g.id) is not None), loads.get(g.id)) for g in fleet.gateways
+        ]
+        count_alarms([a for a in alarms if a.kind is AlarmKind.GATEWAY_SILENT], once=True)
+        return LiveSnapshot(fleet, gateways, alarms, learned)

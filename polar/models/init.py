@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from polar.errors import ConfigError
 from polar.models.folder import CHAT_FORMAT_KEY
@@ -72,7 +73,7 @@ def init_model_folder(spec: TinyModelSpec, out: Path, cache_dir: Path) -> Path:
     vocab = VOCABULARIES[spec.tokenizer]
     tokenizer = load_tokenizer(spec.tokenizer, cache_dir)
     eos_ids = [tokenizer.token_id(t) for t in vocab.eos_tokens]
-    config_kwargs = dict(
+    config_kwargs: dict[str, Any] = dict(
         vocab_size=tokenizer.vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,

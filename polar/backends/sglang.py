@@ -40,7 +40,7 @@ from polar.backends.base import (
     GenerateResult,
     WeightUpdate,
 )
-from polar.backends.extras import ExtrasReader, sglang_request_fields
+from polar.backends.extras import ExtrasReader, loads_without_experts, sglang_request_fields
 from polar.backends.sglang_wire import (
     CONTEXT_KEYS,
     OutputReader,
@@ -81,6 +81,14 @@ def _ids_json(ids: Any) -> Any:
     if isinstance(ids, array) and ids.typecode == "i":
         return np.frombuffer(ids, dtype=np.int32)
     return ids if isinstance(ids, list | tuple) else list(ids)
+
+
+def _parse_with_experts(response: Any, url: str) -> Any:
+    """The body with its routed experts cut out before parsing (polar.backends.extras.loads_without_experts)."""
+    try:
+        return loads_without_experts(response.content)
+    except orjson.JSONDecodeError:
+        return json_of(response, url)  # the usual path names what is wrong
 
 
 class SGLangBackend:
@@ -154,7 +162,10 @@ class SGLangBackend:
             raise unavailable(exc, url, self.timeout_s) from exc
         if response.status_code >= 400:
             raise http_error(response, url, request, self.model_info)
-        payload = json_of(response, url)
+        if request.extras is not None and request.extras.routed_experts and response.status_code < 400:
+            payload = _parse_with_experts(response, url)
+        else:
+            payload = json_of(response, url)
         reader = OutputReader(url, request)
         extras = ExtrasReader(url, request, self.routing_shape)
         extras.add(payload, len(reader.add(payload)[0]))

@@ -19,6 +19,7 @@ the sampled ids) gets no extras: they would not be the ones its tokens were comp
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from db.models import Capture, Trajectory
 from polar.capture_extras import stored_extras
+from polar.errors import NotFound
 from polar.trajectory.records import Trace
 
 _COLUMNS = (
@@ -111,15 +113,17 @@ def stitch(path: Sequence[Any]) -> SequenceExtras:
 
 
 def path_to(db: Session, capture_id: int) -> list[Any]:
-    """The captures from the tree's root down to ``capture_id`` (only the columns ``stitch`` reads)."""
+    """The captures from the tree's root down to ``capture_id`` (only the columns ``stitch`` reads), read with one
+    query over the capture's rollout."""
+    rollout_id = db.scalar(sa.select(Capture.rollout_id).where(Capture.id == capture_id))
+    if rollout_id is None:
+        return []
+    rows = {row.id: row for row in db.execute(sa.select(*_COLUMNS).where(Capture.rollout_id == rollout_id))}
     path: list[Any] = []
     next_id: int | None = capture_id
-    while next_id is not None:
-        row = db.execute(sa.select(*_COLUMNS).where(Capture.id == next_id)).one_or_none()
-        if row is None:
-            break
-        path.append(row)
-        next_id = row.parent_id
+    while next_id is not None and next_id in rows:
+        path.append(rows[next_id])
+        next_id = rows[next_id].parent_id
     return path[::-1]
 
 
@@ -161,3 +165,54 @@ def trajectory_extras(db: Session, trajectory: Trajectory | Trace) -> Trajectory
         routed_experts=stitched.routed_experts,
         experts_mask=stitched.experts_mask,
     )
+
+
+def extras_json(trajectory_id: int, extras: TrajectoryExtras | None) -> dict[str, Any]:
+    """The control API's view of a trajectory's extras (``GET /v1/trajectories/{id}/extras``): top-k as lists per
+    response token (``mask`` 1 where the id was sampled), routed experts as base64 of the (tokens, layers, k)
+    array in ``dtype`` (little-endian), one row per prompt and response token (``mask`` 0 on the last)."""
+    top = experts = None
+    if extras is not None and extras.top_ids is not None and extras.top_logprobs is not None:
+        assert extras.top_mask is not None
+        top = {
+            "k": int(extras.top_ids.shape[1]),
+            "ids": extras.top_ids.tolist(),
+            "logprobs": extras.top_logprobs.tolist(),
+            "mask": extras.top_mask.astype(int).tolist(),
+        }
+    if extras is not None and extras.routed_experts is not None:
+        assert extras.experts_mask is not None
+        array = extras.routed_experts
+        dtype = "uint16" if array.dtype.itemsize == 2 else "uint8"
+        experts = {
+            "shape": list(array.shape),
+            "dtype": dtype,
+            "data": base64.b64encode(array.astype("<u2" if dtype == "uint16" else "u1").tobytes()).decode(),
+            "mask": extras.experts_mask.astype(int).tolist(),
+        }
+    return {"trajectory_id": trajectory_id, "top_logprobs": top, "routed_experts": experts}
+
+
+def extras_from_json(body: dict[str, Any]) -> TrajectoryExtras:
+    """``extras_json``'s output as arrays again (what trainer adapters read)."""
+    top, routed = body.get("top_logprobs"), body.get("routed_experts")
+    experts = mask = None
+    if routed:
+        dtype = "<u2" if routed["dtype"] == "uint16" else "u1"
+        experts = np.frombuffer(base64.b64decode(routed["data"]), dtype=dtype).reshape(routed["shape"])
+        mask = np.asarray(routed["mask"], bool)
+    return TrajectoryExtras(
+        top_ids=np.asarray(top["ids"], np.int32).reshape(-1, top["k"]) if top else None,
+        top_logprobs=np.asarray(top["logprobs"], np.float32).reshape(-1, top["k"]) if top else None,
+        top_mask=np.asarray(top["mask"], bool) if top else None,
+        routed_experts=experts,
+        experts_mask=mask,
+    )
+
+
+def trajectory_extras_view(db: Session, trajectory_id: int) -> dict[str, Any]:
+    """``extras_json`` of a stored trajectory; NotFound when there is none with that id."""
+    trajectory = db.get(Trajectory, trajectory_id)
+    if trajectory is None:
+        raise NotFound(f"no trajectory {trajectory_id}", field="trajectory_id")
+    return extras_json(trajectory_id, trajectory_extras(db, trajectory))

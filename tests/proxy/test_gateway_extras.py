@@ -224,3 +224,37 @@ def test_a_server_that_drops_routed_experts_stops_the_start(moe_engine: LocalEng
         with pytest.raises(ConfigError, match="routed_experts"):
             with GatewayServer(settings):
                 pass
+
+
+def test_stored_trajectories_carry_them_to_the_api_exports_and_trainers(stack: Stack) -> None:
+    from db import Trajectory
+    from polar.export.extras import extras_columns
+    from polar.integrations.extras import trl_fields
+    from polar.integrations.groups import Sample
+    from polar.trajectory.extras import extras_from_json, trajectory_extras_view
+    from polar.trajectory.store import build_and_store
+
+    session = stack.gateway.session(None, capture=CAPTURE)
+    _openai_chat(session, stream=False)
+    with session_scope(stack.gateway.gateway.factory) as db:
+        build_and_store(db, session["session_id"], outcome_reward=1.0)
+    with session_scope(stack.gateway.gateway.factory) as db:
+        (trajectory,) = db.scalars(sa.select(Trajectory).where(Trajectory.rollout_id == session["session_id"])).all()
+        direct = trajectory_extras(db, trajectory)
+        view = trajectory_extras_view(db, trajectory.id)  # GET /v1/trajectories/{id}/extras
+        columns = extras_columns(db, trajectory)
+        prompt, response, mask = list(trajectory.prompt_ids), list(trajectory.response_ids), list(trajectory.loss_mask)
+    assert direct is not None and direct.routed_experts is not None and direct.top_ids is not None
+    read = extras_from_json(view)
+    assert np.array_equal(read.routed_experts, direct.routed_experts)
+    assert np.array_equal(read.top_ids, direct.top_ids) and np.array_equal(read.top_logprobs, direct.top_logprobs)
+    n = len(prompt) + len(response)
+    assert columns["routed_experts_shape"] == [n, 2, 2] and len(columns["routed_experts"]) == n * 4
+    assert columns["top_k"] == K and len(columns["response_top_ids"]) == len(response)
+    assert all(len(ids) == K for ids, m in zip(columns["response_top_ids"], mask, strict=True) if m)
+    sampled = sum(1 for ids in columns["response_top_ids"] if ids)  # every sampled token, trained or not
+    assert sampled >= TURNS and all(len(ids) in (0, K) for ids in columns["response_top_ids"])
+    sample = Sample("r", 0, "COMPLETED", prompt, response, mask, [0.0] * len(response), 1.0, None, None, 1)
+    fields = trl_fields([sample], [read])
+    assert fields["polar_top_ids"][0] == columns["response_top_ids"]
+    assert np.array_equal(fields["polar_routed_experts"][0], direct.routed_experts)

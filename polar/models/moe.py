@@ -170,3 +170,45 @@ def tap_for(model: Any) -> RouterTap | None:
     """The model's router tap, or None for a dense model."""
     shape = moe_shape(model.config)
     return _tap_of(model, shape) if shape is not None else None
+
+
+def replayed_logprobs(
+    model: Any,
+    ids: list[int],
+    experts: np.ndarray,
+    prompt_len: int,
+    temperature: float,
+    semantics: LogprobSemantics = LogprobSemantics.TEMPERATURE_SCALED,
+) -> list[float]:
+    """Rollout routing replay: teacher-forced logprobs of ``ids[prompt_len:]`` with every router forced to the
+    stored ``experts`` (positions x layers x k; rows past its end route freely), as a trainer replaying R3 does.
+    Equal to the captured logprobs when the stored routing is the one the server used."""
+    gates = _gates(model)
+    forced = torch.as_tensor(np.asarray(experts, dtype=np.int64))
+    handles = []
+
+    def force(layer: int):
+        def hook(module: Any, _inputs: Any, output: Any) -> Any:
+            logits, _weights, indices = output
+            indices = indices.clone()
+            rows = min(len(forced), len(indices))
+            indices[:rows] = forced[:rows, layer]
+            probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+            weights = probs.gather(1, indices)
+            if module.norm_topk_prob:
+                weights = weights / weights.sum(dim=-1, keepdim=True)
+            return logits, weights.to(logits.dtype), indices
+
+        return hook
+
+    for layer, gate in enumerate(gates):
+        handles.append(gate.register_forward_hook(force(layer)))
+    try:
+        keep = len(ids) - prompt_len + 1
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids]), use_cache=False, logits_to_keep=keep).logits[0, :-1]
+    finally:
+        for handle in handles:
+            handle.remove()
+    rows = logprob_rows(logits, temperature, semantics, greedy=temperature < 1e-6)
+    return rows.gather(1, torch.tensor(ids[prompt_len:])[:, None])[:, 0].tolist()

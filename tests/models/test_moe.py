@@ -75,3 +75,28 @@ def test_the_engine_reports_what_a_whole_sequence_pass_computes(qwen_moe: Path) 
         assert engine.prefix_cache.hits >= 2
     finally:
         engine.close()
+
+
+def test_replaying_the_stored_routing_reproduces_the_stored_logprobs(cache_dir: Path) -> None:
+    from polar.models.moe import replayed_logprobs
+    from polar.models.tiny import ensure_model_dir
+
+    folder = open_model_folder(ensure_model_dir("tiny-moe", cache_dir))
+    engine = LocalEngine(folder.path, folder_tokenizer(folder))
+    prompt = list(range(200, 260))
+    extras = ExtrasRequest(routed_experts=True)
+    try:
+        request = GenerateRequest(
+            tuple(prompt), SamplingParams(max_new_tokens=12, temperature=0.8, seed=5), extras=extras
+        )
+        result = asyncio.run(collect(engine.stream(request)))
+        ids = [*prompt, *result.output_ids]
+        assert result.extras is not None and result.extras.routed_experts is not None
+        stored = result.extras.routed_experts
+        replayed = replayed_logprobs(engine.model, ids, stored, len(prompt), 0.8)
+        assert np.abs(np.asarray(replayed) - np.asarray(result.output_logprobs)).max() <= 1e-5
+        shuffled = (stored.astype(np.int64) + 1) % 8  # another routing: the logprobs move
+        moved = replayed_logprobs(engine.model, ids, shuffled, len(prompt), 0.8)
+        assert np.abs(np.asarray(moved) - np.asarray(result.output_logprobs)).max() > 1e-3
+    finally:
+        engine.close()

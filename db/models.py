@@ -259,6 +259,17 @@ class Capture(Base):
     n_malformed_tool_calls: Mapped[int] = mapped_column(default=0, server_default="0")
     # Made by a scripted policy (tests, demos), not sampled: never trained on, left out of exports by default.
     scripted: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
+    # Extras, only where the session asked (``polar.capture_extras``; NULL otherwise). Top-k: ``top_k`` ids per
+    # sampled token, int32 little-endian (n_output, top_k), and their logprobs, float32 or float16 (the width
+    # tells). Routed experts: uint8 (up to 256 experts) or uint16 per (position, layer, k) for the positions
+    # ``[experts_start, n_prompt + n_output - 1)``: a call extending its parent holds only what the parent lacks.
+    top_k: Mapped[int | None]
+    top_ids: Mapped[bytes | None] = mapped_column(sa.LargeBinary)
+    top_logprobs: Mapped[bytes | None] = mapped_column(sa.LargeBinary)
+    experts_start: Mapped[int | None]
+    experts_layers: Mapped[int | None]
+    experts_k: Mapped[int | None]
+    routed_experts: Mapped[bytes | None] = mapped_column(sa.LargeBinary)
     created_at: Mapped[datetime] = _created_at()
 
     rollout: Mapped[Rollout] = relationship(back_populates="captures", lazy="raise")

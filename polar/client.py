@@ -112,6 +112,11 @@ class PolarClient:
         params = {k: v for k, v in filters.items() if v is not None}
         return self._call("GET", "/v1/trajectories", params=params)["trajectories"]
 
+    def trajectory_extras(self, trajectory_id: int) -> dict[str, Any]:
+        """Top-k logprobs and routed experts of a trajectory (``polar.trajectory.extras.extras_from_json`` reads
+        them as arrays); null where its session did not capture them."""
+        return self._call("GET", f"/v1/trajectories/{trajectory_id}/extras")
+
     # ---- trainer feed -------------------------------------------------------------------------------
 
     def claim(

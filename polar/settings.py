@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     vllm_endpoint: Literal["generate", "completions"] = Field(
         default="generate", description="vLLM token-in endpoint: generate or completions"
     )
+    capture_extras: str = Field(
+        default="",
+        description="extras sessions may capture, checked against the backend at start: top_logprobs=K,routed_experts",
+    )
     model: str = Field(default="tiny", description="toy model of the embedded set-up (polar.models.tiny)")
     model_path: Path | None = Field(default=None, description="the model's Hugging Face folder (tokenizer, config)")
     chat_format: str = Field(default="", description="chat-format family; empty: detected from the model folder")

@@ -40,6 +40,7 @@ from polar.proxy.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 from polar.rollout.submit import submit_tasks
 from polar.settings import Settings, TaskDispatch
 from polar.tokens.tokenizer import ChatTokenizer, load_tokenizer
+from polar.trajectory.extras import trajectory_extras_view
 from polar.ui import install_ui
 
 log = logging.getLogger(__name__)
@@ -248,6 +249,11 @@ def create_api(
         )
         rows = await read(queries.list_trajectories, filters, limit=limit, offset=offset, tokens=tokens)
         return {"trajectories": rows}
+
+    @app.get("/v1/trajectories/{trajectory_id}/extras", dependencies=v1)
+    async def trajectory_extras(trajectory_id: int) -> dict[str, Any]:
+        """Top-k logprobs and routed experts of one trajectory (polar.trajectory.extras), null where not captured."""
+        return await read(trajectory_extras_view, trajectory_id)
 
     @app.post("/v1/claims", dependencies=v1)
     async def claim(body: ClaimRequest) -> dict[str, Any]:

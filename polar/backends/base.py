@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -88,11 +88,49 @@ class VersionSpan:
 
 
 @dataclass(frozen=True)
+class ExtrasRequest:
+    """What a call asks beyond sampled ids and their logprobs (see ``polar.backends.extras`` for the wire).
+
+    ``top_logprobs``: the k most likely ids and their logprobs at every sampled position (0: none), with the
+    sampled id's own semantics. ``routed_experts``: the MoE experts each layer routed every position of
+    ``[routed_experts_start, prompt + output - 1)`` to (SGLang's ``routed_experts_start_len``: the last sampled id
+    is never fed to the model, and a call extending its parent asks only for the positions its parent lacks).
+    ``token_ids``: ids whose logprobs are wanted at every sampled position (SGLang's ``token_ids_logprob``).
+    """
+
+    top_logprobs: int = 0
+    routed_experts: bool = False
+    routed_experts_start: int = 0
+    token_ids: tuple[int, ...] = ()
+
+    @property
+    def any(self) -> bool:
+        return bool(self.top_logprobs or self.routed_experts or self.token_ids)
+
+
+@dataclass(frozen=True, eq=False)
+class GenerateExtras:
+    """The extras of one generation (or, on a stream chunk, of its new tokens), as numpy arrays.
+
+    ``top_ids`` int32 and ``top_logprobs`` float32, both (n_output, k); ``token_ids_logprobs`` float32
+    (n_output, len(ExtrasRequest.token_ids)); ``routed_experts`` (rows, layers, k) uint8 or uint16 for the
+    positions ``[routed_experts_start, routed_experts_start + rows)``. A field not asked for is None.
+    """
+
+    top_ids: Any = None
+    top_logprobs: Any = None
+    token_ids_logprobs: Any = None
+    routed_experts: Any = None
+    routed_experts_start: int = 0
+
+
+@dataclass(frozen=True)
 class GenerateRequest:
     input_ids: Sequence[int]  # a tuple or list, or an int32 array (a long append-mode prompt)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     request_id: str | None = None
     session_id: str | None = None  # the gateway session (rollout) it belongs to: a fleet routes on it
+    extras: ExtrasRequest | None = None  # top-k logprobs, routed experts (None: neither)
 
 
 @dataclass(frozen=True)
@@ -107,6 +145,7 @@ class GenerateResult:
     ttft_s: float | None = None
     e2e_s: float | None = None
     server: str | None = None  # which server of a fleet produced it (polar.backends.fleet); None for one server
+    extras: GenerateExtras | None = None  # what ``GenerateRequest.extras`` asked for
 
     @property
     def weight_version(self) -> str | None:
@@ -120,6 +159,7 @@ class GenerateChunk:
     output_ids: tuple[int, ...]
     output_logprobs: tuple[float, ...]
     final: GenerateResult | None = None
+    extras: GenerateExtras | None = None  # the new tokens' top-k logprobs, when asked (never routed experts)
 
 
 @dataclass(frozen=True)

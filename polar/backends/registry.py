@@ -1,4 +1,9 @@
-"""Backend registry: settings → a connected Backend. Core code never names a backend directly."""
+"""Backend registry: settings → a connected Backend. Core code never names a backend directly.
+
+With ``POLAR_CAPTURE_EXTRAS`` every server is asked once, at connect, for those extras
+(``polar.backends.extras.check_extras``): one that does not return them (a server started without the flag, a
+router that drops it) stops the start with a ConfigError naming what is missing.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from polar.settings import BackendKind, Settings
 
 if TYPE_CHECKING:
     from polar.models.engine import LocalEngine
+    from polar.models.moe import MoEShape
 
 
 async def _local(settings: Settings) -> Backend:
@@ -20,7 +26,35 @@ async def _local(settings: Settings) -> Backend:
     from polar.models.resolve import ModelChoice, resolve_model_folder
 
     folder = await asyncio.to_thread(resolve_model_folder, ModelChoice.policy(settings))
-    return LocalBackend.from_folder(folder.path, threads=settings.torch_threads)
+    backend = LocalBackend.from_folder(folder.path, threads=settings.torch_threads)
+    try:
+        await _check_extras(backend, settings)
+    except BaseException:
+        await backend.aclose()
+        raise
+    return backend
+
+
+async def _check_extras(backend: Backend, settings: Settings) -> None:
+    from polar.backends.base import ExtrasRequest
+    from polar.backends.extras import check_extras
+    from polar.capture_extras import verified_options
+
+    wanted = verified_options(settings.capture_extras)
+    if wanted.any:
+        await check_extras(backend, ExtrasRequest(wanted.top_logprobs, wanted.routed_experts))
+
+
+async def _routing_shape(settings: Settings) -> MoEShape | None:
+    """The MoE routing shape of the served model (its folder's config.json), when routed experts are captured."""
+    from polar.capture_extras import verified_options
+    from polar.models.moe import moe_shape
+    from polar.models.resolve import ModelChoice, resolve_model_folder
+
+    if not verified_options(settings.capture_extras).routed_experts:
+        return None
+    folder = await asyncio.to_thread(resolve_model_folder, ModelChoice.policy(settings))
+    return moe_shape(folder.config)
 
 
 def _require_url(settings: Settings) -> str:
@@ -33,7 +67,14 @@ def _sglang(settings: Settings) -> Callable[[str], Awaitable[Backend]]:
     from polar.backends.sglang import SGLangBackend
 
     async def connect(url: str) -> Backend:
-        return await SGLangBackend.connect(url, timeout_s=settings.backend_timeout_s)
+        shape = await _routing_shape(settings)
+        backend = await SGLangBackend.connect(url, timeout_s=settings.backend_timeout_s, routing_shape=shape)
+        try:
+            await _check_extras(backend, settings)
+        except BaseException:
+            await backend.aclose()
+            raise
+        return backend
 
     return connect
 
@@ -42,7 +83,13 @@ def _vllm(settings: Settings) -> Callable[[str], Awaitable[Backend]]:
     from polar.backends.vllm import VLLMBackend
 
     async def connect(url: str) -> Backend:
-        return await VLLMBackend.connect(url, endpoint=settings.vllm_endpoint, timeout_s=settings.backend_timeout_s)
+        backend = await VLLMBackend.connect(url, endpoint=settings.vllm_endpoint, timeout_s=settings.backend_timeout_s)
+        try:
+            await _check_extras(backend, settings)
+        except BaseException:
+            await backend.aclose()
+            raise
+        return backend
 
     return connect
 

@@ -24,6 +24,7 @@ import uuid
 from array import array
 from collections.abc import AsyncIterator, Mapping
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from polar.backends.base import (
     GenerateResult,
     WeightUpdate,
 )
+from polar.backends.extras import ExtrasReader, loads_without_experts, sglang_request_fields
 from polar.backends.sglang_wire import (
     CONTEXT_KEYS,
     OutputReader,
@@ -57,6 +59,7 @@ from polar.errors import (
     InvalidRequest,
     PolarError,
 )
+from polar.models.moe import MoEShape
 
 PAUSE_MODES = ("abort", "retract", "in_place")
 
@@ -80,6 +83,14 @@ def _ids_json(ids: Any) -> Any:
     return ids if isinstance(ids, list | tuple) else list(ids)
 
 
+def _parse_with_experts(response: Any, url: str) -> Any:
+    """The body with its routed experts cut out before parsing (polar.backends.extras.loads_without_experts)."""
+    try:
+        return loads_without_experts(response.content)
+    except orjson.JSONDecodeError:
+        return json_of(response, url)  # the usual path names what is wrong
+
+
 class SGLangBackend:
     """A Backend over an SGLang server (or ``polar serve-model``) at ``base_url``."""
 
@@ -93,9 +104,13 @@ class SGLangBackend:
         model_info: Mapping[str, Any] | None = None,
         extra_sampling_params: Mapping[str, Any] | None = None,
         client: httpx.AsyncClient | None = None,
+        routing_shape: MoEShape | None = None,
     ):
         """``model_info`` is ``/model_info`` as fetched by :meth:`connect`; ``extra_sampling_params`` are
-        server-specific sampling keys sent as is with every request (e.g. ``{"no_stop_trim": True}``)."""
+        server-specific sampling keys sent as is with every request (e.g. ``{"no_stop_trim": True}``);
+        ``routing_shape`` is the served MoE model's (from its folder's config.json), which SGLang's flat
+        ``routed_experts`` needs to be read."""
+        self.routing_shape = routing_shape
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.model_info: dict[str, Any] = dict(model_info or {})
@@ -147,10 +162,20 @@ class SGLangBackend:
             raise unavailable(exc, url, self.timeout_s) from exc
         if response.status_code >= 400:
             raise http_error(response, url, request, self.model_info)
-        payload = json_of(response, url)
+        if request.extras is not None and request.extras.routed_experts and response.status_code < 400:
+            payload = _parse_with_experts(response, url)
+        else:
+            payload = json_of(response, url)
         reader = OutputReader(url, request)
-        reader.add(payload)
-        return reader.result(payload)
+        extras = ExtrasReader(url, request, self.routing_shape)
+        extras.add(payload, len(reader.add(payload)[0]))
+        return self._with_extras(reader.result(payload), extras, payload)
+
+    @staticmethod
+    def _with_extras(result: GenerateResult, extras: ExtrasReader, payload: dict[str, Any]) -> GenerateResult:
+        if extras.request.extras is None:
+            return result
+        return replace(result, extras=extras.result(payload, len(result.output_ids)))
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         """Yield new tokens as the server streams them; the last chunk carries the result.
@@ -160,6 +185,7 @@ class SGLangBackend:
         body = self._body(request, stream=True)
         url = self.base_url + "/generate"
         reader = OutputReader(url, request)
+        extras = ExtrasReader(url, request, self.routing_shape)
         started = time.perf_counter()
         last: GenerateChunk | None = None
         try:
@@ -170,7 +196,7 @@ class SGLangBackend:
                 async for payloads in sse_batches(response, url):
                     if last is not None:
                         raise BackendProtocolError(f"{url}: the stream went on after its final chunk")
-                    new_ids, new_logprobs, final = self._read_batch(payloads, reader, started)
+                    new_ids, new_logprobs, final = self._read_batch(payloads, reader, started, extras)
                     del payloads  # parsed events are not held across a yield (each logprob triple is a list)
                     if final is not None:
                         # Held until the body is read to its end (data: [DONE]), so the connection can be
@@ -186,7 +212,7 @@ class SGLangBackend:
         raise BackendProtocolError(f"{url}: the stream ended before a chunk with a finish_reason")
 
     def _read_batch(
-        self, payloads: list[Any], reader: OutputReader, started: float
+        self, payloads: list[Any], reader: OutputReader, started: float, extras: ExtrasReader
     ) -> tuple[list[int], list[float], GenerateResult | None]:
         """The ids and logprobs that events read together add, and the result when one of them is the final chunk
         (a finish_reason). The parsed events end with this call: with a thousand streams open, holding each
@@ -202,13 +228,16 @@ class SGLangBackend:
             if "error" in payload:
                 raise error_from_body(payload, 400, reader.url, reader.request, self.model_info, in_stream=True)
             ids, logprobs = reader.add(payload)
+            extras.add(payload, len(ids))
             new_ids += ids
             new_logprobs += logprobs
             if (payload.get("meta_info") or {}).get("finish_reason") is not None:
                 finished = payload
         if new_ids and reader.ttft_s is None:
             reader.ttft_s = time.perf_counter() - started
-        return new_ids, new_logprobs, reader.result(finished) if finished is not None else None
+        if finished is None:
+            return new_ids, new_logprobs, None
+        return new_ids, new_logprobs, self._with_extras(reader.result(finished), extras, finished)
 
     def _body(self, request: GenerateRequest, *, stream: bool) -> dict[str, Any]:
         return {
@@ -217,6 +246,7 @@ class SGLangBackend:
             "return_logprob": True,
             "rid": request.request_id or uuid.uuid4().hex,
             "stream": stream,
+            **sglang_request_fields(request.extras),
         }
 
     # ---- weights and control ----------------------------------------------------------------------

@@ -12,6 +12,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from polar.export.extras import EXTRAS_FIELDS
+
 _COMMON = [
     ("trajectory_id", pa.int64()),
     ("task_id", pa.string()),
@@ -45,6 +47,7 @@ RL_SCHEMA = pa.schema(
         ("n_prompt", pa.int32()),
         ("n_response", pa.int32()),
         ("n_loss_tokens", pa.int32()),
+        *EXTRAS_FIELDS,  # top-k logprobs and routed experts (polar.export.extras), null where not captured
     ]
 )
 

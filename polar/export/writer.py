@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.models import Capture, Rollout, Task, Trajectory
 from polar.errors import InvalidRequest
 from polar.export.conversations import ReplyParser, conversation
+from polar.export.extras import extras_columns
 from polar.export.filters import ExportFilter, apply, harness_name
 from polar.export.schemas import RL_SCHEMA, SFT_SCHEMA
 from polar.settings import Settings
@@ -94,8 +95,8 @@ def rows(
         )
         parse_reply = ReplyParser(settings) if kind is ExportKind.SFT else None
         for trajectory, rollout, task, harness in db.execute(apply(query, filters, dialect)):
-            if parse_reply is None:  # an RL row is the trajectory's own token arrays
-                yield rl_row(trajectory, rollout, task, harness)
+            if parse_reply is None:  # an RL row is the trajectory's own token arrays (and its captures' extras)
+                yield rl_row(trajectory, rollout, task, harness) | extras_columns(db, trajectory)
                 continue
             last = db.get(Capture, trajectory.capture_ids[-1]) if trajectory.capture_ids else None
             if last is None:

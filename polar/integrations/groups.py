@@ -46,6 +46,7 @@ class Sample:
     weight_version_max: str | None
     chains: int
     masked_reason: str | None = None
+    trajectory_id: int | None = None  # the chain's trajectory (its extras: polar.integrations.extras)
 
     @property
     def trainable(self) -> bool:
@@ -161,6 +162,7 @@ def _sample(
         weight_version_max=best["weight_version_max"],
         chains=len(chains),
         masked_reason=reason,
+        trajectory_id=best.get("id"),
     )
 
 

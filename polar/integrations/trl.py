@@ -17,7 +17,9 @@ through the control API's weight path (``POST /v1/weights``: every gateway's bac
 ``<run>-step-<global_step>``; each run of ``num_generations`` equal prompts becomes one Polar task of that many
 samples, built by ``task(prompt)`` and tagged ``metadata.step`` = the published version's ordinal (what admission
 control reads), ``trl_step`` and ``weight_version``; the call waits for the tasks and returns their merged
-trajectories (``polar.integrations.groups``). Rewards travel as the forwarded field ``polar_reward``.
+trajectories (``polar.integrations.groups``). Rewards travel as the forwarded field ``polar_reward``. With
+``extras=True`` (tasks with ``capture: {top_logprobs: k, routed_experts: true}``) the call also returns
+``polar_top_ids``, ``polar_top_logprobs`` and ``polar_routed_experts`` (``polar.integrations.extras``).
 
 Failures (documented choice): a sample that cannot train (its rollout failed, or it was drawn more than
 ``max_staleness`` versions behind) is masked: ``env_mask`` all 0 and reward ``None``, which TRL treats as
@@ -35,6 +37,7 @@ from typing import Any
 
 from polar.client import PolarClient
 from polar.errors import InvalidRequest
+from polar.integrations.extras import sample_extras, trl_fields
 from polar.integrations.groups import HasVocab, Sample, check_tokenizer, fetch_group, prompt_text, version_ordinals
 from polar.tokens.tokenizer import vocab_fingerprint
 
@@ -81,6 +84,7 @@ class PolarRolloutFunc:
         timeout_s: float = 3600.0,
         poll_s: float = 0.5,
         log: Callable[[str], None] | None = None,
+        extras: bool = False,
     ):
         self.served = check_tokenizer(client, tokenizer)
         self.client = client
@@ -91,6 +95,7 @@ class PolarRolloutFunc:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.log = log
+        self.extras = extras  # also return top-k logprobs and routed experts (polar.integrations.extras)
         self.records: list[RolloutRecord] = []
         self._published: tuple[int, str] | None = None  # (global_step, version)
         self._checked: Any = None
@@ -136,7 +141,10 @@ class PolarRolloutFunc:
                 f"step {step:3d}  {version}  mean reward {record.mean_reward:.3f}  "
                 f"({len(samples)} samples, {masked} masked, {sum(map(sum, (s.loss_mask for s in samples)))} tokens)"
             )
-        return {
+        fields: dict[str, list[Any]] = {}
+        if self.extras:
+            fields = trl_fields(samples, sample_extras(self.client, samples))
+        return fields | {
             "prompt_ids": [s.prompt_ids for s in samples],
             "completion_ids": [s.completion_ids for s in samples],
             "logprobs": [s.logprobs for s in samples],

@@ -5,7 +5,9 @@ the dataset row's fields (``raw_prompt``, ``extra_info``, ...). ``PolarAgentLoop
 one-sample Polar task through the control API, waits for it, and returns verl's ``AgentLoopOutput``: the merged
 trajectory's ``prompt_ids``, ``response_ids``, ``response_mask`` (1 on sampled tokens, 0 on inserted ones),
 ``response_logprobs`` (as captured), ``reward_score`` (the evaluator's), ``num_turns`` and ``metrics``, with the
-rollout's id, status and weight versions in ``extra_fields``.
+rollout's id, status and weight versions in ``extra_fields``. With ``extras: true`` (tasks capturing them) the
+trajectory's routed experts go into ``AgentLoopOutput.routed_experts`` where this verl has the field, and its top-k
+logprobs into ``extra_fields`` (``polar_top_ids``, ``polar_top_logprobs``, ``polar_top_mask``).
 
 The task: ``extra_info["polar_task"]`` (a TaskRequest dict) when the row has one, else the ``task`` template
 given in the agent-loop config with the last user message of ``raw_prompt`` as its instruction. Register it in
@@ -35,6 +37,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from polar.client import PolarClient
 from polar.errors import InvalidRequest
+from polar.integrations.extras import sample_extras
 from polar.integrations.groups import Sample, check_tokenizer, fetch_group, prompt_text
 
 
@@ -47,6 +50,7 @@ class PolarAgentLoop(AgentLoopBase):
         task: Mapping[str, Any] | None = None,
         timeout_s: float = 3600.0,
         poll_s: float = 0.5,
+        extras: bool = False,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -55,6 +59,7 @@ class PolarAgentLoop(AgentLoopBase):
         self.template = _plain(task or {})
         self.timeout_s = timeout_s
         self.poll_s = poll_s
+        self.extras = extras  # routed experts (and top-k) of the trajectory, for tasks that capture them
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
 
@@ -79,7 +84,10 @@ class PolarAgentLoop(AgentLoopBase):
                 field="prompt_length",
             )
         cut = self.response_length
+        fields = await asyncio.to_thread(self._extras, sample, cut) if self.extras else {}
+        extra = fields.pop("extra_fields", {})
         return AgentLoopOutput(
+            **fields,
             prompt_ids=sample.prompt_ids,
             response_ids=sample.completion_ids[:cut],
             response_mask=sample.loss_mask[:cut],
@@ -94,8 +102,26 @@ class PolarAgentLoop(AgentLoopBase):
                 "polar_weight_version_max": sample.weight_version_max,
                 "polar_masked_reason": sample.masked_reason,
                 "polar_truncated": len(sample.completion_ids) > cut,
+                **extra,
             },
         )
+
+    def _extras(self, sample: Sample, cut: int) -> dict[str, Any]:
+        """``routed_experts`` ((prompt + response) x layers x k, cut like the response) where this verl's
+        ``AgentLoopOutput`` has the field, and the top-k under ``extra_fields``."""
+        (extras,) = sample_extras(self.client, [sample])
+        if extras is None:
+            return {}
+        out: dict[str, Any] = {"extra_fields": {}}
+        if extras.routed_experts is not None and "routed_experts" in AgentLoopOutput.model_fields:
+            out["routed_experts"] = extras.routed_experts[: len(sample.prompt_ids) + cut]
+        if extras.top_ids is not None and extras.top_logprobs is not None and extras.top_mask is not None:
+            out["extra_fields"] = {
+                "polar_top_ids": extras.top_ids[:cut],
+                "polar_top_logprobs": extras.top_logprobs[:cut],
+                "polar_top_mask": extras.top_mask[:cut],
+            }
+        return out
 
     def _rollout(self, task: dict[str, Any]) -> tuple[Sample, int]:
         (task_id,) = self.client.submit([task])

@@ -1,5 +1,5 @@
-"""``polar model init DIR --tokenizer NAME [--family F] [--layers N] [--hidden N] ...``: a seeded tiny model with a
-real tokenizer, saved as a Hugging Face folder (``polar serve-model --model-path DIR`` serves it,
+"""``polar model init DIR --tokenizer NAME [--family F] [--layers N] [--hidden N] [--moe] ...``: a seeded tiny
+model with a real tokenizer, saved as a Hugging Face folder (``polar serve-model --model-path DIR`` serves it,
 ``polar gateway --model-path DIR`` renders for it)."""
 
 from __future__ import annotations
@@ -39,12 +39,16 @@ def _init(args: argparse.Namespace) -> None:
         num_hidden_layers=args.layers,
         max_position_embeddings=args.context,
         seed=args.seed,
+        num_experts=args.experts if args.moe else 0,
+        num_experts_per_tok=args.experts_per_token,
     )
     init_model_folder(spec, out, get_settings().cache_dir)
     folder = open_model_folder(out)
+    moe = f", MoE {args.experts} experts top-{args.experts_per_token}" if args.moe else ""
     print(
         f"{folder.path}: tiny {folder.declared_chat_format} model, vocabulary {args.tokenizer} "
-        f"({folder.vocab_size} ids), {args.layers} layers x {args.hidden}, context {args.context}, seed {args.seed}"
+        f"({folder.vocab_size} ids), {args.layers} layers x {args.hidden}{moe}, context {args.context}, "
+        f"seed {args.seed}"
     )
 
 
@@ -62,4 +66,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     init.add_argument("--intermediate", type=int, help="MLP width (default 2 x hidden)")
     init.add_argument("--context", type=int, default=65536, help="max_position_embeddings (real CLIs need long ones)")
     init.add_argument("--seed", type=int, default=1234)
+    init.add_argument("--moe", action="store_true", help="Qwen3-MoE layers: a router and experts in every layer")
+    init.add_argument("--experts", type=int, default=8, help="experts per layer (with --moe)")
+    init.add_argument("--experts-per-token", type=int, default=2, help="experts each position is routed to")
     init.set_defaults(func=_init)

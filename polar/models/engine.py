@@ -23,18 +23,22 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers.cache_utils import Cache
 
 from polar.backends.base import (
+    ExtrasRequest,
     FinishReason,
     GenerateChunk,
+    GenerateExtras,
     GenerateRequest,
     GenerateResult,
     LogprobSemantics,
     spans_from_events,
 )
 from polar.errors import ContextLengthExceeded, InvalidRequest
+from polar.models.moe import logprob_rows, tap_for, top_k_of
 from polar.models.prefix_cache import PrefixCache
 from polar.models.sampling import sample_next
 from polar.tokens.tokenizer import ChatTokenizer
@@ -59,9 +63,23 @@ class _Job:
     # Set by a retract from any thread, applied by the worker thread before its next step: clearing the
     # cache from outside could interleave with a step in flight and leave it decoding without its prefix.
     recompute: bool = False
+    # Extras (ExtrasRequest): per sampled token its top-k ids and logprobs and the asked ids' logprobs; the
+    # experts of every fed position from ``routed_from`` on (a recompute after a retract overwrites its rows).
+    top_ids: list[np.ndarray] = field(default_factory=list)
+    top_logprobs: list[np.ndarray] = field(default_factory=list)
+    id_logprobs: list[np.ndarray] = field(default_factory=list)
+    routed: list[np.ndarray] = field(default_factory=list)
+    routed_from: int = 0
 
     def needs_recompute(self) -> None:
         self.recompute = True
+
+    @property
+    def extras(self) -> ExtrasRequest:
+        return self.request.extras or _NO_EXTRAS
+
+
+_NO_EXTRAS = ExtrasRequest()
 
 
 class LocalEngine:
@@ -96,6 +114,7 @@ class LocalEngine:
         self._seeds = itertools.count(random.SystemRandom().randrange(2**31))
         self.prefix_cache = PrefixCache()
         self.requests_served = 0
+        self.router_tap = tap_for(self.model)  # None for a dense model (no routed experts to report)
 
     # ---- generation -------------------------------------------------------------------------------
 
@@ -109,6 +128,23 @@ class LocalEngine:
             raise InvalidRequest(f"input_ids contains {bad}, outside the vocabulary [0, {vocab})", field="input_ids")
         if len(ids) >= self.context_length:
             raise ContextLengthExceeded(len(ids), self.context_length)
+        extras = request.extras
+        if extras is None:
+            return
+        if not 0 <= extras.top_logprobs <= vocab:
+            raise InvalidRequest(f"top_logprobs_num must be in [0, {vocab}]", field="top_logprobs_num")
+        if any(not 0 <= i < vocab for i in extras.token_ids):
+            raise InvalidRequest(f"token_ids_logprob holds an id outside [0, {vocab})", field="token_ids_logprob")
+        if extras.routed_experts and self.router_tap is None:
+            raise InvalidRequest(
+                "return_routed_experts needs a mixture-of-experts model; this one is dense",
+                field="return_routed_experts",
+            )
+        if not 0 <= extras.routed_experts_start <= len(ids):
+            raise InvalidRequest(
+                f"routed_experts_start_len must be in [0, {len(ids)}] (the prompt's length)",
+                field="routed_experts_start_len",
+            )
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         """Yield one chunk per sampled token, then a chunk carrying the final result."""
@@ -127,7 +163,7 @@ class LocalEngine:
                 finish = await loop.run_in_executor(self._executor, self._step, job)
                 if len(job.output) > produced:
                     ttft = ttft if ttft is not None else time.perf_counter() - started
-                    yield GenerateChunk((job.output[-1],), (job.logprobs[-1],))
+                    yield GenerateChunk((job.output[-1],), (job.logprobs[-1],), extras=self._token_extras(job))
                 if finish is not None:
                     await loop.run_in_executor(self._executor, self._keep_prefix, job)
                     self.requests_served += 1
@@ -143,6 +179,46 @@ class LocalEngine:
             self.prefix_cache.store(covered, job.cache)
         job.cache = None
 
+    @staticmethod
+    def _token_extras(job: _Job) -> GenerateExtras | None:
+        """The newest token's top-k and asked-id logprobs, as (1, k) arrays, when asked."""
+        if not (job.extras.top_logprobs or job.extras.token_ids):
+            return None
+        return GenerateExtras(
+            top_ids=job.top_ids[-1][None] if job.extras.top_logprobs else None,
+            top_logprobs=job.top_logprobs[-1][None] if job.extras.top_logprobs else None,
+            token_ids_logprobs=job.id_logprobs[-1][None] if job.extras.token_ids else None,
+        )
+
+    def _final_extras(self, job: _Job) -> GenerateExtras | None:
+        """All of the job's extras: top-k per sampled token; experts for positions [start, prompt + output - 1)."""
+        asked = job.extras
+        if not asked.any:
+            return None
+        k, n_ids = asked.top_logprobs, len(asked.token_ids)
+        routed = None
+        if asked.routed_experts and self.router_tap is not None:
+            rows = np.concatenate(job.routed) if job.routed else np.zeros((0, *self._routing_row()), np.uint8)
+            end = len(job.request.input_ids) + len(job.output) - 1  # the last sampled id is never fed
+            routed = rows[asked.routed_experts_start - job.routed_from : end - job.routed_from]
+        return GenerateExtras(
+            top_ids=np.stack(job.top_ids) if k and job.top_ids else np.zeros((0, k), np.int32) if k else None,
+            top_logprobs=(
+                np.stack(job.top_logprobs) if k and job.top_logprobs else np.zeros((0, k), np.float32) if k else None
+            ),
+            token_ids_logprobs=(
+                np.stack(job.id_logprobs) if n_ids and job.id_logprobs else np.zeros((0, n_ids), np.float32)
+            )
+            if n_ids
+            else None,
+            routed_experts=routed,
+            routed_experts_start=asked.routed_experts_start,
+        )
+
+    def _routing_row(self) -> tuple[int, int]:
+        assert self.router_tap is not None
+        return self.router_tap.shape.layers, self.router_tap.shape.top_k
+
     def _result(self, job: _Job, reason: FinishReason, matched, ttft, started) -> GenerateResult:
         return GenerateResult(
             output_ids=tuple(job.output),
@@ -154,6 +230,7 @@ class LocalEngine:
             logprob_semantics=self.semantics,
             ttft_s=ttft,
             e2e_s=time.perf_counter() - started,
+            extras=self._final_extras(job),
         )
 
     def _step(self, job: _Job) -> tuple[FinishReason, int | str | None] | None:
@@ -167,11 +244,27 @@ class LocalEngine:
         if job.recompute:
             job.recompute = False
             job.cache, job.pending = None, [*job.request.input_ids, *job.output]
+        routing = job.extras.routed_experts and self.router_tap is not None
         if job.cache is None:  # first step, or recomputation after a retract: reuse a shared prefix if any
-            job.cache, reused = self.prefix_cache.lookup(job.pending)
+            # Routed experts are reported from routed_experts_start on: a reused prefix must not cover them.
+            wanted = job.pending[: job.extras.routed_experts_start + 1] if routing else job.pending
+            job.cache, reused = self.prefix_cache.lookup(wanted)
             job.pending = job.pending[reused:]
-        with torch.no_grad():
-            out = self.model(input_ids=torch.tensor([job.pending]), cache=job.cache, use_cache=True, logits_to_keep=1)
+        position = len(job.request.input_ids) + len(job.output) - len(job.pending)  # of job.pending[0]
+        if routing:
+            assert self.router_tap is not None
+            self.router_tap.start()
+        try:
+            with torch.no_grad():
+                out = self.model(
+                    input_ids=torch.tensor([job.pending]), cache=job.cache, use_cache=True, logits_to_keep=1
+                )
+            if routing:
+                self._keep_routing(job, position)
+        finally:
+            if routing:
+                assert self.router_tap is not None
+                self.router_tap.stop()
         job.cache = out.cache
         logits = out.logits[0, -1]
         stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.tokenizer.eos_ids))
@@ -181,6 +274,8 @@ class LocalEngine:
         token, logprob = sample_next(logits, params, job.generator, self.semantics)
         job.output.append(token)
         job.logprobs.append(logprob)
+        if job.extras.top_logprobs or job.extras.token_ids:
+            self._keep_top(job, logits)
         job.pending = [token]
         # SGLang's check order: stop strings, then stop tokens / EOS, then length.
         if params.stop:
@@ -193,6 +288,30 @@ class LocalEngine:
         if len(job.output) >= budget:
             return FinishReason.LENGTH, None
         return None
+
+    def _keep_routing(self, job: _Job, position: int) -> None:
+        """Append the experts of the positions just fed (from ``position`` on), dropping rows they recompute."""
+        assert self.router_tap is not None
+        rows = self.router_tap.take()
+        if not job.routed:
+            job.routed_from = position
+        elif position < job.routed_from + sum(len(r) for r in job.routed):  # a recompute after a retract
+            kept = np.concatenate(job.routed)[: max(position - job.routed_from, 0)]
+            job.routed = [kept] if len(kept) else []
+            if not job.routed:
+                job.routed_from = position
+        job.routed.append(rows)
+
+    def _keep_top(self, job: _Job, logits: torch.Tensor) -> None:
+        """The sampled position's top-k and asked-id logprobs, with the sampled logprob's semantics."""
+        params = job.request.sampling
+        rows = logprob_rows(logits, params.temperature, self.semantics, params.greedy)
+        if job.extras.top_logprobs:
+            ids, values = top_k_of(rows, job.extras.top_logprobs)
+            job.top_ids.append(ids)
+            job.top_logprobs.append(values)
+        if job.extras.token_ids:
+            job.id_logprobs.append(rows[list(job.extras.token_ids)].numpy().astype(np.float32))
 
     async def score(self, prompt_ids: list[int], output_ids: list[int], temperature: float) -> list[float]:
         """Teacher-forced logprobs of ``output_ids`` after ``prompt_ids`` under the live weights."""

@@ -1,5 +1,6 @@
-"""``polar model init``: a seeded, random, tiny Qwen3-architecture model with a real tokenizer, saved as a
-Hugging Face folder that any part of Polar (and vLLM) loads like a real model's.
+"""``polar model init``: a seeded, random, tiny Qwen3-architecture model (dense, or Qwen3-MoE with a router and
+experts in every layer: polar.models.moe) with a real tokenizer, saved as a Hugging Face folder that any part of
+Polar (and vLLM) loads like a real model's.
 
 The weights are decided by the seed and the sizes; the tokenizer is a registered real vocabulary
 (polar/tokens/tokenizer.py); the chat format is written into config.json (``polar_chat_format``) because
@@ -16,6 +17,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from polar.errors import ConfigError
 from polar.models.folder import CHAT_FORMAT_KEY
@@ -37,12 +39,15 @@ class TinyModelSpec:
     head_dim: int = 64
     max_position_embeddings: int = 4096
     seed: int = 1234
+    num_experts: int = 0  # > 0: Qwen3-MoE layers (router + experts, polar.models.moe); 0: dense Qwen3
+    num_experts_per_tok: int = 2
 
     @property
     def key(self) -> str:
         context = "" if self.max_position_embeddings == 4096 else f"-c{self.max_position_embeddings}"
         fmt = f"-{self.chat_format}" if self.chat_format else ""
-        return f"{self.tokenizer}{fmt}-h{self.hidden_size}-l{self.num_hidden_layers}-s{self.seed}{context}"
+        moe = f"-e{self.num_experts}k{self.num_experts_per_tok}" if self.num_experts else ""
+        return f"{self.tokenizer}{fmt}-h{self.hidden_size}-l{self.num_hidden_layers}{moe}-s{self.seed}{context}"
 
     @property
     def resolved_chat_format(self) -> str:
@@ -68,7 +73,7 @@ def init_model_folder(spec: TinyModelSpec, out: Path, cache_dir: Path) -> Path:
     vocab = VOCABULARIES[spec.tokenizer]
     tokenizer = load_tokenizer(spec.tokenizer, cache_dir)
     eos_ids = [tokenizer.token_id(t) for t in vocab.eos_tokens]
-    config = Qwen3Config(
+    config_kwargs: dict[str, Any] = dict(
         vocab_size=tokenizer.vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
@@ -85,9 +90,14 @@ def init_model_folder(spec: TinyModelSpec, out: Path, cache_dir: Path) -> Path:
         bos_token_id=None,
         dtype="float32",
     )
-    setattr(config, CHAT_FORMAT_KEY, spec.resolved_chat_format)
-    torch.manual_seed(spec.seed)
-    model = Qwen3ForCausalLM(config).eval()  # fp32: torch's default dtype and the config's
+    if spec.num_experts:
+        from polar.models.moe import moe_model
+
+        model = moe_model(config_kwargs, num_experts=spec.num_experts, top_k=spec.num_experts_per_tok, seed=spec.seed)
+    else:
+        torch.manual_seed(spec.seed)
+        model = Qwen3ForCausalLM(Qwen3Config(**config_kwargs)).eval()  # fp32: torch's default dtype
+    setattr(model.config, CHAT_FORMAT_KEY, spec.resolved_chat_format)
     model.generation_config.eos_token_id = eos_ids
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=out.parent))

@@ -17,6 +17,8 @@ MODEL_SPECS: dict[str, TinyModelSpec] = {
     "tiny-qwen": TinyModelSpec(tokenizer="qwen"),
     # Real CLIs send 6k-40k-token system prompts; same weights as "tiny" (the seed decides them), longer RoPE range.
     "tiny-long": TinyModelSpec(tokenizer="small", max_position_embeddings=65536),
+    # Qwen3-MoE layers (8 experts, top-2, a router each): routed experts and top-k logprobs are real here.
+    "tiny-moe": TinyModelSpec(tokenizer="small", num_experts=8, num_experts_per_tok=2),
 }
 
 

@@ -27,6 +27,7 @@ from db.request_json import compact_request
 from polar import metrics
 from polar.backends.base import GenerateRequest, GenerateResult, SamplingParams
 from polar.capture import capture_row
+from polar.capture_extras import apply_extras, extras_request
 from polar.chat.protocol import ChatFormat
 from polar.errors import (
     BackendTimeout,
@@ -221,7 +222,11 @@ class CallService(StreamingCalls):
     @staticmethod
     def _request(plan: CallPlan) -> GenerateRequest:
         return GenerateRequest(
-            plan.prompt.ids, plan.sampling, request_id=plan.meta.completion_id, session_id=plan.session.id
+            plan.prompt.ids,
+            plan.sampling,
+            request_id=plan.meta.completion_id,
+            session_id=plan.session.id,
+            extras=extras_request(plan.session.capture, plan.prompt),
         )
 
     def _check(self, plan: CallPlan) -> OutputCheck:
@@ -325,6 +330,7 @@ class CallService(StreamingCalls):
             result=final,
             response_json=response,
         )
+        apply_extras(row, final.extras, plan.session.capture)
         row.n_malformed_tool_calls = completion.malformed_tool_calls
         row.scripted = plan.policy.scripted
         committing = time.perf_counter()

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from db import Capture, full_prompt_ids, session_scope
 from db.request_json import full_request_json
 from polar.auth import bearer_of, matches
+from polar.capture_extras import CaptureOptions, check_capture
 from polar.errors import AuthenticationError, PermissionDenied, PolarError, invalid_from
 from polar.proxy.body import read_json
 from polar.proxy.gateway import Gateway
@@ -42,6 +43,7 @@ class SessionCreate(BaseModel):
     models: list[str] | None = Field(default=None, description="model names to accept; default any")
     rollout_id: str | None = None
     replace_key: bool = Field(default=False, description="a new key for rollout_id's existing session")
+    capture: CaptureOptions | None = Field(default=None, description="top_logprobs: k, routed_experts: true")
 
 
 def add_session_routes(
@@ -86,8 +88,10 @@ def add_session_routes(
                     models=spec.models,
                     rollout_id=spec.rollout_id,
                     replace_key=spec.replace_key,
+                    capture=spec.capture.model_dump(exclude_defaults=True) if spec.capture else None,
                 )
             )
+            check_capture(info.capture, gw.settings.capture_extras)  # its own options or its task's
             if spec.rollout_id is None:
                 gw.histories.opened(info.id)
         except PolarError as exc:

@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import Rollout, session_scope
 from db.enums import RolloutStatus
+from polar.capture_extras import CaptureOptions, options_of
 from polar.errors import AuthenticationError, NotFound, PermissionDenied
 
 
@@ -45,6 +46,7 @@ class SessionInfo:
     models: tuple[str, ...]  # model names this session accepts; empty accepts any
     closed: bool
     key_hash: str | None = None  # the hash of the key it was opened with (the writer checks it at commit)
+    capture: CaptureOptions | None = None  # top-k logprobs / routed experts its calls capture (polar.capture_extras)
 
 
 def _info(row: Rollout) -> SessionInfo:
@@ -55,6 +57,7 @@ def _info(row: Rollout) -> SessionInfo:
         models=tuple(policy.get("models") or ()),
         closed=row.closed_at is not None,
         key_hash=row.session_token_hash,
+        capture=options_of(policy.get("capture")),
     )
 
 
@@ -149,6 +152,7 @@ class SessionStore:
         models: list[str] | None = None,
         rollout_id: str | None = None,
         replace_key: bool = False,
+        capture: dict[str, Any] | None = None,
     ) -> tuple[SessionInfo, str]:
         """A new session (or a key for an existing rollout that has none yet); returns it and its key.
 
@@ -168,7 +172,9 @@ class SessionStore:
             else:
                 row.closed_at = None
             row.session_token_hash = hash_key(key)
-            row.policy = {"policy": policy, "models": models or []}
+            # A task's capture options (set at submission) stay unless the session asks its own.
+            kept = capture if capture is not None else (row.policy or {}).get("capture")
+            row.policy = {"policy": policy, "models": models or []} | ({"capture": kept} if kept else {})
             db.flush()
             info = _info(row)
         self.forget(info.id)  # a replaced key stops working here at once

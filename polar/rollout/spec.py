@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from polar.capture_extras import CaptureOptions
 from polar.errors import InvalidRequest, invalid_from
 from polar.settings import Isolation
 from polar.trajectory.choices import BuilderOptions
@@ -114,6 +115,9 @@ class TaskRequest(BaseModel):
         description="gateway session policies (e.g. scripted replies for tests and demos), cycled over the samples",
     )
     metadata: dict[str, Any] = Field(default_factory=dict, description="free-form: group, policy version, step, ...")
+    capture: CaptureOptions | None = Field(
+        default=None, description="what every call captures beyond sampled ids: top_logprobs: k, routed_experts: true"
+    )
     callback_url: str | None = Field(
         default=None, max_length=2048, description="POSTed the task's result when all its samples have finished"
     )

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.engine import session_scope
 from db.enums import RolloutStatus, TaskStatus
 from db.models import Rollout, Submission, Task
+from polar.capture_extras import CaptureOptions
 from polar.clock import now
 from polar.errors import Conflict, InvalidRequest
 from polar.rollout.spec import TaskRequest, parse_task_request
@@ -164,7 +165,7 @@ def _store(
                     status=RolloutStatus.PENDING,
                     stage_results={},
                     stage_timings={},
-                    policy={"policy": policy, "models": []} if policy is not None else None,
+                    policy=_session_policy(policy, request.capture),
                 )
                 db.add(rollout)
                 rollouts.append(rollout)
@@ -175,6 +176,17 @@ def _store(
                 sa.update(Submission).where(Submission.key == key[0]).values(task_ids=[t.task_id for t in submitted])
             )
     return submitted
+
+
+def _session_policy(policy: dict[str, Any] | None, capture: CaptureOptions | None) -> dict[str, Any] | None:
+    """A rollout's session settings: its scripted policy and its task's capture options (kept by the gateway when
+    the run stage opens the session)."""
+    if policy is None and (capture is None or not capture.any):
+        return None
+    out: dict[str, Any] = {"policy": policy, "models": []}
+    if capture is not None and capture.any:
+        out["capture"] = capture.model_dump(exclude_defaults=True)
+    return out
 
 
 def dispatch_order(submitted: Sequence[SubmittedTask]) -> list[str]:

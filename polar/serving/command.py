@@ -31,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=settings.torch_threads)
     parser.add_argument("--cache-dir", type=Path, default=settings.cache_dir)
     parser.add_argument("--incremental-streaming-output", action="store_true", help="stream deltas, not totals")
+    parser.add_argument(
+        "--enable-return-routed-experts",
+        action="store_true",
+        help="answer return_routed_experts (a MoE model); without it the flag is ignored, as in SGLang",
+    )
     parser.add_argument("--log-level", default="info")
 
 
@@ -51,6 +56,7 @@ def run(args: argparse.Namespace) -> None:
             engine,
             served_model_name=args.served_model_name or (folder.path.name if args.model_path else args.model),
             incremental_streaming=args.incremental_streaming_output,
+            enable_return_routed_experts=args.enable_return_routed_experts,
             log_level=args.log_level,
         )
     finally:

@@ -51,10 +51,13 @@ HEALTH_GENERATE_TIMEOUT_S = 20.0  # SGLang's HEALTH_CHECK_TIMEOUT default
 class _ServerState:
     """What the routes share: the engine, the runs in flight (by rid) and the reason of the last abort."""
 
-    def __init__(self, engine: LocalEngine, served_model_name: str, incremental_streaming: bool):
+    def __init__(
+        self, engine: LocalEngine, served_model_name: str, incremental_streaming: bool, routed_experts: bool = False
+    ):
         self.engine = engine
         self.served_model_name = served_model_name
         self.incremental_streaming = incremental_streaming
+        self.routed_experts = routed_experts  # --enable-return-routed-experts
         self.runs: dict[str, GenerationRun] = {}
         self.abort_message = "Aborted."
 
@@ -65,6 +68,7 @@ class _ServerState:
             tokenizer_encode=engine.tokenizer.encode,
             vocab_size=engine.model.config.vocab_size,
             context_length=engine.context_length,
+            routed_experts_enabled=self.routed_experts,
         )
         if prepared.rid in self.runs:
             raise InvalidRequest(f"request id {prepared.rid!r} is already in flight", field="rid")
@@ -100,10 +104,18 @@ class _ClosingStreamingResponse(StreamingResponse):
                 self._on_close()
 
 
-def create_app(engine: LocalEngine, *, served_model_name: str, incremental_streaming: bool = False) -> FastAPI:
-    """The SGLang-compatible app over ``engine`` (which the caller owns and closes)."""
+def create_app(
+    engine: LocalEngine,
+    *,
+    served_model_name: str,
+    incremental_streaming: bool = False,
+    enable_return_routed_experts: bool = False,
+) -> FastAPI:
+    """The SGLang-compatible app over ``engine`` (which the caller owns and closes). Like SGLang, routed experts
+    are returned only with ``enable_return_routed_experts`` (a request's ``return_routed_experts`` is otherwise
+    silently left unanswered)."""
     app = FastAPI(title="polar serve-model (SGLang wire format)", openapi_url=None)
-    state = _ServerState(engine, served_model_name, incremental_streaming)
+    state = _ServerState(engine, served_model_name, incremental_streaming, enable_return_routed_experts)
     app.state.sglang = state
 
     # One mapping for every error; Starlette needs it registered for Exception too (its 500 path).
@@ -336,8 +348,14 @@ def serve(
     *,
     served_model_name: str,
     incremental_streaming: bool = False,
+    enable_return_routed_experts: bool = False,
     log_level: str = "info",
 ) -> None:
     """Serve ``create_app(engine, ...)`` with uvicorn until interrupted (blocks)."""
-    app = create_app(engine, served_model_name=served_model_name, incremental_streaming=incremental_streaming)
+    app = create_app(
+        engine,
+        served_model_name=served_model_name,
+        incremental_streaming=incremental_streaming,
+        enable_return_routed_experts=enable_return_routed_experts,
+    )
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -20,9 +20,12 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any, cast
 
+import numpy as np
+
 from polar.backends.base import FinishReason, GenerateChunk, GenerateResult, VersionSpan
 from polar.errors import PolarError
 from polar.models.engine import LocalEngine
+from polar.serving.sglang_extras import routed_experts_b64, triples_of
 from polar.serving.sglang_render import finish_reason_json, logprob_triples, meta_info, output_text
 from polar.serving.sglang_wire import PreparedGenerate
 
@@ -49,6 +52,8 @@ class GenerationRun:
         # own spans (exact to the decode step) replace it in the final chunk.
         self._seen_versions: list[str] = []
         self._triples: list[list[Any]] = []  # rendered once per token: cumulative chunks repeat them all
+        self._top: list[list[Any]] = []  # output_top_logprobs, one entry per token (sglang_extras)
+        self._chosen: list[list[Any]] = []  # output_token_ids_logprobs, one entry per token
         self._sent_ids = 0
         self._sent_text = ""
         self._started = time.perf_counter()
@@ -145,6 +150,17 @@ class GenerationRun:
     def _absorb(self, chunk: GenerateChunk) -> None:
         self._ids.extend(chunk.output_ids)
         self._logprobs.extend(chunk.output_logprobs)
+        extras = chunk.extras
+        if extras is not None:
+            with_text = self.prepared.options.return_text_in_logprobs
+            tokenizer = self.engine.tokenizer
+            if extras.top_ids is not None:
+                for ids, values in zip(extras.top_ids, extras.top_logprobs, strict=True):
+                    self._top.append(triples_of(tokenizer, ids, values, with_text=with_text))
+            if extras.token_ids_logprobs is not None:
+                asked = np.asarray(self.prepared.request.extras.token_ids if self.prepared.request.extras else ())
+                for values in extras.token_ids_logprobs:
+                    self._chosen.append(triples_of(tokenizer, asked, values, with_text=with_text))
         self._seen_versions.extend([self.engine.weight_version] * len(chunk.output_ids))
 
     def _aborted_result(self) -> GenerateResult:
@@ -207,7 +223,22 @@ class GenerationRun:
             e2e_latency=time.perf_counter() - self._started,
             logprobs=triples,
         )
+        self._render_extras(body["meta_info"], result, start, len(ids))
         return body
+
+    def _render_extras(self, meta: dict[str, Any], result: GenerateResult | None, start: int, end: int) -> None:
+        """The extras asked for, as SGLang names them: per-position lists sliced like the logprobs, routed
+        experts in the finished response only."""
+        asked = self.prepared.request.extras
+        if asked is None:
+            return
+        if asked.top_logprobs:
+            meta["output_top_logprobs"] = self._top[start:end]
+        if asked.token_ids:
+            meta["output_token_ids_logprobs"] = self._chosen[start:end]
+        extras = result.extras if result is not None else None
+        if asked.routed_experts and extras is not None and extras.routed_experts is not None:
+            meta["routed_experts"] = routed_experts_b64(extras.routed_experts)
 
 
 async def _next(stream: AsyncIterator[GenerateChunk]) -> GenerateChunk | None:

@@ -10,9 +10,12 @@
   SGLang's own message (which names the context length).
 
 Batches (a list of texts or of id lists, list-valued ``sampling_params`` / ``rid``, ``n > 1``) are
-rejected with ``BATCH_NOT_SUPPORTED``: one request is one generation here. Features the engine cannot
-provide (top logprobs, input logprobs, constrained decoding, penalties other than neutral) are rejected
-by name rather than silently ignored, so a caller never receives less than it asked for.
+rejected with ``BATCH_NOT_SUPPORTED``: one request is one generation here. Top logprobs
+(``top_logprobs_num``), chosen ids' logprobs (``token_ids_logprob``, both with ``return_logprob``) and routed
+experts (``return_routed_experts`` from ``routed_experts_start_len``; a MoE model, and like SGLang only when the
+server was started with ``--enable-return-routed-experts``, else silently left out) become the request's
+``ExtrasRequest``. Features the engine cannot provide (input logprobs, constrained decoding, penalties other
+than neutral) are rejected by name rather than silently ignored, so a caller never receives less than it asked for.
 
 The small control bodies (weights, pause, tokenize) are pydantic models; :func:`parse_body` turns their
 validation errors into :class:`InvalidRequest` naming the field.
@@ -27,7 +30,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from polar.backends.base import GenerateRequest, SamplingParams
+from polar.backends.base import ExtrasRequest, GenerateRequest, SamplingParams
 from polar.errors import ContextLengthExceeded, InvalidRequest, UnknownSamplingParameter, invalid_from
 
 BATCH_NOT_SUPPORTED = "batch requests are not supported by this server"
@@ -129,10 +132,17 @@ class _GenerateBody(BaseModel):
     rid: str | list[Any] | None = None
     return_prompt_token_ids: bool = False
     return_hidden_states: bool | list[Any] = False
+    return_routed_experts: bool = False
+    routed_experts_start_len: int = 0
 
 
 def prepare_generate(
-    raw: object, *, tokenizer_encode: Callable[[str], list[int]], vocab_size: int, context_length: int
+    raw: object,
+    *,
+    tokenizer_encode: Callable[[str], list[int]],
+    vocab_size: int,
+    context_length: int,
+    routed_experts_enabled: bool = False,
 ) -> PreparedGenerate:
     """Validate a ``/generate`` body; raise :class:`InvalidRequest` (or a subclass) naming the field."""
     body = parse_body(raw, _GenerateBody)
@@ -143,9 +153,6 @@ def prepare_generate(
         )
     if (body.text is None) == (body.input_ids is None):
         raise InvalidRequest("exactly one of text or input_ids must be given", field="input_ids")
-    if body.top_logprobs_num or body.token_ids_logprob:
-        field = "top_logprobs_num" if body.top_logprobs_num else "token_ids_logprob"
-        raise InvalidRequest(f"{field} is not supported by this server", field=field)
     if body.return_hidden_states:
         raise InvalidRequest("return_hidden_states is not supported by this server", field="return_hidden_states")
     if body.return_logprob and body.logprob_start_len != -1:
@@ -161,13 +168,34 @@ def prepare_generate(
     sampling, decoding = parse_sampling(raw_sampling, len(input_ids), context_length)
     _check_total(len(input_ids), sampling.max_new_tokens, context_length)
     rid = body.rid if isinstance(body.rid, str) else uuid.uuid4().hex
+    extras = _extras(body, routed_experts_enabled)
     options = replace(
         decoding,
         return_logprob=bool(body.return_logprob),
         return_text_in_logprobs=body.return_text_in_logprobs,
         return_prompt_token_ids=body.return_prompt_token_ids,
     )
-    return PreparedGenerate(rid, GenerateRequest(tuple(input_ids), sampling, rid), options, body.stream)
+    request = GenerateRequest(tuple(input_ids), sampling, rid, extras=extras if extras.any else None)
+    return PreparedGenerate(rid, request, options, body.stream)
+
+
+def _extras(body: _GenerateBody, routed_experts_enabled: bool) -> ExtrasRequest:
+    """What the body asks beyond the sampled ids. As in SGLang, top-k and chosen-id logprobs come only with
+    ``return_logprob``, and routed experts only from a server started with ``--enable-return-routed-experts``."""
+    top = body.top_logprobs_num if isinstance(body.top_logprobs_num, int) else 0
+    if top < 0:
+        raise InvalidRequest("top_logprobs_num must not be negative", field="top_logprobs_num")
+    chosen = body.token_ids_logprob or []
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in chosen):
+        raise InvalidRequest("token_ids_logprob must be a list of integers", field="token_ids_logprob")
+    token_ids = tuple(chosen)
+    with_logprobs = bool(body.return_logprob)
+    return ExtrasRequest(
+        top_logprobs=top if with_logprobs else 0,
+        routed_experts=body.return_routed_experts and routed_experts_enabled,
+        routed_experts_start=body.routed_experts_start_len,
+        token_ids=token_ids if with_logprobs else (),
+    )
 
 
 def parse_sampling(

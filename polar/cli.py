@@ -83,24 +83,31 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
+    from polar.rollout.context import close_contexts
+    from polar.tasks import load_tasks
+    from polar.tasks.command import allow_copy_root, harness_spec
+
+    harness = harness_spec(args.harness, args.harness_config, args.model) if args.harness else None
+    tasks = load_tasks(args.tasks, harness=harness, samples=args.samples)
+    # The tasks' own folder is a copy root for this run: its tasks may copy (and build) the files that come with them.
+    source = Path(args.tasks)
+    allow_copy_root(source if source.is_dir() else source.resolve().parent)
+
+    async def main() -> None:
+        await _batch(get_settings(), tasks, f"polar run: {len(tasks)} task(s) from {args.tasks}")
+
+    asyncio.run(main())
+
+
+async def _batch(settings: object, tasks: list, title: str) -> list:
+    """A batch through the Prefect batch flow in this process (``polar run``, ``polar tasks check``)."""
     from flows.demo import run_batch
     from polar.rollout.context import close_contexts
 
-    with open(args.tasks) as f:
-        tasks = json.load(f)
-    tasks = tasks if isinstance(tasks, list) else [tasks]
-    # The tasks file's own folder is a copy root for this run: its tasks may copy the files that come with them.
-    own = str(Path(args.tasks).resolve().parent)
-    os.environ["POLAR_COPY_ROOTS"] = ",".join(r for r in (os.environ.get("POLAR_COPY_ROOTS", ""), own) if r)
-    get_settings.cache_clear()
-
-    async def main() -> None:
-        try:
-            await run_batch(get_settings(), tasks, title=f"polar run: {len(tasks)} task(s) from {args.tasks}")
-        finally:
-            await asyncio.to_thread(close_contexts)
-
-    asyncio.run(main())
+    try:
+        return await run_batch(get_settings(), tasks, title=title)
+    finally:
+        await asyncio.to_thread(close_contexts)
 
 
 def _retry(args: argparse.Namespace) -> None:
@@ -261,8 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--samples", type=int, default=4, help="samples per toy task")
     demo.set_defaults(func=_demo)
 
-    run = sub.add_parser("run", help="run a JSON file of TaskRequests through the pipeline in this process")
-    run.add_argument("tasks", help="a JSON file: one TaskRequest or a list of them")
+    run = sub.add_parser("run", help="run TaskRequests (a JSON file) or Harbor task folders in this process")
+    run.add_argument("tasks", help="a JSON file (one TaskRequest or a list), or a Harbor task folder or folder of them")
+    run.add_argument("--samples", type=int, help="samples per task (overrides num_samples)")
+    run.add_argument("--harness", help="the harness of Harbor tasks (default: agent)")
+    run.add_argument("--harness-config", help="the harness's config as JSON")
+    run.add_argument("--model", help="the model name the harness asks for")
     run.set_defaults(func=_run)
 
     retry = sub.add_parser("retry", help="resume failed rollouts and take over stale ones")
@@ -320,8 +331,11 @@ def build_parser() -> argparse.ArgumentParser:
     from polar import cli_tools
     from polar.models import command as model_command
 
+    from polar.tasks import command as tasks_command
+
     cli_tools.add_parsers(sub)
     model_command.add_parsers(sub)
+    tasks_command.add_parsers(sub, _batch)
     return parser
 
 

@@ -1,0 +1,45 @@
+"""Benchmark tasks in their own formats, read into ordinary TaskRequests.
+
+- ``harbor``: Harbor task folders (``task.toml``, ``instruction.md``, ``environment/``, ``tests/``, ``solution/``).
+- ``check``: a dataset's oracle and no-op runs, judged (an oracle must score 1, a no-op 0).
+- ``command``: ``polar tasks import|check`` on the command line.
+
+``load_tasks`` is what ``polar run`` reads: a JSON file of TaskRequests, or a Harbor task folder (or a folder of
+them), each becoming one TaskRequest with ``num_samples`` samples of the given harness.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from polar.errors import InvalidRequest
+from polar.tasks.harbor import HarborTask, is_task_folder, load_harbor, read_task
+
+
+def load_tasks(
+    path: str | Path,
+    *,
+    harness: dict[str, Any] | None = None,
+    samples: int | None = None,
+    policies: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """The TaskRequests (as dicts) of ``path``: a JSON file (one request or a list), or Harbor task folders."""
+    path = Path(path)
+    if path.is_dir():
+        chosen = harness or {"name": "agent"}
+        return [task.request(chosen, samples=samples or 1, policies=policies) for task in load_harbor([path])]
+    if not path.is_file():
+        raise InvalidRequest(f"{path}: no such file or folder", field="tasks")
+    try:
+        tasks = json.loads(path.read_text())
+    except ValueError as exc:
+        raise InvalidRequest(f"{path}: not JSON: {exc}", field="tasks") from None
+    tasks = tasks if isinstance(tasks, list) else [tasks]
+    if samples is not None:
+        tasks = [{**task, "num_samples": samples} for task in tasks]
+    return tasks
+
+
+__all__ = ["HarborTask", "is_task_folder", "load_harbor", "load_tasks", "read_task"]

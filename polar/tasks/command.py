@@ -1,0 +1,88 @@
+"""``polar tasks import harbor PATH...`` (TaskRequests as JSON) and ``polar tasks check PATH`` (oracle and no-op).
+
+The entry point passes in how a batch runs (``BatchRunner``: the Prefect batch flow), since the library does not
+import the flows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from polar.rollout.spec import parse_task_request
+from polar.settings import Settings, get_settings
+
+BatchRunner = Callable[[Settings, Sequence[dict[str, Any]], str], Awaitable[list]]
+
+
+def allow_copy_root(path: Path) -> None:
+    """Let this process's tasks read ``path`` (build contexts, copied files): added to ``POLAR_COPY_ROOTS``."""
+    own = str(Path(path).resolve())
+    roots = [r for r in os.environ.get("POLAR_COPY_ROOTS", "").split(",") if r]
+    os.environ["POLAR_COPY_ROOTS"] = ",".join([*roots, own] if own not in roots else roots)
+    get_settings.cache_clear()
+
+
+def harness_spec(name: str, config: str | None, model: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": name, "config": json.loads(config) if config else {}}
+    if model:
+        spec["model"] = model
+    return spec
+
+
+def _import(args: argparse.Namespace) -> None:
+    from polar.tasks.harbor import load_harbor
+
+    tasks = load_harbor([Path(p) for p in args.paths])
+    harness = harness_spec(args.harness, args.harness_config, args.model)
+    requests = [task.request(harness, samples=args.samples) for task in tasks]
+    for request in requests:
+        parse_task_request(request)  # the registries agree, or nothing is written
+    text = json.dumps(requests if len(requests) != 1 else requests[0], indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+        print(f"wrote {len(requests)} TaskRequest(s) to {args.out}")
+    else:
+        print(text)
+
+
+def _check(args: argparse.Namespace, runner: BatchRunner) -> None:
+    from polar.tasks.check import check_requests, format_verdicts, judge
+    from polar.tasks.harbor import load_harbor
+
+    tasks = load_harbor([Path(p) for p in args.paths])
+    for path in args.paths:
+        allow_copy_root(Path(path))
+    requests = check_requests(tasks)
+    for request in requests:
+        parse_task_request(request)
+    title = f"polar tasks check: {len(tasks)} task(s), oracle and no-op each"
+    rows = asyncio.run(runner(get_settings(), requests, title))
+    verdicts = judge(tasks, rows)
+    print()
+    print(format_verdicts(verdicts))
+    if not all(v.ok for v in verdicts):
+        raise SystemExit(1)
+
+
+def add_parsers(sub: Any, runner: BatchRunner) -> None:
+    tasks = sub.add_parser("tasks", help="benchmark tasks: import Harbor folders, check oracles and no-ops")
+    actions = tasks.add_subparsers(dest="tasks_command", required=True)
+    imp = actions.add_parser("import", help="print (or write) the TaskRequests of benchmark tasks")
+    formats = imp.add_subparsers(dest="format", required=True)
+    harbor = formats.add_parser("harbor", help="Harbor task folders, or folders of them")
+    harbor.add_argument("paths", nargs="+")
+    harbor.add_argument("--harness", default="agent", help="the harness that will run them (default: agent)")
+    harbor.add_argument("--harness-config", help="the harness's config as JSON")
+    harbor.add_argument("--model", help="the model name the harness asks for")
+    harbor.add_argument("--samples", type=int, default=1, help="samples per task (num_samples)")
+    harbor.add_argument("--out", help="a JSON file for polar run (default: print)")
+    harbor.set_defaults(func=_import)
+    check = actions.add_parser("check", help="run each task's oracle and a no-op; exit 1 if any task is broken")
+    check.add_argument("paths", nargs="+", help="Harbor task folders, or folders of them")
+    check.set_defaults(func=lambda args: _check(args, runner))

@@ -5,16 +5,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from polar.errors import InvalidRequest, PolarError
 from polar.settings import get_settings
+
+if TYPE_CHECKING:
+    from polar.rollout.report import RolloutRow
+    from polar.settings import Settings
 
 
 def _db(args: argparse.Namespace) -> None:
@@ -83,7 +88,6 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
-    from polar.rollout.context import close_contexts
     from polar.tasks import load_tasks
     from polar.tasks.command import allow_copy_root, harness_spec
 
@@ -99,13 +103,13 @@ def _run(args: argparse.Namespace) -> None:
     asyncio.run(main())
 
 
-async def _batch(settings: object, tasks: list, title: str) -> list:
+async def _batch(settings: Settings, tasks: Sequence[dict[str, Any]], title: str) -> list[RolloutRow]:
     """A batch through the Prefect batch flow in this process (``polar run``, ``polar tasks check``)."""
     from flows.demo import run_batch
     from polar.rollout.context import close_contexts
 
     try:
-        return await run_batch(get_settings(), tasks, title=title)
+        return await run_batch(settings, tasks, title=title)
     finally:
         await asyncio.to_thread(close_contexts)
 
@@ -330,7 +334,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     from polar import cli_tools
     from polar.models import command as model_command
-
     from polar.tasks import command as tasks_command
 
     cli_tools.add_parsers(sub)

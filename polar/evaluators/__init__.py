@@ -17,7 +17,14 @@ from polar.evaluators.tests import TestsEvaluator
 
 EVALUATORS: dict[str, Evaluator] = {
     evaluator.name: evaluator
-    for evaluator in (CommandEvaluator(), FileEvaluator(), ScriptEvaluator(), TestsEvaluator(), LLMJudge(), HarborEvaluator())
+    for evaluator in (
+        CommandEvaluator(),
+        FileEvaluator(),
+        ScriptEvaluator(),
+        TestsEvaluator(),
+        LLMJudge(),
+        HarborEvaluator(),
+    )
 }
 
 

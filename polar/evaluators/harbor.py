@@ -84,9 +84,9 @@ class HarborEvaluator:
         tests, verifier = base / "tests", base / "verifier"
         for path, content in config.files.items():
             await runtime.write_file(str(tests / path), content, executable=path in config.executables)
-        for path, content in config.binary_files.items():
-            data = base64.b64decode(content)
-            await runtime.write_file(str(tests / path), data, executable=path in config.executables)
+        for path, encoded in config.binary_files.items():
+            raw = base64.b64decode(encoded)
+            await runtime.write_file(str(tests / path), raw, executable=path in config.executables)
         for stale in (verifier / "reward.txt", verifier / "reward.json"):
             stale.unlink(missing_ok=True)
         setup = await runtime.exec(["sh", "-c", SETUP, "setup", str(tests), str(verifier)], timeout_s=60)

@@ -64,9 +64,8 @@ def format_verdicts(verdicts: Sequence[Verdict]) -> str:
     width = max([len(v.task_id) for v in verdicts] + [4])
     lines = [f"{'task':<{width}}  {'oracle':<8} {'no-op':<8} verdict"]
     for v in verdicts:
-        lines.append(
-            f"{v.task_id:<{width}}  {v.oracle[:8]:<8} {v.noop[:8]:<8} {'ok' if v.ok else 'BROKEN: ' + '; '.join(v.broken)}"
-        )
+        verdict = "ok" if v.ok else "BROKEN: " + "; ".join(v.broken)
+        lines.append(f"{v.task_id:<{width}}  {v.oracle[:8]:<8} {v.noop[:8]:<8} {verdict}")
     bad = sum(1 for v in verdicts if not v.ok)
     lines.append(f"{len(verdicts) - bad} of {len(verdicts)} tasks sound, {bad} broken")
     return "\n".join(lines)

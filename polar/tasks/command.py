@@ -10,14 +10,15 @@ import argparse
 import asyncio
 import json
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from polar.rollout.report import RolloutRow
 from polar.rollout.spec import parse_task_request
 from polar.settings import Settings, get_settings
 
-BatchRunner = Callable[[Settings, Sequence[dict[str, Any]], str], Awaitable[list]]
+BatchRunner = Callable[[Settings, Sequence[dict[str, Any]], str], Coroutine[Any, Any, list[RolloutRow]]]
 
 
 def allow_copy_root(path: Path) -> None:

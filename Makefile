@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, so the CPU wheel (found via PIP_FIND_LINKS) satisfies the pin before anything else asks.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[test,trainers]"
+	$(BIN)/pip install --quiet -e ".[test,trainers,swebench]"
 	touch $@
 
 demo: venv

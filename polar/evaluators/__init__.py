@@ -2,8 +2,8 @@
 
 Built in: ``command`` (exit code), ``file`` (a file's content), ``script`` (a check script prints the reward),
 ``tests`` (a pytest-style test command), ``llm_judge`` (a model grades against a rubric), ``harbor`` (a Harbor
-task's ``tests/test.sh`` and its reward files). The contract is in
-``base``; ``chat.BackendChat`` is how a judge reaches the configured backend.
+task's ``tests/test.sh`` and its reward files), ``swebench`` (a SWE-bench instance by the official grading).
+The contract is in ``base``; ``chat.BackendChat`` is how a judge reaches the configured backend.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from polar.evaluators.base import ChatModel, EvalContext, EvalResult, Evaluator
 from polar.evaluators.checks import CommandEvaluator, FileEvaluator, ScriptEvaluator
 from polar.evaluators.harbor import HarborEvaluator
 from polar.evaluators.judge import LLMJudge
+from polar.evaluators.swebench import SWEbenchEvaluator
 from polar.evaluators.tests import TestsEvaluator
 
 EVALUATORS: dict[str, Evaluator] = {
@@ -24,6 +25,7 @@ EVALUATORS: dict[str, Evaluator] = {
         TestsEvaluator(),
         LLMJudge(),
         HarborEvaluator(),
+        SWEbenchEvaluator(),
     )
 }
 

@@ -1,6 +1,7 @@
 """``polar tasks check``: a dataset's tasks run with their oracle and with a no-op agent, then judged.
 
-A task is sound when its oracle rollout is COMPLETED with reward 1 and its no-op rollout is COMPLETED with reward
+A task (a Harbor task with ``solution/solve.sh``, a SWE-bench instance with its gold ``patch``) is sound when its
+oracle rollout is COMPLETED with reward 1 and its no-op rollout is COMPLETED with reward
 0. Anything else is reported broken with the reason (an oracle scoring 0.5, a no-op that already passes, an
 ERROR and its cause: an image that does not build, a verifier that crashes), so a broken task is found before
 anyone trains on it.
@@ -10,15 +11,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from polar.rollout.report import RolloutRow
-from polar.tasks.harbor import HarborTask
+
+
+class Checkable(Protocol):
+    """A benchmark task with an oracle (a Harbor task, a SWE-bench instance)."""
+
+    @property
+    def task_id(self) -> str: ...
+
+    def request(
+        self, harness: dict[str, Any], *, samples: int = 1, policies: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]: ...
+
+    def oracle_request(self) -> dict[str, Any]: ...
+
+    def noop_request(self) -> dict[str, Any]: ...
+
 
 ORACLE, NOOP = ":oracle", ":noop"
 
 
-def check_requests(tasks: Sequence[HarborTask]) -> list[dict[str, Any]]:
+def check_requests(tasks: Sequence[Checkable]) -> list[dict[str, Any]]:
     """Two TaskRequests per task: its oracle and a no-op agent, one sample each."""
     requests: list[dict[str, Any]] = []
     for task in tasks:
@@ -46,7 +62,7 @@ def _outcome(row: RolloutRow | None) -> str:
     return f"{row.reward:.2f}" if row.reward is not None else "no reward"
 
 
-def judge(tasks: Sequence[HarborTask], rows: Sequence[RolloutRow]) -> list[Verdict]:
+def judge(tasks: Sequence[Checkable], rows: Sequence[RolloutRow]) -> list[Verdict]:
     by_name = {row.task: row for row in rows}
     verdicts = []
     for task in tasks:

@@ -1,4 +1,5 @@
-"""``polar tasks import harbor PATH...`` (TaskRequests as JSON) and ``polar tasks check PATH`` (oracle and no-op).
+"""``polar tasks import harbor PATH...`` and ``polar tasks import swebench FILE.jsonl`` (TaskRequests as JSON), and
+``polar tasks check PATH...`` (each task's oracle and a no-op agent through the pipeline).
 
 The entry point passes in how a batch runs (``BatchRunner``: the Prefect batch flow), since the library does not
 import the flows.
@@ -38,8 +39,17 @@ def harness_spec(name: str, config: str | None, model: str | None) -> dict[str, 
 
 def _import(args: argparse.Namespace) -> None:
     from polar.tasks.harbor import load_harbor
+    from polar.tasks.swebench import load_swebench
 
-    tasks = load_harbor([Path(p) for p in args.paths])
+    tasks: list[Any]
+    if args.format == "harbor":
+        tasks = load_harbor([Path(p) for p in args.paths])
+    else:
+        tasks = [
+            instance
+            for path in args.paths
+            for instance in load_swebench(path, template=args.image_template, dataset=args.dataset)
+        ]
     harness = harness_spec(args.harness, args.harness_config, args.model)
     requests = [task.request(harness, samples=args.samples) for task in tasks]
     for request in requests:
@@ -53,12 +63,12 @@ def _import(args: argparse.Namespace) -> None:
 
 
 def _check(args: argparse.Namespace, runner: BatchRunner) -> None:
+    from polar.tasks import load_benchmark
     from polar.tasks.check import check_requests, format_verdicts, judge
-    from polar.tasks.harbor import load_harbor
 
-    tasks = load_harbor([Path(p) for p in args.paths])
+    tasks = load_benchmark(args.paths, image_template=args.image_template)
     for path in args.paths:
-        allow_copy_root(Path(path))
+        allow_copy_root(Path(path) if Path(path).is_dir() else Path(path).resolve().parent)
     requests = check_requests(tasks)
     for request in requests:
         parse_task_request(request)
@@ -76,14 +86,24 @@ def add_parsers(sub: Any, runner: BatchRunner) -> None:
     actions = tasks.add_subparsers(dest="tasks_command", required=True)
     imp = actions.add_parser("import", help="print (or write) the TaskRequests of benchmark tasks")
     formats = imp.add_subparsers(dest="format", required=True)
+    from polar.tasks.swebench import IMAGE_TEMPLATES
+
     harbor = formats.add_parser("harbor", help="Harbor task folders, or folders of them")
     harbor.add_argument("paths", nargs="+")
-    harbor.add_argument("--harness", default="agent", help="the harness that will run them (default: agent)")
-    harbor.add_argument("--harness-config", help="the harness's config as JSON")
-    harbor.add_argument("--model", help="the model name the harness asks for")
-    harbor.add_argument("--samples", type=int, default=1, help="samples per task (num_samples)")
-    harbor.add_argument("--out", help="a JSON file for polar run (default: print)")
-    harbor.set_defaults(func=_import)
+    swebench = formats.add_parser("swebench", help="SWE-bench-style instances, one JSON object per line")
+    swebench.add_argument("paths", nargs="+", metavar="FILE.jsonl")
+    swebench.add_argument(
+        "--dataset", default="swebench", choices=sorted(IMAGE_TEMPLATES), help="image naming of instances without one"
+    )
+    swebench.add_argument("--image-template", help="override: e.g. 'myorg/sweb.{id_docker}:v1'")
+    for parser in (harbor, swebench):
+        parser.add_argument("--harness", default="agent", help="the harness that will run them (default: agent)")
+        parser.add_argument("--harness-config", help="the harness's config as JSON")
+        parser.add_argument("--model", help="the model name the harness asks for")
+        parser.add_argument("--samples", type=int, default=1, help="samples per task (num_samples)")
+        parser.add_argument("--out", help="a JSON file for polar run (default: print)")
+        parser.set_defaults(func=_import)
     check = actions.add_parser("check", help="run each task's oracle and a no-op; exit 1 if any task is broken")
-    check.add_argument("paths", nargs="+", help="Harbor task folders, or folders of them")
+    check.add_argument("paths", nargs="+", help="Harbor task folders (or folders of them), SWE-bench .jsonl files")
+    check.add_argument("--image-template", help="image naming of SWE-bench instances without an image field")
     check.set_defaults(func=lambda args: _check(args, runner))

@@ -275,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run TaskRequests (a JSON file) or Harbor task folders in this process")
     run.add_argument("tasks", help="a JSON file (one TaskRequest or a list), or a Harbor task folder or folder of them")
     run.add_argument("--samples", type=int, help="samples per task (overrides num_samples)")
-    run.add_argument("--harness", help="the harness of Harbor tasks (default: agent)")
+    run.add_argument("--harness", help="the harness of Harbor/SWE-bench tasks (default: mini_swe_agent)")
     run.add_argument("--harness-config", help="the harness's config as JSON")
     run.add_argument("--model", help="the model name the harness asks for")
     run.set_defaults(func=_run)

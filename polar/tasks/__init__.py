@@ -46,7 +46,8 @@ def load_tasks(
     instances, or Harbor task folders."""
     path = Path(path)
     if path.is_dir() or path.suffix == ".jsonl":
-        chosen = harness or {"name": "agent"}
+        # Benchmark tasks run in their own images, which lack Polar's Python agent: mini-swe-agent by default.
+        chosen = harness or {"name": "mini_swe_agent"}
         return [task.request(chosen, samples=samples or 1, policies=policies) for task in load_benchmark([path])]
     if not path.is_file():
         raise InvalidRequest(f"{path}: no such file or folder", field="tasks")

@@ -97,7 +97,9 @@ def add_parsers(sub: Any, runner: BatchRunner) -> None:
     )
     swebench.add_argument("--image-template", help="override: e.g. 'myorg/sweb.{id_docker}:v1'")
     for parser in (harbor, swebench):
-        parser.add_argument("--harness", default="agent", help="the harness that will run them (default: agent)")
+        parser.add_argument(
+            "--harness", default="mini_swe_agent", help="the harness that will run them (default: mini_swe_agent)"
+        )
         parser.add_argument("--harness-config", help="the harness's config as JSON")
         parser.add_argument("--model", help="the model name the harness asks for")
         parser.add_argument("--samples", type=int, default=1, help="samples per task (num_samples)")

@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, so the CPU wheel (found via PIP_FIND_LINKS) satisfies the pin before anything else asks.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[test,trainers]"
+	$(BIN)/pip install --quiet -e ".[test,trainers,swebench]"
 	touch $@
 
 demo: venv
@@ -38,6 +38,8 @@ tools:
 	bash scripts/install_harnesses.sh
 	# Node beside the CLIs: the docker runtime mounts the tools folder read-only (no Node in the image).
 	POLAR_TOOLS=$(CURDIR)/.polar-tools $(BIN)/polar harness install node
+	# mini-swe-agent from PyPI (pip --target into the tools folder; tests/runtime/test_mini_swe_agent.py).
+	POLAR_TOOLS=$(CURDIR)/.polar-tools $(BIN)/polar harness install mini_swe_agent
 	bash scripts/vllm_env.sh
 	# Debian's chromium for the web UI's browser tests (tests/ui).
 	bash scripts/browser_env.sh

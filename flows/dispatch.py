@@ -7,7 +7,9 @@ is free picks up: the scale-out mode. There the in-flight cap is the pool's (eac
 fleet-wide stage limits), not the batch's, so adding workers adds throughput; the batch waits for the flow runs
 with one query per poll, however many there are. The idempotency key is the rollout and the calling flow run,
 so a retried batch flow run does not create a second flow run for a rollout. Either way a rollout is claimed in
-its row before it runs, so no rollout runs twice.
+its row before it runs, so no rollout runs twice. Inline dispatch has a circuit breaker
+(``POLAR_BATCH_MAX_CONSECUTIVE_ERRORS``, ``polar.rollout.breaker``): after that many rollouts in a row failed a
+stage for good, the rollouts not yet started are cancelled and ``BatchStopped`` is raised.
 
 The caller names itself (``dispatcher``, ``polar.rollout.dispatcher``): only rollouts of tasks that runner holds
 are started, the others are reported as not dispatched. The retry flow passes None: it resumes rollouts whoever
@@ -30,9 +32,11 @@ from prefect.runtime import flow_run
 from flows.limits import ensure_limits
 from flows.rollout import rollout
 from polar.errors import RolloutClaimed
+from polar.rollout.breaker import CircuitBreaker
 from polar.rollout.context import get_store
 from polar.rollout.dispatcher import split_owned
 from polar.rollout.fleet_limits import limit_scope, warn_unbounded
+from polar.rollout.state import cancel_unstarted
 from polar.settings import LimitScope, Settings
 
 # Flow runs created at once (each is one API call) and read per poll (the server's page size).
@@ -57,14 +61,33 @@ def run_elsewhere(outcome: str) -> bool:
     return outcome.startswith((NOT_DISPATCHED, f"{RolloutClaimed.__name__}:"))
 
 
+class NotStarted(Exception):
+    """A rollout the batch's circuit breaker kept from starting."""
+
+
 async def _inline(rollout_ids: Sequence[str], settings: Settings, takeover: bool, stale_after_s: float | None):
     gate = asyncio.Semaphore(settings.batch_max_active)
+    breaker = CircuitBreaker(settings.batch_max_consecutive_errors)
 
     async def one(rollout_id: str) -> Any:
         async with gate:
-            return await rollout(rollout_id, takeover=takeover, stale_after_s=stale_after_s)
+            if breaker.tripped:
+                raise NotStarted(rollout_id)
+            try:
+                result = await rollout(rollout_id, takeover=takeover, stale_after_s=stale_after_s)
+            except Exception as exc:  # a stage failed for good: an infrastructure error of this batch
+                breaker.record(_outcome(exc))
+                raise
+            breaker.record(None)
+            return result
 
-    return await asyncio.gather(*(one(rollout_id) for rollout_id in rollout_ids), return_exceptions=True)
+    results = await asyncio.gather(*(one(rollout_id) for rollout_id in rollout_ids), return_exceptions=True)
+    if breaker.tripped:
+        factory = await get_store(settings)
+        unstarted = [rid for rid, result in zip(rollout_ids, results, strict=True) if isinstance(result, NotStarted)]
+        cancelled = await asyncio.to_thread(cancel_unstarted, factory, unstarted, breaker.message(len(unstarted)))
+        raise breaker.error(len(cancelled))
+    return results
 
 
 async def _deployment(

@@ -1,4 +1,6 @@
-"""The pinned agent CLIs and where they live: ``<tools>/<name>/<version>/node_modules/.bin/<binary>``.
+"""The pinned agent CLIs and where they live: ``<tools>/<name>/<version>/node_modules/.bin/<binary>``, or for a
+Python harness (``kind="pip"``) ``<tools>/<name>/<version>/site/`` (``pip install --target``, run by the runtime's
+``python3`` with that folder on ``PYTHONPATH``; ``binary`` is then the module that must be importable).
 
 ``polar harness install NAME`` installs one (``npm install --prefix``, a marker file makes reruns no-ops), the
 same layout ``scripts/install_harnesses.sh`` writes. ``node`` copies this machine's Node binary to
@@ -24,11 +26,18 @@ class ToolPin:
     package: str
     version: str
     binary: str
+    kind: str = "npm"  # or "pip"
 
     def prefix(self, tools_dir: Path | str) -> Path:
         return Path(tools_dir) / self.name / self.version
 
+    def site(self, tools_dir: Path | str) -> Path:
+        """A pip tool's packages (its ``PYTHONPATH``)."""
+        return self.prefix(tools_dir) / "site"
+
     def executable(self, tools_dir: Path | str) -> Path:
+        if self.kind == "pip":
+            return self.site(tools_dir) / self.binary / "__init__.py"
         return self.prefix(tools_dir) / "node_modules" / ".bin" / self.binary
 
     def installed(self, tools_dir: Path | str) -> bool:
@@ -44,6 +53,7 @@ TOOLS: dict[str, ToolPin] = {
         ToolPin("qwen", "@qwen-code/qwen-code", "0.15.10", "qwen"),
         ToolPin("opencode", "opencode-ai", "1.18.33", "opencode"),
         ToolPin("pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi"),
+        ToolPin("mini_swe_agent", "mini-swe-agent", "2.4.6", "minisweagent", kind="pip"),
         ToolPin("node", "node", "host", "node"),
     )
 }
@@ -92,6 +102,8 @@ def install_tool(name: str, tools_dir: Path | str, *, force: bool = False) -> In
     pin = TOOLS[name]
     if pin.installed(tools_dir) and not force:
         return Installed(pin, pin.executable(tools_dir), True, 0.0)
+    if pin.kind == "pip":
+        return _install_pip(pin, tools_dir)
     npm = shutil.which("npm")
     if npm is None:
         raise InstallFailed("npm is not installed on this machine: install Node 20 first")
@@ -110,4 +122,35 @@ def install_tool(name: str, tools_dir: Path | str, *, force: bool = False) -> In
     if done.returncode != 0 or not pin.executable(tools_dir).exists():
         raise InstallFailed(f"npm install {pin.package}@{pin.version} failed: {(done.stderr or done.stdout)[-800:]}")
     (prefix / ".installed").write_text(f"{pin.package}@{pin.version}\n")
+    return Installed(pin, pin.executable(tools_dir), False, time.monotonic() - started)
+
+
+def _install_pip(pin: ToolPin, tools_dir: Path) -> Installed:
+    """``pip install --target`` with this interpreter (the runtimes' ``python3`` must be the same minor version:
+    the base image's is 3.11, as is the project's)."""
+    import sys
+
+    prefix = pin.prefix(tools_dir)
+    shutil.rmtree(prefix, ignore_errors=True)
+    prefix.mkdir(parents=True)
+    started = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--target",
+            str(pin.site(tools_dir)),
+            f"{pin.package}=={pin.version}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0 or not pin.executable(tools_dir).exists():
+        raise InstallFailed(f"pip install {pin.package}=={pin.version} failed: {(done.stderr or done.stdout)[-800:]}")
+    (prefix / ".installed").write_text(f"{pin.package}=={pin.version}\n")
     return Installed(pin, pin.executable(tools_dir), False, time.monotonic() - started)

@@ -5,18 +5,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from polar.errors import InvalidRequest, PolarError
 from polar.logs import configure as configure_logging
 from polar.settings import get_settings
+
+if TYPE_CHECKING:
+    from polar.rollout.report import RolloutRow
+    from polar.settings import Settings
 
 
 def _db(args: argparse.Namespace) -> None:
@@ -89,30 +94,35 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
+    from polar.tasks import load_tasks
+    from polar.tasks.command import allow_copy_root, harness_spec
+
+    harness = harness_spec(args.harness, args.harness_config, args.model) if args.harness else None
+    tasks = load_tasks(args.tasks, harness=harness, samples=args.samples)
+    # The tasks' own folder is a copy root for this run: its tasks may copy (and build) the files that come with them.
+    source = Path(args.tasks)
+    allow_copy_root(source if source.is_dir() else source.resolve().parent)
+    rows = _batch(get_settings(), tasks, f"polar run: {len(tasks)} task(s) from {args.tasks}")
+    if rows is None:  # a rollout this run did not take to its end is not a success (the lines above say why)
+        raise SystemExit(1)
+
+
+def _batch(settings: Settings, tasks: Sequence[dict[str, Any]], title: str) -> list[RolloutRow] | None:
+    """A batch through the Prefect batch flow in this process, inside one Prefect temporary server (``polar run``,
+    ``polar tasks check``): its rows, or None when some rollout was not taken to its end here."""
     from flows.demo import run_batch
     from flows.prefect_server import temporary_server
     from polar.rollout.context import close_contexts
 
-    with open(args.tasks) as f:
-        tasks = json.load(f)
-    tasks = tasks if isinstance(tasks, list) else [tasks]
-    # The tasks file's own folder is a copy root for this run: its tasks may copy the files that come with them.
-    own = str(Path(args.tasks).resolve().parent)
-    os.environ["POLAR_COPY_ROOTS"] = ",".join(r for r in (os.environ.get("POLAR_COPY_ROOTS", ""), own) if r)
-    get_settings.cache_clear()
-
-    async def main() -> bool:
+    async def main() -> list[RolloutRow] | None:
         try:
-            run = await run_batch(settings, tasks, title=f"polar run: {len(tasks)} task(s) from {args.tasks}")
+            run = await run_batch(settings, tasks, title=title)
         finally:
             await asyncio.to_thread(close_contexts)
-        return not run.not_run
+        return None if run.not_run else run.rows
 
-    settings = get_settings()
     with temporary_server(settings):
-        ran_all = asyncio.run(main())
-    if not ran_all:  # a rollout this run did not take to its end is not a success (the lines above say why)
-        raise SystemExit(1)
+        return asyncio.run(main())
 
 
 def _retry(args: argparse.Namespace) -> None:
@@ -299,8 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--samples", type=int, default=4, help="samples per toy task")
     demo.set_defaults(func=_demo)
 
-    run = sub.add_parser("run", help="run a JSON file of TaskRequests through the pipeline in this process")
-    run.add_argument("tasks", help="a JSON file: one TaskRequest or a list of them")
+    run = sub.add_parser("run", help="run TaskRequests (a JSON file) or Harbor task folders in this process")
+    run.add_argument("tasks", help="a JSON file (one TaskRequest or a list), or a Harbor task folder or folder of them")
+    run.add_argument("--samples", type=int, help="samples per task (overrides num_samples)")
+    run.add_argument("--harness", help="the harness of Harbor/SWE-bench tasks (default: mini_swe_agent)")
+    run.add_argument("--harness-config", help="the harness's config as JSON")
+    run.add_argument("--model", help="the model name the harness asks for")
     run.set_defaults(func=_run)
 
     retry = sub.add_parser("retry", help="resume failed rollouts and take over stale ones")
@@ -366,9 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from polar import cli_tools
     from polar.models import command as model_command
+    from polar.tasks import command as tasks_command
 
     cli_tools.add_parsers(sub)
     model_command.add_parsers(sub)
+    tasks_command.add_parsers(sub, _batch)
     return parser
 
 

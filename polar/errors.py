@@ -11,7 +11,8 @@ carry what that mapping needs. Messages name the offending field or value.
     │                     ── Overloaded (429), BackendProtocolError, GenerationAborted
     ├── StoreError (503), NotConfigured (503), ConfigError (at start), GatewayError (502) ── PartialPush
     ├── SandboxError ── PrepareFailed;  HarnessError;  EvaluationError   (rollout pipeline failures)
-    └── GroupFailed   (a trainer adapter's group in which every sample failed)
+    ├── GroupFailed   (a trainer adapter's group in which every sample failed)
+    └── BatchStopped   (a batch's circuit breaker tripped)
 
 In the rollout pipeline a raised error means "this stage failed; retry it". What a harness did (crashed, ran
 out of budget) is an outcome recorded on the rollout, never an exception.
@@ -212,6 +213,14 @@ class EvaluationError(PolarError):
     """An evaluator could not produce a trustworthy reward (crashed, timed out, unparseable verdict)."""
 
     error_type = "evaluation_error"
+
+
+class BatchStopped(PolarError):
+    """A batch's circuit breaker tripped: too many of its rollouts failed for infrastructure reasons in a row (a
+    broken image, a crashing verifier), so the rest were cancelled instead of failing the same way."""
+
+    status_code = 503
+    error_type = "batch_stopped"
 
 
 class ArtifactMissing(PolarError):

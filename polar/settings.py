@@ -194,6 +194,12 @@ class Settings(BaseSettings):
         default=8, ge=1, description="rollout flows an inline batch keeps in flight (deployment dispatch: no cap)"
     )
     rollout_deployment: str = Field(default="polar-rollout/rollout", description="deployment a batch dispatches to")
+    batch_max_consecutive_errors: int = Field(
+        default=0,
+        ge=0,
+        description="an inline batch stops (its unstarted rollouts cancelled) after this many rollouts in a row "
+        "failed a stage for good (infrastructure errors); 0: never",
+    )
 
     # ---- control API and trainer feed ---------------------------------------------------------------
     allow_scripted_policies: bool = Field(
@@ -211,6 +217,9 @@ class Settings(BaseSettings):
     )
     weight_push_attempts: int = Field(default=3, ge=1, description="tries of a weight push to one gateway")
     claim_lease_s: float = Field(default=300.0, gt=0, description="lease of a trainer's claim before it expires")
+    claim_min_samples: int = Field(
+        default=1, ge=0, description="a group is claimable when at least this many of its rollouts are not ERROR"
+    )
     callback_attempts: int = Field(default=5, ge=1, description="webhook deliveries tried before giving up")
     callback_backoff_s: float = Field(default=1.0, ge=0, description="first delay between webhook attempts (doubles)")
     api_poll_s: float = Field(default=0.25, gt=0, description="how often the API admits tasks and sends callbacks")

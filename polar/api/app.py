@@ -264,6 +264,7 @@ def create_api(
             max_groups=body.max_groups,
             lease_s=body.lease_s or settings.claim_lease_s,
             max_staleness=body.max_staleness,
+            min_samples=settings.claim_min_samples,
         )
         out = asdict(batch)
         out["lease_expires_at"] = batch.lease_expires_at.isoformat() if batch.lease_expires_at else None

@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from db.enums import TaskStatus
+from db.enums import RolloutStatus, TaskStatus
 from db.models import Rollout, Task, Trajectory
 from polar.api.runner import held_reason
 from polar.errors import NotFound
@@ -50,7 +50,8 @@ def task_view(db: Session, task_id: str, max_async_level: int | None) -> dict[st
     counts: dict[str, int] = {}
     for row in rollouts:
         counts[row.status.value] = counts.get(row.status.value, 0) + 1
-    rewards = [row.reward for row in rollouts if row.reward is not None]
+    # ERROR rollouts (infrastructure failures) are left out of the group's statistics.
+    rewards = [row.reward for row in rollouts if row.reward is not None and row.status is not RolloutStatus.ERROR]
     held = None
     if task.dispatched_at is None and task.status is TaskStatus.PENDING:
         held = held_reason((task.meta or {}).get("step"), len(versions.ordinals(db)), max_async_level)

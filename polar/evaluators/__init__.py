@@ -1,8 +1,9 @@
 """Evaluators in a registry (``EVALUATORS``, ``get_evaluator``): a rollout's reward from its outcome.
 
 Built in: ``command`` (exit code), ``file`` (a file's content), ``script`` (a check script prints the reward),
-``tests`` (a pytest-style test command), ``llm_judge`` (a model grades against a rubric). The contract is in
-``base``; ``chat.BackendChat`` is how a judge reaches the configured backend.
+``tests`` (a pytest-style test command), ``llm_judge`` (a model grades against a rubric), ``harbor`` (a Harbor
+task's ``tests/test.sh`` and its reward files), ``swebench`` (a SWE-bench instance by the official grading).
+The contract is in ``base``; ``chat.BackendChat`` is how a judge reaches the configured backend.
 """
 
 from __future__ import annotations
@@ -10,12 +11,22 @@ from __future__ import annotations
 from polar.errors import InvalidRequest
 from polar.evaluators.base import ChatModel, EvalContext, EvalResult, Evaluator
 from polar.evaluators.checks import CommandEvaluator, FileEvaluator, ScriptEvaluator
+from polar.evaluators.harbor import HarborEvaluator
 from polar.evaluators.judge import LLMJudge
+from polar.evaluators.swebench import SWEbenchEvaluator
 from polar.evaluators.tests import TestsEvaluator
 
 EVALUATORS: dict[str, Evaluator] = {
     evaluator.name: evaluator
-    for evaluator in (CommandEvaluator(), FileEvaluator(), ScriptEvaluator(), TestsEvaluator(), LLMJudge())
+    for evaluator in (
+        CommandEvaluator(),
+        FileEvaluator(),
+        ScriptEvaluator(),
+        TestsEvaluator(),
+        LLMJudge(),
+        HarborEvaluator(),
+        SWEbenchEvaluator(),
+    )
 }
 
 

@@ -1,7 +1,10 @@
 """Exactly-once batches of complete groups for trainers.
 
 A *group* is one task whose samples have all finished (status COMPLETED or FAILED); its trajectories are those
-its task's builder made. ``claim`` hands a trainer up to ``max_groups`` groups that no claim holds or consumed,
+its task's builder made for its non-ERROR rollouts. An ERROR rollout failed for infrastructure reasons (an image
+that did not build, a crashed verifier): it says nothing about the policy, so it is left out of the group, and a
+group is offered only when at least ``min_samples`` of its rollouts are not ERROR (``POLAR_CLAIM_MIN_SAMPLES``).
+``claim`` hands a trainer up to ``max_groups`` groups that no claim holds or consumed,
 under a lease; ``ack`` consumes them, ``release`` hands them back, and a lease that runs out (a crashed trainer)
 is expired by the next ``claim`` so the groups go to someone else.
 
@@ -25,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.engine import rows_matched, session_scope
-from db.enums import ClaimStatus, TaskStatus
+from db.enums import ClaimStatus, RolloutStatus, TaskStatus
 from db.models import Claim, Rollout, Task, Trajectory
 from polar.clock import now
 from polar.errors import Conflict, InvalidRequest, NotFound
@@ -83,6 +86,7 @@ def claim(
     max_groups: int = 1,
     lease_s: float = 300.0,
     max_staleness: int | None = None,
+    min_samples: int = 1,
 ) -> ClaimedBatch:
     """Take up to ``max_groups`` unclaimed complete groups for ``trainer`` (oldest finished first)."""
     if not trainer or len(trainer) > 128:
@@ -93,6 +97,8 @@ def claim(
         raise InvalidRequest("lease_s must be positive", field="lease_s")
     if max_staleness is not None and max_staleness < 0:
         raise InvalidRequest("max_staleness must be 0 or more", field="max_staleness")
+    if min_samples < 0:
+        raise InvalidRequest("min_samples must be 0 or more", field="min_samples")
     at = now()
     with session_scope(factory) as db:
         expire_leases(db, at)
@@ -106,6 +112,13 @@ def claim(
             .limit(max_groups)
             .with_for_update(skip_locked=True)
         )
+        if min_samples > 0:
+            valid = (
+                sa.select(sa.func.count())
+                .where(Rollout.task_id == Task.id, Rollout.status != RolloutStatus.ERROR)
+                .scalar_subquery()
+            )
+            candidates = candidates.where(valid >= min_samples)
         if max_staleness is not None and current_ordinal - max_staleness > 0:
             fresh = [name for name, ordinal in known.items() if ordinal >= current_ordinal - max_staleness]
             stale_sample = sa.exists().where(
@@ -237,7 +250,7 @@ def _groups(db: Session, claim_id: str, known: dict[str, int]) -> list[Group]:
         sa.select(Trajectory, Task.id, Rollout.sample_index)
         .join(Rollout, Rollout.id == Trajectory.rollout_id)
         .join(Task, Task.id == Rollout.task_id)
-        .where(Task.claim_id == claim_id, Trajectory.builder == Task.builder)
+        .where(Task.claim_id == claim_id, Trajectory.builder == Task.builder, Rollout.status != RolloutStatus.ERROR)
         .order_by(Rollout.sample_index, Trajectory.chain_index)
     ).all()
     by_task: dict[str, list[FeedTrajectory]] = defaultdict(list)

@@ -66,6 +66,7 @@ class SessionHistory:
     next_seq: int = 0  # every seq below is known here (a capture, or an error capture)
     ahead: set[int] = field(default_factory=set)  # known seqs above a gap (the gap: captures written elsewhere)
     tool_steps: int = 0  # how many known calls offered tools (the scripted policy's cursor)
+    tool_free_steps: int = 0  # how many known calls offered none (the cursor of its tool-free replies)
     # The latest request decoded for this session: (protocol, body, ChatRequest); the next one re-sends most of
     # it, and only what it adds is checked and decoded again (polar.proxy.app).
     last_request: tuple[str, Any, ChatRequest] | None = None
@@ -114,6 +115,7 @@ class SessionHistory:
         self.line.extend(node)
         bisect.insort(self.by_depth, (len(node.messages), node.seq, node.id))
         self.tool_steps += 1 if node.tools else 0
+        self.tool_free_steps += 0 if node.tools else 1
         if node.seq >= 0:
             self.note_seq(node.seq)
         return True

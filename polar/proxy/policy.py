@@ -35,6 +35,7 @@ class PolicyContext:
     session_id: str
     step: int  # calls with tools this session has already been answered
     has_tools: bool
+    tool_free_step: int = 0  # calls without tools this session has already been answered
 
 
 class Policy(Protocol):
@@ -86,12 +87,15 @@ class ScriptedReply(BaseModel):
 
 
 class ScriptedPolicySpec(BaseModel):
-    """``replies`` answer the session's calls that offer tools, in order; calls without tools (title
-    generation, routers, memory extraction) get ``tool_free_reply``; once the script is used up, ``then``."""
+    """``replies`` answer the session's calls that offer tools, in order; calls without tools get
+    ``tool_free_replies`` in order (a text-action agent such as mini-swe-agent's text mode: THOUGHT and one bash
+    block per reply), then ``tool_free_reply`` (title generation, routers, memory extraction); once the tool
+    script is used up, ``then``."""
 
     model_config = ConfigDict(extra="forbid")
     type: Literal["scripted"]
-    replies: list[ScriptedReply]
+    replies: list[ScriptedReply] = Field(default_factory=list)
+    tool_free_replies: list[ScriptedReply] = Field(default_factory=list)
     tool_free_reply: str = "Polar session"
     then: str = "Done."
     delay_s: float = Field(default=0.0, ge=0, le=3600, description="each reply held this long first (a slow server)")
@@ -115,6 +119,8 @@ class ScriptedPolicy:
 
     def reply_for(self, context: PolicyContext) -> ScriptedReply:
         if not context.has_tools:
+            if context.tool_free_step < len(self.spec.tool_free_replies):
+                return self.spec.tool_free_replies[context.tool_free_step]
             return ScriptedReply(content=self.spec.tool_free_reply)
         if context.step < len(self.spec.replies):
             return self.spec.replies[context.step]

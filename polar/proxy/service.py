@@ -162,7 +162,9 @@ class CallService(StreamingCalls):
         wanted = request.max_tokens if request.max_tokens is not None else self.default_max_tokens
         sampling = SamplingParams.parse({**request.sampling, "max_new_tokens": min(wanted, budget)})
         meta = StreamMeta(random_hex(12), request.model, int(time.time()), len(prompt.ids))
-        context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
+        context = PolicyContext(
+            session.id, step=history.tool_steps, has_tools=bool(request.tools), tool_free_step=history.tool_free_steps
+        )
         started = time.perf_counter() if started is None else started
         return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started)
 

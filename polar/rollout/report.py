@@ -101,7 +101,8 @@ def format_totals(rows: Sequence[RolloutRow]) -> str:
     statuses: dict[str, int] = {}
     for r in rows:
         statuses[r.status] = statuses.get(r.status, 0) + 1
-    rewards = [r.reward for r in rows if r.reward is not None]
+    # ERROR rollouts (infrastructure failures, or a harness that crashed) are not scores: left out of the mean.
+    rewards = [r.reward for r in rows if r.reward is not None and r.status != "ERROR"]
     mean = sum(rewards) / len(rewards) if rewards else 0.0
     solved = sum(1 for value in rewards if value >= 1.0)
     by_status = ", ".join(f"{name} {count}" for name, count in sorted(statuses.items()))

@@ -6,6 +6,8 @@ and the container holds no state of its own: removing it loses only processes. `
 stage, a resumed flow) therefore reattaches to the running container or creates a new one on the folder.
 
 - Image: ``options.image`` or ``POLAR_DOCKER_IMAGE``; never pulled (a missing image is a ``SandboxError``).
+  ``options.build`` builds one from a folder inside ``POLAR_COPY_ROOTS`` instead (``polar.runtime.images``:
+  content-hashed tag, cached, logs kept); ``seed_workdir`` makes the image's WORKDIR the work folder.
   It needs ``sh``, ``setsid``, ``cat`` and ``kill``; ``git`` for artifact collection.
 - A container lives at most as long as the process that made it (``polar.runtime.lifeline``): when a worker
   dies, even by kill -9, its containers stop, and every harness in them with it. A later stage or a takeover in
@@ -42,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from polar.errors import SandboxError
 from polar.runtime import lifeline
 from polar.runtime.base import ExecResult, ProcessHandle, SpawnHook
+from polar.runtime.images import BuildSpec, ensure_image
 from polar.runtime.local import LocalRuntime, _tail
 from polar.runtime.tunnel import SANDBOX_SOCKET_DIR, gateway_tunnel
 
@@ -67,6 +70,11 @@ class DockerOptions(BaseModel):
     pids_limit: int | None = Field(default=4096, ge=16)
     mount_tools: bool = Field(default=True, description="mount the tools folder (agent CLIs, Node) read-only")
     python: str = Field(default="python3", description="the image's interpreter: {python} in evaluator commands")
+    build: BuildSpec | None = Field(default=None, description="build the image from a folder (polar.runtime.images)")
+    seed_workdir: bool = Field(
+        default=False,
+        description="copy the image's WORKDIR into the work folder at the first start and link that path to it",
+    )
 
 
 @functools.cache
@@ -113,8 +121,12 @@ class DockerRuntime(LocalRuntime):
         env: Mapping[str, str] | None = None,
         docker_host: str = "",
         network: str = "none",
+        build_roots: Sequence[Path] = (),
+        build_logs: Path | None = None,
     ):
         super().__init__(key, base, env=env)
+        self.build_roots = tuple(build_roots)
+        self.build_logs = build_logs or Path(base) / "image-builds"
         self.options = options or DockerOptions()
         self.image = self.options.image or image
         self.network = self.options.network or network
@@ -179,6 +191,8 @@ class DockerRuntime(LocalRuntime):
             )
             lifeline.hold(container)  # before it starts: there is no moment it could outlive this process
             container.start()
+            if self.options.seed_workdir:
+                self._seed_workdir(container)
         except docker.errors.ImageNotFound:
             raise SandboxError(
                 f"image {self.image!r} is not on this Docker engine (Polar never pulls images: build or load it, "
@@ -190,6 +204,36 @@ class DockerRuntime(LocalRuntime):
             lifeline.release(self.name)
             raise SandboxError(f"cannot start container {self.name} from {self.image!r}: {_api_error(exc)}") from None
         return container
+
+    def _seed_workdir(self, container: Any) -> None:
+        """The image's WORKDIR becomes a link to the work folder, so the task's absolute paths (``/app``) and the
+        harness's folder are one. Its content is copied in once per runtime (a marker in the private folder): a
+        container made again on the same folder (a later stage in another process) only links it again."""
+        workdir = (self.client.images.get(self.image).attrs.get("Config") or {}).get("WorkingDir") or ""
+        work = str(self.layout.work)
+        if workdir in ("", "/", work):
+            return
+        marker = self.layout.private / "workdir-seeded"
+        script = (
+            'w=$1 t=$2 m=$3; if [ ! -e "$m" ]; then if [ -d "$w" ] && [ ! -L "$w" ]; then cp -a "$w/." "$t/"; fi; '
+            'touch "$m"; fi; rm -rf "$w"; mkdir -p "$(dirname "$w")"; ln -sfn "$t" "$w"'
+        )
+        code, output = container.exec_run(["sh", "-c", script, "seed", workdir, work, str(marker)])
+        if code != 0:
+            raise SandboxError(f"cannot link the image's WORKDIR {workdir} to {work}: {output.decode()[-300:]}")
+
+    def _build_image(self) -> None:
+        spec = self.options.build
+        if spec is None:
+            return
+        context = Path(spec.context).expanduser().resolve()
+        if not any(context == Path(r).resolve() or Path(r).resolve() in context.parents for r in self.build_roots):
+            allowed = ", ".join(str(r) for r in self.build_roots) or "none are configured"
+            raise SandboxError(
+                f"image build context {spec.context!r} is outside the folders tasks may use (POLAR_COPY_ROOTS: "
+                f"{allowed})"
+            )
+        self.image = ensure_image(self.client, spec, self.build_logs)
 
     def _find(self) -> Any:
         import docker
@@ -230,6 +274,7 @@ class DockerRuntime(LocalRuntime):
             if fresh:
                 await self._call(self._remove)
             await super().start(fresh=fresh)
+            await self._call(self._build_image)
             await self._call(self._ensure)
         except SandboxError:
             raise

@@ -18,9 +18,11 @@ def add_group(
     status: TaskStatus = TaskStatus.COMPLETED,
     builder: str = "prefix_merge",
     other_builder: bool = True,
+    errors: int = 0,
 ) -> tuple[str, list[int]]:
     """A task with ``samples`` finished rollouts, one trajectory each (plus one of another builder, which a
-    claim must not hand out); returns the task id and its trajectory ids of ``builder``."""
+    claim must not hand out), the last ``errors`` of them ERROR (masked, no reward); returns the task id and its
+    trajectory ids of ``builder``."""
     with session_scope(factory) as db:
         task = Task(
             instruction="toy",
@@ -37,13 +39,14 @@ def add_group(
         db.flush()
         ids = []
         for index in range(samples):
+            error = index >= samples - errors
             rollout = Rollout(
                 task_id=task.id,
                 sample_index=index,
-                status=RolloutStatus.COMPLETED,
+                status=RolloutStatus.ERROR if error else RolloutStatus.COMPLETED,
                 stage_results={},
                 stage_timings={},
-                reward=float(index % 2),
+                reward=None if error else float(index % 2),
                 weight_version_min=version,
                 weight_version_max=version,
             )
@@ -57,16 +60,16 @@ def add_group(
                     capture_ids=[1],
                     prompt_ids=[1, 2, 3],
                     response_ids=[4, 5, 6],
-                    loss_mask=[1, 0, 1],
+                    loss_mask=[0, 0, 0] if error else [1, 0, 1],
                     response_logprobs=[-0.5, 0.0, -0.25],
-                    reward=float(index % 2),
+                    reward=None if error else float(index % 2),
                     weight_version_min=version,
                     weight_version_max=version,
                     turn_count=2,
                     n_prompt=3,
                     n_response=3,
-                    n_loss_tokens=2,
-                    status="COMPLETED",
+                    n_loss_tokens=0 if error else 2,
+                    status="ERROR" if error else "COMPLETED",
                 )
                 db.add(row)
                 db.flush()

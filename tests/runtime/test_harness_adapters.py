@@ -4,6 +4,7 @@ every model call at the session, the key is never written to a file, and the too
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tomllib
@@ -14,7 +15,7 @@ import pytest
 from harness_adapters import ADAPTERS, get_adapter
 from harness_adapters.base import HarnessContext, SessionAccess
 from harness_adapters.install import TOOLS
-from polar.errors import InvalidRequest
+from polar.errors import InvalidRequest, SandboxError
 
 REPO = Path(__file__).resolve().parents[2]
 CLIS = ("codex", "claude_code", "gemini_cli", "qwen_code", "opencode", "pi")
@@ -32,7 +33,7 @@ def test_pins_match_the_install_script():
     script = (REPO / "scripts" / "install_harnesses.sh").read_text()
     pinned = {m[0]: (m[1], m[2], m[3]) for m in re.findall(r'"(\w+)\s+(\S+)\s+(\S+)\s+(\S+)"', script)}
     for name, pin in TOOLS.items():
-        if name != "node":
+        if name != "node" and pin.kind == "npm":  # pip tools (mini_swe_agent) are not npm CLIs
             assert pinned[name] == (pin.package, pin.version, pin.binary)
 
 
@@ -55,7 +56,7 @@ def test_each_cli_points_at_its_session_with_real_serialisers(name):
 
 
 def test_the_registry_lists_every_harness_and_rejects_unknown_names():
-    assert set(CLIS) | {"agent", "command"} == set(ADAPTERS)
+    assert set(CLIS) | {"agent", "command", "mini_swe_agent"} == set(ADAPTERS)
     with pytest.raises(InvalidRequest, match="known: "):
         get_adapter("cursor")
 
@@ -99,3 +100,22 @@ def test_the_command_line_installs_a_tool_into_polar_tools(tmp_path, monkeypatch
         assert exit_info.value.code == 2 and "claude" in capsys.readouterr().err
     finally:
         get_settings.cache_clear()
+
+
+def test_mini_swe_agent_runs_its_module_against_the_session(tmp_path):
+    adapter = get_adapter("mini_swe_agent")
+    pin = TOOLS["mini_swe_agent"]
+    with pytest.raises(SandboxError, match="polar harness install mini_swe_agent"):
+        adapter.launch(adapter.Config(), CTX, SESSION)  # not installed in /tools
+    pin.executable(tmp_path).parent.mkdir(parents=True)
+    pin.executable(tmp_path).write_text("")
+    (pin.prefix(tmp_path) / ".installed").write_text("x")
+    ctx = dataclasses.replace(CTX, tools_dir=str(tmp_path))
+    launch = adapter.launch(adapter.Config.model_validate({"mode": "text", "step_limit": 7}), ctx, SESSION)
+    assert launch.argv[:3] == ("python3", "-m", "minisweagent.run.mini") and launch.argv[-1] == CTX.instruction
+    assert "mini_textbased.yaml" in launch.argv and "agent.step_limit=7" in launch.argv
+    assert f"model.model_kwargs.api_base={SESSION.base_urls['openai']}" in launch.argv
+    assert SESSION.api_key not in launch.argv and launch.env["OPENAI_API_KEY"] == SESSION.api_key
+    assert launch.env["PYTHONPATH"] == str(pin.site(tmp_path)) and launch.env["MSWEA_CONFIGURED"] == "1"
+    tools = adapter.launch(adapter.Config.model_validate({"mode": "tools"}), ctx, SESSION)
+    assert "mini.yaml" in tools.argv and "litellm" in tools.argv

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -148,3 +148,26 @@ def _update_task_status(db: Session, task_id: str | None) -> None:
         task.finished_at = task.finished_at or now()
     else:
         task.status = TaskStatus.RUNNING
+
+
+def cancel_unstarted(factory: sessionmaker[Session], rollout_ids: Sequence[str], reason: str) -> list[str]:
+    """Mark the rollouts of ``rollout_ids`` that no flow run has claimed yet (PENDING, no owner) CANCELLED with
+    ``reason``; returns their ids. A stopped batch's rollouts that never started end so, not left PENDING."""
+    at = now()
+    cancelled: list[str] = []
+    with session_scope(factory) as db:
+        rows = db.scalars(
+            sa.select(Rollout)
+            .where(
+                Rollout.id.in_(list(rollout_ids)),
+                Rollout.status == RolloutStatus.PENDING,
+                Rollout.flow_run_id.is_(None),
+            )
+            .with_for_update()
+        ).all()
+        for row in rows:
+            row.status, row.error, row.finished_at = RolloutStatus.CANCELLED, reason, at
+            cancelled.append(row.id)
+        for task_id in sorted({row.task_id for row in rows if row.task_id}):
+            _update_task_status(db, task_id)
+    return cancelled

@@ -1,0 +1,3 @@
+from shop.prices import calc_total
+
+__all__ = ["calc_total"]

@@ -1,0 +1,113 @@
+"""``polar tasks import harbor PATH...`` and ``polar tasks import swebench FILE.jsonl`` (TaskRequests as JSON), and
+``polar tasks check PATH...`` (each task's oracle and a no-op agent through the pipeline).
+
+The entry point passes in how a batch runs (``BatchRunner``: the Prefect batch flow), since the library does not
+import the flows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from polar.rollout.report import RolloutRow
+from polar.rollout.spec import parse_task_request
+from polar.settings import Settings, get_settings
+
+BatchRunner = Callable[[Settings, Sequence[dict[str, Any]], str], list[RolloutRow] | None]
+
+
+def allow_copy_root(path: Path) -> None:
+    """Let this process's tasks read ``path`` (build contexts, copied files): added to ``POLAR_COPY_ROOTS``."""
+    own = str(Path(path).resolve())
+    roots = [r for r in os.environ.get("POLAR_COPY_ROOTS", "").split(",") if r]
+    os.environ["POLAR_COPY_ROOTS"] = ",".join([*roots, own] if own not in roots else roots)
+    get_settings.cache_clear()
+
+
+def harness_spec(name: str, config: str | None, model: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": name, "config": json.loads(config) if config else {}}
+    if model:
+        spec["model"] = model
+    return spec
+
+
+def _import(args: argparse.Namespace) -> None:
+    from polar.tasks.harbor import load_harbor
+    from polar.tasks.swebench import load_swebench
+
+    tasks: list[Any]
+    if args.format == "harbor":
+        tasks = load_harbor([Path(p) for p in args.paths])
+    else:
+        tasks = [
+            instance
+            for path in args.paths
+            for instance in load_swebench(path, template=args.image_template, dataset=args.dataset)
+        ]
+    harness = harness_spec(args.harness, args.harness_config, args.model)
+    requests = [task.request(harness, samples=args.samples) for task in tasks]
+    for request in requests:
+        parse_task_request(request)  # the registries agree, or nothing is written
+    text = json.dumps(requests if len(requests) != 1 else requests[0], indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+        print(f"wrote {len(requests)} TaskRequest(s) to {args.out}")
+    else:
+        print(text)
+
+
+def _check(args: argparse.Namespace, runner: BatchRunner) -> None:
+    from polar.tasks import load_benchmark
+    from polar.tasks.check import check_requests, format_verdicts, judge
+
+    tasks = load_benchmark(args.paths, image_template=args.image_template)
+    for path in args.paths:
+        allow_copy_root(Path(path) if Path(path).is_dir() else Path(path).resolve().parent)
+    requests = check_requests(tasks)
+    for request in requests:
+        parse_task_request(request)
+    title = f"polar tasks check: {len(tasks)} task(s), oracle and no-op each"
+    rows = runner(get_settings(), requests, title)
+    if rows is None:  # the lines above say which rollouts did not run here
+        raise SystemExit(1)
+    verdicts = judge(tasks, rows)
+    print()
+    print(format_verdicts(verdicts))
+    if not all(v.ok for v in verdicts):
+        raise SystemExit(1)
+
+
+def add_parsers(sub: Any, runner: BatchRunner) -> None:
+    tasks = sub.add_parser("tasks", help="benchmark tasks: import Harbor folders, check oracles and no-ops")
+    actions = tasks.add_subparsers(dest="tasks_command", required=True)
+    imp = actions.add_parser("import", help="print (or write) the TaskRequests of benchmark tasks")
+    formats = imp.add_subparsers(dest="format", required=True)
+    from polar.tasks.swebench import IMAGE_TEMPLATES
+
+    harbor = formats.add_parser("harbor", help="Harbor task folders, or folders of them")
+    harbor.add_argument("paths", nargs="+")
+    swebench = formats.add_parser("swebench", help="SWE-bench-style instances, one JSON object per line")
+    swebench.add_argument("paths", nargs="+", metavar="FILE.jsonl")
+    swebench.add_argument(
+        "--dataset", default="swebench", choices=sorted(IMAGE_TEMPLATES), help="image naming of instances without one"
+    )
+    swebench.add_argument("--image-template", help="override: e.g. 'myorg/sweb.{id_docker}:v1'")
+    for parser in (harbor, swebench):
+        parser.add_argument(
+            "--harness", default="mini_swe_agent", help="the harness that will run them (default: mini_swe_agent)"
+        )
+        parser.add_argument("--harness-config", help="the harness's config as JSON")
+        parser.add_argument("--model", help="the model name the harness asks for")
+        parser.add_argument("--samples", type=int, default=1, help="samples per task (num_samples)")
+        parser.add_argument("--out", help="a JSON file for polar run (default: print)")
+        parser.set_defaults(func=_import)
+    check = actions.add_parser("check", help="run each task's oracle and a no-op; exit 1 if any task is broken")
+    check.add_argument("paths", nargs="+", help="Harbor task folders (or folders of them), SWE-bench .jsonl files")
+    check.add_argument("--image-template", help="image naming of SWE-bench instances without an image field")
+    check.set_defaults(func=lambda args: _check(args, runner))

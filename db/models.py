@@ -256,6 +256,10 @@ class Capture(Base):
     n_malformed_tool_calls: Mapped[int] = mapped_column(default=0, server_default="0")
     # Made by a scripted policy (tests, demos), not sampled: never trained on, left out of exports by default.
     scripted: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
+    # How the gateway admitted the call (db.enums.Admission: root | match | unresolved; NULL before revision
+    # 0015) and, for a root after the session's first call or an unresolved call, why (``tools_changed``, ...).
+    admission: Mapped[str | None] = mapped_column(sa.String(16))
+    admission_cause: Mapped[str | None] = mapped_column(sa.String(32))
     created_at: Mapped[datetime] = _created_at()
 
     rollout: Mapped[Rollout] = relationship(back_populates="captures", lazy="raise")
@@ -341,6 +345,12 @@ class MergeStat(Base):
     roots_by_role: Mapped[dict[str, int] | None] = mapped_column(JSONType(), default=dict)
     sampled_tokens: Mapped[int]
     loss_tokens: Mapped[int]
+    # Revision 0015: sampled tokens not trained, by reason (poisoned, dead_branch, unacknowledged, and after the
+    # training filter its reasons: role_not_trained, rollout_error, ...); loss tokens after the filter; the causes
+    # the gateway recorded for roots after the first call and for unresolved calls.
+    untrained_tokens: Mapped[dict[str, int] | None] = mapped_column(JSONType(), default=dict)
+    trainable_tokens: Mapped[int | None]
+    root_causes: Mapped[dict[str, int] | None] = mapped_column(JSONType(), default=dict)
     created_at: Mapped[datetime] = _created_at()
 
     rollout: Mapped[Rollout] = relationship(back_populates="merge_stats", lazy="raise")

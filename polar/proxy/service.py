@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from db.enums import Admission
 from db.request_json import compact_request
 from polar import metrics
 from polar.backends.base import GenerateRequest, GenerateResult, SamplingParams
@@ -37,6 +38,7 @@ from polar.errors import (
     StoreError,
 )
 from polar.ids import random_hex
+from polar.proxy.admission import Verdict, admit
 from polar.proxy.canonical import ChatRequest, Completion, Usage
 from polar.proxy.history import CallNode, HistoryCache, SessionHistory
 from polar.proxy.limits import InFlightLimit
@@ -70,6 +72,7 @@ class CallPlan:
     context: PolicyContext
     meta: StreamMeta
     started: float = 0.0  # perf_counter when the call arrived (metrics)
+    admission: Verdict = Verdict(Admission.ROOT)  # how the call enters the capture tree (polar.proxy.admission)
 
 
 def _chars(messages: Sequence[Message]) -> int:
@@ -168,7 +171,8 @@ class CallService(StreamingCalls):
         meta = StreamMeta(random_hex(12), request.model, int(time.time()), len(prompt.ids))
         context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
         started = time.perf_counter() if started is None else started
-        return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started)
+        verdict = admit(request.messages, request.tools, found, history.prior_calls)
+        return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started, verdict)
 
     async def plan_call(
         self,
@@ -331,6 +335,7 @@ class CallService(StreamingCalls):
         )
         row.n_malformed_tool_calls = completion.malformed_tool_calls
         row.scripted = plan.policy.scripted
+        row.admission, row.admission_cause = plan.admission.admission.value, plan.admission.cause
         committing = time.perf_counter()
         stored = await self.writer.store(row, timeout_s=self.store_timeout_s, key_hash=plan.session.key_hash)
         metrics.COMMIT_WAIT.observe(time.perf_counter() - committing)
@@ -372,6 +377,7 @@ class CallService(StreamingCalls):
                 error=f"{error.error_type}: {error.message}".replace("\x00", "\\x00"),  # a text column
             )
             row.scripted = plan.policy.scripted
+            row.admission, row.admission_cause = plan.admission.admission.value, plan.admission.cause
             stored = await self.writer.store(row, timeout_s=self.store_timeout_s, key_hash=plan.session.key_hash)
             self.histories.note_seq(plan.session.id, stored.seq)
         except PolarError:

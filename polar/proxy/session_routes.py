@@ -166,6 +166,8 @@ CAPTURE_FIELDS = (
     "logprob_semantics",
     "latency_s",
     "ttft_s",
+    "admission",
+    "admission_cause",
 )
 
 

@@ -310,6 +310,9 @@ class Trajectory(Base):
     role: Mapped[str] = mapped_column(sa.String(16), default="main", server_default="main")
     source_capture_id: Mapped[int | None] = mapped_column(sa.BigInteger())
     compacted: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
+    # Revision 0015: the chain the harness kept (the first trace through the session's terminal call, found from
+    # the calls it continued: ``polar.trajectory.liveness``); the trainer adapters train this one per rollout.
+    kept: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
     consumed_by: Mapped[str | None] = mapped_column(sa.String(128))
     consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = _created_at()

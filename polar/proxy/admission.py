@@ -7,10 +7,11 @@ request's history against what the session's captures really produced, so that n
   is explained by another known call's reply made in that very context (a merge claims that history);
 - ``unresolved``: the request holds assistant content no capture of the session produced in that context: an
   edited reply, an edited message before a reply, a reply whose commit failed and which the client kept. It is
-  served (a harness must not break) but its chain is poisoned from it on (``polar.trajectory.admission``). A
+  served (a harness must not break) but its chain is poisoned from it on (``polar.trajectory.liveness``). A
   root needs only each assistant message to be a known reply (it renders its history as the client's and trains
   only its own reply), so a harness that rebuilds its history from the model's replies (aider) stays trainable;
-- ``root``: nothing explains it, and the cause says why: ``first_call``, ``tools_changed``, ``system_changed``,
+- ``root``: nothing explains it, and the cause says why: ``first_call``, ``earlier_calls_failed``,
+  ``tools_changed``, ``system_changed``,
   ``reasoning_changed`` (the harness echoed other reasoning than was sampled), ``sub_agent`` (its first user
   message holds a tool-call argument an earlier call sampled), ``summarised`` (a user message holds an earlier
   reply's text), ``history_rebuilt`` (every assistant message is a known reply, but the history is not an
@@ -46,9 +47,13 @@ def admit(
     tools: Sequence[ToolSpec],
     found: tuple[PriorCall, int] | None,
     known: Callable[[], Sequence[PriorCall]],
+    *,
+    first: bool = False,
 ) -> Verdict:
     """The verdict on a request (``messages``, ``tools``) whose parent search gave ``found``; ``known()`` gives the
-    session's known calls (the committed, acknowledged ones), read only when needed."""
+    session's known calls (the committed, acknowledged ones), read only when needed; ``first``: the session has
+    made no call at all before (not even a failed one). Only a first call may hold assistant messages no capture
+    made (a harness's own examples): after a failed or unacknowledged call they may be a reply the store lost."""
     if found is not None:
         start = found[1]
         if not any(m.role is Role.ASSISTANT for m in messages[start:-1]):
@@ -57,7 +62,7 @@ def admit(
             return Verdict(Admission.UNRESOLVED, "history_edited")
         return Verdict(Admission.MATCH)
     calls = known()
-    if not calls:
+    if not calls and first:
         return Verdict(Admission.ROOT, "first_call")
     if _unexplained(messages, 0, calls, in_context=False) is not None:
         return Verdict(Admission.UNRESOLVED, "history_edited")
@@ -113,6 +118,8 @@ def _unexplained(
 
 def _root_cause(messages: Sequence[Message], tools: Sequence[ToolSpec], calls: Sequence[PriorCall]) -> str:
     """Why a request every assistant message of which is explained still extends no call."""
+    if not calls:
+        return "earlier_calls_failed"  # only failed or unacknowledged calls came before
     # The deepest call whose conversation the request repeats: what changed since it?
     for prior in sorted(calls, key=lambda c: len(c.messages), reverse=True):
         n = len(prior.messages)

@@ -108,6 +108,7 @@ class CallService(StreamingCalls):
     ):
         self.builder = builder
         self.chat_format = chat_format  # the model family's: parses sampled ids, whatever the family
+        self._family_stops = frozenset(chat_format.stop_ids)  # its end-of-turn ids: sent with every generation
         self.histories = histories
         self.writer = writer
         self.context_length = context_length
@@ -167,11 +168,15 @@ class CallService(StreamingCalls):
         if budget <= 0:
             raise ContextLengthExceeded(len(prompt.ids), self.context_length)
         wanted = request.max_tokens if request.max_tokens is not None else self.default_max_tokens
-        sampling = SamplingParams.parse({**request.sampling, "max_new_tokens": min(wanted, budget)})
+        # The family's end-of-turn ids go with every generation: an engine that knows only the tokenizer's EOS
+        # would otherwise run past a turn's end (a client's own stop ids are kept).
+        stops = {"stop_token_ids": self._stop_ids(request.sampling.get("stop_token_ids"))}
+        sampling = SamplingParams.parse({**request.sampling, **stops, "max_new_tokens": min(wanted, budget)})
         meta = StreamMeta(random_hex(12), request.model, int(time.time()), len(prompt.ids))
         context = PolicyContext(session.id, step=history.tool_steps, has_tools=bool(request.tools))
         started = time.perf_counter() if started is None else started
-        verdict = admit(request.messages, request.tools, found, history.prior_calls)
+        first = history.next_seq == 0 and not history.ahead and not history.nodes
+        verdict = admit(request.messages, request.tools, found, history.prior_calls, first=first)
         return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started, verdict)
 
     async def plan_call(
@@ -203,6 +208,16 @@ class CallService(StreamingCalls):
         if chars <= INLINE_CHARS:
             return self._build(*args)
         return await in_thread(self._build, *args)
+
+    def _stop_ids(self, asked: Any) -> Any:
+        """The chat format's stop ids and the client's (any invalid value is left for ``SamplingParams`` to
+        refuse, naming the field)."""
+        family = self._family_stops
+        if asked is None:
+            return tuple(sorted(family))
+        if isinstance(asked, list | tuple) and all(isinstance(i, int) for i in asked):
+            return tuple(sorted(family | set(asked)))
+        return asked
 
     @property
     def _appends(self) -> bool:
@@ -320,7 +335,8 @@ class CallService(StreamingCalls):
             parent_body = await self._in_store(self.histories.parent_body, plan.session.id, parent.ref)
         return compact_request(plan.body, parent_body)
 
-    async def _record(self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict) -> None:
+    async def _record(self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict) -> int:
+        """Commit the capture and make it a known call of the session; returns its id."""
         row = capture_row(
             rollout_id=plan.session.id,
             seq=-1,  # assigned by the writer
@@ -360,6 +376,13 @@ class CallService(StreamingCalls):
             ),
             plan.prompt.ids,
         )
+        return capture_id
+
+    def undelivered(self, plan: CallPlan, capture_id: int) -> None:
+        """The committed reply ``capture_id`` never reached its caller: marked ``UNACKNOWLEDGED`` (never trained)
+        and dropped from the session's history (never a parent)."""
+        self.writer.unacknowledge(capture_id)
+        self.histories.drop(plan.session.id, capture_id)
 
     async def _record_error(self, plan: CallPlan, error: PolarError) -> None:
         """Record a failed generation. If even that fails, the original error still reaches the caller."""

@@ -10,13 +10,15 @@
   ``OK``) are members: a reply its caller never got can be neither live nor a parent. Every other member is a
   **dead branch**, never trained. When more than one member was continued, each continued one stays live (the
   harness did go on from each).
-- **Terminal**: the latest live, unpoisoned call by ``seq``: the one the session ended on. The chain through it
+- **Terminal**: the latest live, unpoisoned call by ``seq`` (of the main agent, when roles are known): the one the
+  session ended on. The chain through it
   is the chain the harness kept (``terminal_path``); builders give shared prefixes to it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -48,8 +50,10 @@ class Liveness:
         return None
 
 
-def judge(tree: CaptureTree) -> Liveness:
-    """The liveness of every OK capture of ``tree`` (module docstring)."""
+def judge(tree: CaptureTree, main: Callable[[int], bool] | None = None) -> Liveness:
+    """The liveness of every OK capture of ``tree`` (module docstring). ``main(capture_id)``: whether a call is
+    the main agent's; the terminal call is then the latest live main call (a side call after the agent's last
+    turn does not end its session), or the latest live call when there is none."""
     poisoned: set[int] = set()
     parent_of: dict[int, int | None] = {}
     groups: dict[tuple[int | None, int, tuple[int, ...]], list[int]] = {}
@@ -69,7 +73,8 @@ def judge(tree: CaptureTree) -> Liveness:
         live = [m for m in members if m in continued] or [max(members, key=seq.__getitem__)]
         dead.update(m for m in members if m not in live)
     candidates = [r for r in tree.ok if r.id not in poisoned and r.id not in dead]
-    terminal = candidates[-1].id if candidates else None
+    mains = [r for r in candidates if main(r.id)] if main is not None else []
+    terminal = (mains or candidates)[-1].id if candidates else None
     path: set[int] = set()
     node = terminal
     while node is not None:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from polar.trajectory.liveness import judge, root_causes, untrained_tokens
 from polar.trajectory.records import BuildResult, CaptureRecord, MergeStats, Trace, merged_spans, version_bounds
-from polar.trajectory.roles import SessionRoles, label_session
+from polar.trajectory.roles import Role, SessionRoles, label_session
 from polar.trajectory.tree import CaptureTree
 
 NAME = "per_request"
@@ -25,7 +25,7 @@ def per_request(captures: Iterable[CaptureRecord], /, *, roles: SessionRoles | N
     trace carries the role and link of the chain start its capture belongs to."""
     tree = CaptureTree(captures)
     roles = roles if roles is not None else label_session(tree)
-    liveness = judge(tree)
+    liveness = judge(tree, lambda capture_id: roles.label_of(capture_id).role is Role.MAIN)
     traces: list[Trace] = []
     roots = 0
     for record in tree.ok:
@@ -49,6 +49,7 @@ def per_request(captures: Iterable[CaptureRecord], /, *, roles: SessionRoles | N
                 role=label.role.value,
                 source_capture_id=label.link_id,
                 compacted=label.compacted,
+                kept=record.id == liveness.terminal,
             )
         )
     sampled = sum(len(trace.response_ids) for trace in traces)

@@ -55,7 +55,7 @@ from polar.trajectory.records import (
     merged_spans,
     version_bounds,
 )
-from polar.trajectory.roles import SessionRoles, label_session
+from polar.trajectory.roles import Role, SessionRoles, label_session
 from polar.trajectory.tree import CaptureTree, Link
 
 NAME = "prefix_merge"
@@ -115,7 +115,7 @@ def prefix_merge(
             roots += 1
         else:
             causes[decision.value] += 1
-    liveness = judge(tree)
+    liveness = judge(tree, lambda capture_id: roles.label_of(capture_id).role is Role.MAIN)
     traces = _walk(tree, chain_roots, children, roles, liveness)
     ok = tree.ok
     stats = MergeStats(
@@ -236,6 +236,7 @@ def _walk(
     """
     kept = _kept_chain(children, liveness.terminal)
     owned: set[int] = set()
+    kept_found = False  # the first trace through the terminal call is the kept one
     traces: list[Trace] = []
     for root in chain_roots:
         prompt = tree.full_prompt(root)
@@ -277,6 +278,8 @@ def _walk(
                 continue
             merged = merged_spans(spans)
             low, high = version_bounds(merged)
+            through_terminal = not kept_found and any(n.id == liveness.terminal for n in path)
+            kept_found |= through_terminal
             traces.append(
                 Trace(
                     chain_index=len(traces),
@@ -294,6 +297,7 @@ def _walk(
                     role=label.role.value,
                     source_capture_id=label.link_id,
                     compacted=label.compacted,
+                    kept=through_terminal,
                 )
             )
     return traces

@@ -158,6 +158,7 @@ class Trace:
     role: str = "main"
     source_capture_id: int | None = None
     compacted: bool = False
+    kept: bool = False  # the chain the harness kept: the first trace through the session's terminal call
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)

@@ -234,6 +234,7 @@ def load_traces(session: Session, rollout_id: str, builder: str) -> list[Trace]:
             role=row.role,
             source_capture_id=row.source_capture_id,
             compacted=row.compacted,
+            kept=row.kept,
         )
         for row in rows
     ]
@@ -266,4 +267,5 @@ def _trajectory_row(rollout_id: str, builder: str, trace: Trace, status: str) ->
         "role": trace.role,
         "source_capture_id": trace.source_capture_id,
         "compacted": trace.compacted,
+        "kept": trace.kept,
     }

@@ -9,7 +9,8 @@ token) or ``unresolved`` (its history holds assistant content no capture of the 
 is poisoned from it on, kept and never trained). ``admission_cause`` says why a root after the session's first
 call started (``tools_changed``, ``history_edited``, ``sub_agent``, ...). Both are NULL for captures made
 before. ``merge_stats`` gains ``untrained_tokens`` (sampled tokens not trained, by reason), ``trainable_tokens``
-(loss tokens after the training filter) and ``root_causes``. (The capture status ``UNACKNOWLEDGED`` needs no
+(loss tokens after the training filter) and ``root_causes``; ``trajectories.kept`` marks the chain the harness
+kept. (The capture status ``UNACKNOWLEDGED`` needs no
 schema change: statuses are plain strings.)
 """
 
@@ -34,9 +35,12 @@ def upgrade() -> None:
     op.add_column("merge_stats", sa.Column("untrained_tokens", JSONType(), nullable=True))
     op.add_column("merge_stats", sa.Column("trainable_tokens", sa.Integer(), nullable=True))
     op.add_column("merge_stats", sa.Column("root_causes", JSONType(), nullable=True))
+    op.add_column("trajectories", sa.Column("kept", sa.Boolean(), nullable=False, server_default=sa.false()))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("trajectories") as batch:
+        batch.drop_column("kept")
     with op.batch_alter_table("merge_stats") as batch:
         batch.drop_column("root_causes")
         batch.drop_column("trainable_tokens")

@@ -1,4 +1,5 @@
-"""What the gateway asks the engine for: the chat format's stop ids with every generation, and ``max_tokens`` clamped to what the context window leaves after the prompt (absent: the default)."""
+"""What the gateway asks the engine for: the chat format's stop ids with every generation, and ``max_tokens``
+clamped to what the context window leaves after the prompt (absent: the default)."""
 
 from __future__ import annotations
 

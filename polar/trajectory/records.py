@@ -220,6 +220,13 @@ class MergeStats:
     # Roots after the session's first call, by the cause the gateway recorded (``captures.admission_cause``).
     root_causes: Mapping[str, int] = field(default_factory=dict)
 
+    def token_line(self) -> str:
+        """Sampled, trainable (after the filter, when known) and untrained tokens by reason, and root causes."""
+        trainable = self.trainable_tokens if self.trainable_tokens is not None else self.loss_tokens
+        untrained = ", ".join(f"{k} {v}" for k, v in self.untrained_tokens.items()) or "none"
+        causes = ", ".join(f"{k} {v}" for k, v in self.root_causes.items()) or "none"
+        return f"sampled {self.sampled_tokens}, trainable {trainable}, untrained: {untrained}; root causes: {causes}"
+
     @property
     def ok_captures(self) -> int:
         return self.captures_in - self.error_captures

@@ -110,3 +110,19 @@ def test_the_kept_chain_owns_the_prefix_it_shares_with_a_dead_branch() -> None:
     assert dead_trace.capture_ids == (root.id, first.id) and dead_trace.n_loss_tokens == 0
     assert kept_trace.capture_ids[:2] == (root.id, second.id)
     assert kept_trace.n_loss_tokens == 6  # root, second and its child, each once
+
+
+def test_stats_name_every_untrained_token_and_root_cause() -> None:
+    tree = RecordTree()
+    root = tree.add(SYSTEM, [10, EOT], admission="root", admission_cause="first_call")
+    step = [*tree.sequence(root), 70]
+    tree.add(step, [20, EOT], root, admission="match")
+    tree.add(step, [21, EOT], root, admission="match")  # a retry of the last call: the first is dead
+    tree.add([1, 99, EOT, 1, 60], [30, EOT], admission="root", admission_cause="tools_changed")
+    tree.add([1, 98, EOT, 1, 60], [40, EOT], admission="unresolved", admission_cause="history_edited")
+
+    stats = prefix_merge(tree.records).stats
+
+    assert stats.token_line() == (
+        "sampled 10, trainable 6, untrained: dead_branch 2, poisoned 2; root causes: history_edited 1, tools_changed 1"
+    )

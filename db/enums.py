@@ -51,6 +51,24 @@ class CaptureStatus(StrEnum):
     OK = "OK"
     ERROR = "ERROR"
     INTERRUPTED = "INTERRUPTED"
+    # The reply was committed but its caller never got it (a 503 after a store timeout, a client that left before
+    # the last frame): kept for the record, never trained, never the parent of a later call.
+    UNACKNOWLEDGED = "UNACKNOWLEDGED"
+
+
+class Admission(StrEnum):
+    """How the gateway admitted a call into its session's capture tree (``captures.admission``).
+
+    ``root``: no earlier call explains it (``captures.admission_cause`` says why, for every root but the first);
+    ``match``: it extends a committed call of the session token for token; ``unresolved``: its history holds
+    assistant content no capture of the session produced in that context (an edited reply, an edited message
+    before a reply, a reply whose commit failed). An unresolved call is served, but it and every call after it
+    on its chain are poisoned: kept, shown, never trained.
+    """
+
+    ROOT = "root"
+    MATCH = "match"
+    UNRESOLVED = "unresolved"
 
 
 class ClaimStatus(StrEnum):

@@ -270,6 +270,10 @@ class Capture(Base):
     experts_layers: Mapped[int | None]
     experts_k: Mapped[int | None]
     routed_experts: Mapped[bytes | None] = mapped_column(sa.LargeBinary)
+    # How the gateway admitted the call (db.enums.Admission: root | match | unresolved; NULL before revision
+    # 0017) and, for a root after the session's first call or an unresolved call, why (``tools_changed``, ...).
+    admission: Mapped[str | None] = mapped_column(sa.String(16))
+    admission_cause: Mapped[str | None] = mapped_column(sa.String(32))
     created_at: Mapped[datetime] = _created_at()
 
     rollout: Mapped[Rollout] = relationship(back_populates="captures", lazy="raise")
@@ -320,6 +324,9 @@ class Trajectory(Base):
     role: Mapped[str] = mapped_column(sa.String(16), default="main", server_default="main")
     source_capture_id: Mapped[int | None] = mapped_column(sa.BigInteger())
     compacted: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
+    # Revision 0017: the chain the harness kept (the first trace through the session's terminal call, found from
+    # the calls it continued: ``polar.trajectory.liveness``); the trainer adapters train this one per rollout.
+    kept: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
     consumed_by: Mapped[str | None] = mapped_column(sa.String(128))
     consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = _created_at()
@@ -355,6 +362,12 @@ class MergeStat(Base):
     roots_by_role: Mapped[dict[str, int] | None] = mapped_column(JSONType(), default=dict)
     sampled_tokens: Mapped[int]
     loss_tokens: Mapped[int]
+    # Revision 0017: sampled tokens not trained, by reason (poisoned, dead_branch, unacknowledged, and after the
+    # training filter its reasons: role_not_trained, rollout_error, ...); loss tokens after the filter; the causes
+    # the gateway recorded for roots after the first call and for unresolved calls.
+    untrained_tokens: Mapped[dict[str, int] | None] = mapped_column(JSONType(), default=dict)
+    trainable_tokens: Mapped[int | None]
+    root_causes: Mapped[dict[str, int] | None] = mapped_column(JSONType(), default=dict)
     created_at: Mapped[datetime] = _created_at()
 
     rollout: Mapped[Rollout] = relationship(back_populates="merge_stats", lazy="raise")

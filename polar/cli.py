@@ -77,6 +77,8 @@ def _trajectories(args: argparse.Namespace) -> None:
         since = since.replace(tzinfo=UTC)
     report = rebuild(factory, builder=args.builder, rollout_id=args.rollout, task_id=args.task, since=since)
     print(report.summary())
+    for done in report.rebuilt:  # every masked token with its reason
+        print(f"  {done.rollout_id}: {done.stats.token_line()}")
     for rollout_id, reason in report.skipped:
         print(f"  skipped {rollout_id}: {reason}")
     for rollout_id, reason in report.failed:

@@ -111,6 +111,7 @@ def trajectory_view(row: Trajectory, task_id: str | None, *, tokens: bool) -> di
         "role": row.role,
         "source_capture_id": row.source_capture_id,
         "compacted": row.compacted,
+        "kept": row.kept,
         "weight_version_min": row.weight_version_min,
         "weight_version_max": row.weight_version_max,
         "consumed_by": row.consumed_by,

@@ -11,9 +11,11 @@ Masking rule (a sample that cannot train keeps real token ids but ``loss_mask`` 
 - it was drawn more than ``max_staleness`` registered weight versions behind the current one.
 A group in which no sample can train raises ``GroupFailed``: a trainer never gets tensors for it.
 
-One rollout may hold several chains (captures prefix-merge could not join, e.g. a harness's side calls); a
-trainer with one completion per sample gets the chain with the most trained tokens, and ``chains`` says how many
-there were.
+One rollout may hold several chains (sub-agents, side calls, retries, rewritten history); a trainer with one
+completion per sample gets the chain the harness kept (``kept``: found by the builder from what the harness
+continued, ``polar.trajectory.liveness``, never from token counts), and ``chains`` says how many there were. Each
+sampled token is trained in one trace only, so the kept chain's tokens are never also trained elsewhere here. A
+rollout with no kept chain (its shape is ambiguous: every call poisoned or none live) is masked with that reason.
 """
 
 from __future__ import annotations
@@ -137,9 +139,12 @@ def _sample(
         n = len(chain["response_ids"])
         if len(chain["loss_mask"]) != n or len(chain["response_logprobs"]) != n:
             raise PolarError(f"trajectory {chain['id']}: response ids, loss mask and logprobs do not align")
-    best = max(chains, key=lambda c: (sum(c["loss_mask"]), -c["chain_index"]))
+    kept = [c for c in chains if c.get("kept")]
+    best = kept[0] if len(kept) == 1 else min(chains, key=lambda c: c["chain_index"])
     reason = None
-    if not any(best["loss_mask"]):
+    if len(kept) != 1:
+        reason = f"no kept chain among {len(chains)} (ambiguous shape: every call poisoned or none live)"
+    elif not any(best["loss_mask"]):
         reason = f"no trainable tokens ({best['filter_reason'] or 'mask all 0'})"
     elif best["reward"] is None:
         reason = "no reward"

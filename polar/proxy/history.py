@@ -313,6 +313,17 @@ class HistoryCache:
                 full = node.prompt_delta_ids if node.prefix_len == 0 and node.parent_id is None else prompt_ids
                 history.remember_prompt(node.id, full)
 
+    def drop(self, session_id: str, capture_id: int) -> None:
+        """Forget call ``capture_id`` as a parent (its reply never reached its caller); its seq stays known. Its ids
+        stay on the line if they are there: the line is only ever extended, and no later call continues it."""
+        history = self._history(session_id)
+        with history.lock:
+            node = history.nodes.pop(capture_id, None)
+            if node is not None:
+                history.by_depth.remove((len(node.messages), node.seq, node.id))
+                history.prompts.pop(capture_id, None)
+                history.bodies.pop(capture_id, None)
+
     def note_seq(self, session_id: str, seq: int) -> None:
         """A seq this process used without a node (an error capture)."""
         history = self._history(session_id)

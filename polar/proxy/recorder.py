@@ -16,6 +16,11 @@ database rejects or a constraint is to blame, and the batch is split in halves a
 own, down to single rows, so the other sessions' captures commit and the offending row's caller gets the
 database's reason. A caller waits at most ``timeout_s`` (a frozen store is a 503, not a hang); a row whose
 caller has given up before its transaction began is not written.
+
+Acknowledged means delivered: a row that commits after its caller gave up (the caller already answered with a
+503: a phantom commit) is marked ``UNACKNOWLEDGED`` by the writer right after, in its own transaction, and so is
+any capture the service reports undelivered (``unacknowledge``: a stream whose client left before its last
+frame). Such a capture is kept, never trained and never loaded as a parent.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import Capture, Rollout, session_scope
 from db.engine import rows_matched
+from db.enums import CaptureStatus
 from polar.errors import PermissionDenied, PolarError, StoreError
 from polar.proxy import access_log, capture_sql
 
@@ -58,12 +64,19 @@ class _Pending:
     key_hash: str | None = None  # commit only while the session is open under this key (None: unchecked)
 
 
+@dataclass(frozen=True)
+class _Unacknowledge:
+    """Captures committed whose callers never got them."""
+
+    capture_ids: tuple[int, ...]
+
+
 class CaptureWriter:
     def __init__(self, factory: sessionmaker[Session], *, max_batch: int = 128, retries: int = 5):
         self._factory = factory
         self._max_batch = max_batch
         self._retries = retries
-        self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        self._queue: queue.Queue[_Pending | _Unacknowledge | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._conn: Connection | None = None  # the writer thread's own connection, kept between batches
@@ -89,7 +102,18 @@ class CaptureWriter:
             access_log.noted(row, loop.time() - queued)  # the call's line in the access log, if on
             return stored
         except TimeoutError:
+            # The row may still commit (its transaction had begun): ``_resolve_all`` then finds the future done and
+            # has it marked. If it committed just as the wait ran out, it is marked here.
+            future = pending.future
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self.unacknowledge(future.result().id)
             raise StoreError(f"the store did not commit the capture within {timeout_s:g} s") from None
+
+    def unacknowledge(self, *capture_ids: int) -> None:
+        """Mark committed captures ``UNACKNOWLEDGED`` (their callers never got them), soon, on the writer thread."""
+        if capture_ids:
+            self._ensure_started()
+            self._queue.put(_Unacknowledge(tuple(capture_ids)))
 
     def _ensure_started(self) -> None:
         with self._start_lock:
@@ -110,6 +134,9 @@ class CaptureWriter:
             first = self._queue.get()
             if first is None:
                 return
+            if isinstance(first, _Unacknowledge):
+                self._mark_unacknowledged(first.capture_ids)
+                continue
             batch = [first]
             while len(batch) < self._max_batch:
                 try:
@@ -119,8 +146,22 @@ class CaptureWriter:
                 if item is None:
                     self._commit(batch)
                     return
+                if isinstance(item, _Unacknowledge):
+                    self._mark_unacknowledged(item.capture_ids)
+                    continue
                 batch.append(item)
             self._commit(batch)
+
+    def _mark_unacknowledged(self, capture_ids: tuple[int, ...]) -> None:
+        try:
+            with session_scope(self._factory) as db:
+                db.execute(
+                    sa.update(Capture)
+                    .where(Capture.id.in_(capture_ids), Capture.status == CaptureStatus.OK)
+                    .values(status=CaptureStatus.UNACKNOWLEDGED, error="committed, but its caller never got the reply")
+                )
+        except Exception:  # the writer thread must live on; the capture stays OK (logged for the operator)
+            log.exception("could not mark captures %s unacknowledged", capture_ids)
 
     def _commit(self, batch: list[_Pending]) -> None:
         batch = [p for p in batch if not p.future.done()]  # callers that timed out or went away
@@ -132,7 +173,7 @@ class CaptureWriter:
             self.commits += 1
             if self.observe_commit is not None:
                 self.observe_commit(len(batch), time.perf_counter() - started)
-            _wake(batch, ids)
+            _wake(batch, ids, self.unacknowledge)
             return
         if row_fault and len(batch) > 1:  # find the offending row(s): the rest commit
             half = len(batch) // 2
@@ -140,7 +181,7 @@ class CaptureWriter:
             self._commit(batch[half:])
             return
         assert error is not None
-        _wake(batch, [error] * len(batch))
+        _wake(batch, [error] * len(batch), self.unacknowledge)
 
     def _attempt(self, batch: list[_Pending]) -> tuple[list[Stored | PolarError] | None, PolarError | None, bool]:
         """Insert the batch: (each row's Stored or refusal, None, _) on success, else (None, error, whether a row
@@ -309,30 +350,29 @@ def _row_error(exc: Exception, batch: list[_Pending], context: str = "") -> Stor
     return StoreError(f"could not store the capture{where}: {prefix}{exc.__class__.__name__}: {reason}"[:2000])
 
 
-def _wake(batch: list[_Pending], outcomes: list[Stored | PolarError]) -> None:
-    """Hand each caller its outcome: one wake-up of each event loop for the whole batch, not one per row."""
+def _wake(batch: list[_Pending], outcomes: list[Stored | PolarError], undelivered: Callable[..., None]) -> None:
+    """Hand each caller its outcome: one wake-up of each event loop for the whole batch, not one per row.
+    ``undelivered(*ids)``: captures stored whose callers had given up."""
     per_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Stored], Stored | PolarError]]] = {}
     for pending, outcome in zip(batch, outcomes, strict=True):
         per_loop.setdefault(pending.loop, []).append((pending.future, outcome))
     for loop, items in per_loop.items():
         try:
-            loop.call_soon_threadsafe(_resolve_all, items)
+            loop.call_soon_threadsafe(_resolve_all, items, undelivered)
         except RuntimeError:  # that loop is closed: its callers are gone
-            pass
+            undelivered(*(o.id for _, o in items if isinstance(o, Stored)))
 
 
-def _resolve_all(items: list[tuple[asyncio.Future[Stored], Stored | PolarError]]) -> None:
+def _resolve_all(
+    items: list[tuple[asyncio.Future[Stored], Stored | PolarError]], undelivered: Callable[..., None]
+) -> None:
+    lost: list[int] = []
     for future, outcome in items:
-        if isinstance(outcome, Stored):
-            _resolve(future, outcome, None)
+        if future.done():  # the caller gave up (a store timeout, a client that left): a stored row is a phantom
+            if isinstance(outcome, Stored):
+                lost.append(outcome.id)
+        elif isinstance(outcome, Stored):
+            future.set_result(outcome)
         else:
-            _resolve(future, None, outcome)
-
-
-def _resolve(future: asyncio.Future[Stored], value: Stored | None, error: BaseException | None) -> None:
-    if future.done():  # the caller went away (client disconnect); the capture is stored regardless
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)  # type: ignore[arg-type]
+            future.set_exception(outcome)
+    undelivered(*lost)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from db.enums import Admission
 from db.request_json import compact_request
 from polar import metrics
 from polar.backends.base import GenerateRequest, GenerateResult, SamplingParams
@@ -38,6 +39,7 @@ from polar.errors import (
     StoreError,
 )
 from polar.ids import random_hex
+from polar.proxy.admission import Verdict, admit
 from polar.proxy.canonical import ChatRequest, Completion, Usage
 from polar.proxy.cost import message_chars, surely_too_long
 from polar.proxy.history import CallNode, HistoryCache, SessionHistory
@@ -72,6 +74,7 @@ class CallPlan:
     context: PolicyContext
     meta: StreamMeta
     started: float = 0.0  # perf_counter when the call arrived (metrics)
+    admission: Verdict = Verdict(Admission.ROOT)  # how the call enters the capture tree (polar.proxy.admission)
 
 
 class _Stale(Exception):
@@ -98,6 +101,7 @@ class CallService(StreamingCalls):
     ):
         self.builder = builder
         self.chat_format = chat_format  # the model family's: parses sampled ids, whatever the family
+        self._family_stops = frozenset(chat_format.stop_ids)  # its end-of-turn ids: sent with every generation
         self.histories = histories
         self.writer = writer
         self.context_length = context_length
@@ -160,13 +164,18 @@ class CallService(StreamingCalls):
         if budget <= 0:
             raise ContextLengthExceeded(len(prompt.ids), self.context_length)
         wanted = request.max_tokens if request.max_tokens is not None else self.default_max_tokens
-        sampling = SamplingParams.parse({**request.sampling, "max_new_tokens": min(wanted, budget)})
+        # The family's end-of-turn ids go with every generation: an engine that knows only the tokenizer's EOS
+        # would otherwise run past a turn's end (a client's own stop ids are kept).
+        stops = {"stop_token_ids": self._stop_ids(request.sampling.get("stop_token_ids"))}
+        sampling = SamplingParams.parse({**request.sampling, **stops, "max_new_tokens": min(wanted, budget)})
         meta = StreamMeta(random_hex(12), request.model, int(time.time()), len(prompt.ids))
         context = PolicyContext(
             session.id, step=history.tool_steps, has_tools=bool(request.tools), tool_free_step=history.tool_free_steps
         )
         started = time.perf_counter() if started is None else started
-        return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started)
+        first = history.next_seq == 0 and not history.ahead and not history.nodes
+        verdict = admit(request.messages, request.tools, found, history.prior_calls, first=first)
+        return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started, verdict)
 
     async def plan_call(
         self,
@@ -200,6 +209,16 @@ class CallService(StreamingCalls):
         if chars <= INLINE_CHARS:
             return self._build(*args)
         return await in_thread(self._build, *args)
+
+    def _stop_ids(self, asked: Any) -> Any:
+        """The chat format's stop ids and the client's (any invalid value is left for ``SamplingParams`` to
+        refuse, naming the field)."""
+        family = self._family_stops
+        if asked is None:
+            return tuple(sorted(family))
+        if isinstance(asked, list | tuple) and all(isinstance(i, int) for i in asked):
+            return tuple(sorted(family | set(asked)))
+        return asked
 
     @property
     def _appends(self) -> bool:
@@ -319,7 +338,8 @@ class CallService(StreamingCalls):
             parent_body = await self._in_store(self.histories.parent_body, plan.session.id, parent.ref)
         return compact_request(plan.body, parent_body)
 
-    async def _record(self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict) -> None:
+    async def _record(self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict) -> int:
+        """Commit the capture and make it a known call of the session; returns its id."""
         row = capture_row(
             rollout_id=plan.session.id,
             seq=-1,  # assigned by the writer
@@ -335,6 +355,7 @@ class CallService(StreamingCalls):
         apply_extras(row, final.extras, plan.session.capture)
         row.n_malformed_tool_calls = completion.malformed_tool_calls
         row.scripted = plan.policy.scripted
+        row.admission, row.admission_cause = plan.admission.admission.value, plan.admission.cause
         committing = time.perf_counter()
         stored = await self.writer.store(row, timeout_s=self.store_timeout_s, key_hash=plan.session.key_hash)
         metrics.COMMIT_WAIT.observe(time.perf_counter() - committing)
@@ -359,6 +380,13 @@ class CallService(StreamingCalls):
             ),
             plan.prompt.ids,
         )
+        return capture_id
+
+    def undelivered(self, plan: CallPlan, capture_id: int) -> None:
+        """The committed reply ``capture_id`` never reached its caller: marked ``UNACKNOWLEDGED`` (never trained)
+        and dropped from the session's history (never a parent)."""
+        self.writer.unacknowledge(capture_id)
+        self.histories.drop(plan.session.id, capture_id)
 
     async def _record_error(self, plan: CallPlan, error: PolarError) -> None:
         """Record a failed generation. If even that fails, the original error still reaches the caller."""
@@ -376,6 +404,7 @@ class CallService(StreamingCalls):
                 error=f"{error.error_type}: {error.message}".replace("\x00", "\\x00"),  # a text column
             )
             row.scripted = plan.policy.scripted
+            row.admission, row.admission_cause = plan.admission.admission.value, plan.admission.cause
             stored = await self.writer.store(row, timeout_s=self.store_timeout_s, key_hash=plan.session.key_hash)
             self.histories.note_seq(plan.session.id, stored.seq)
         except PolarError:

@@ -170,6 +170,8 @@ CAPTURE_FIELDS = (
     "logprob_semantics",
     "latency_s",
     "ttft_s",
+    "admission",
+    "admission_cause",
 )
 
 

@@ -1,6 +1,10 @@
 """The streaming half of a model call (``CallService`` inherits it): frames as tokens arrive, the capture
 committed before the final event, and every failure after the first frame ended with the protocol's error
 event, never a cut stream. ``polar.proxy.service`` has the rest of a call.
+
+Frames leave one chunk behind the backend: the last content goes out only after the commit, so a stream whose
+commit fails never delivers its whole reply (the error event comes instead of its last content); a client that
+leaves before the last frame makes its committed capture ``UNACKNOWLEDGED`` (``CallService.undelivered``).
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ class StreamingCalls:
         def _completion(self, plan: CallPlan, final: GenerateResult, parsed: Any) -> Completion: ...
         async def _record(
             self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict
-        ) -> None: ...
+        ) -> int: ...
+        def undelivered(self, plan: CallPlan, capture_id: int) -> None: ...
         async def _record_error(self, plan: CallPlan, error: PolarError) -> None: ...
 
     async def _next(self, chunks: AsyncIterator[GenerateChunk], deadline: Deadline) -> GenerateChunk | None:
@@ -110,7 +115,8 @@ class StreamingCalls:
         parser = self.chat_format.stream_parser(plan.request.tools, plan.prompt.ids)
         events: list = []
         final: GenerateResult | None = None
-        recorded = False
+        recorded: int | None = None  # the capture's id once committed
+        held = ""  # the last content: it leaves only after the commit, so a failed commit sends none of it
         if opening := "".join(encoder.start()):  # one write per step: a chunk's frames leave together
             yield opening
         try:
@@ -118,25 +124,29 @@ class StreamingCalls:
             while chunk is not None:
                 await turn()
                 if chunk.output_ids and (frames := _encode(encoder, events, parser.feed(chunk.output_ids))):
-                    yield frames
+                    # One chunk behind: a chunk's frames leave when the next one arrives, so the last content
+                    # is still here when the commit fails, and the error event replaces it.
+                    if held:
+                        yield held
+                    held = frames
                 final = chunk.final or final
                 chunk = await self._next(chunks, deadline)
                 if chunk is not None:
                     self._check_chunk(check, chunk)
             release()  # the generation is over: the next call may use the server while this one commits
             generated_s = time.perf_counter() - generating
-            if frames := _encode(encoder, events, parser.finish()):
-                yield frames
+            held += _encode(encoder, events, parser.finish())
             if final is None:
                 raise BackendProtocolError("the backend ended its stream without a result")
             parsed = collect(events, reasoning_opened=parser.reasoning_opened)
             completion = self._completion(plan, final, parsed)
-            await self._record(plan, final, completion, plan.codec.response(completion, request=plan.request))
-            recorded = True
+            recorded = await self._record(
+                plan, final, completion, plan.codec.response(completion, request=plan.request)
+            )
             finished(plan, final, generated_s)
         except PolarError as exc:
             metrics.CALLS.labels(plan.codec.name, exc.error_type).inc()
-            if not recorded:
+            if recorded is None:
                 await self._record_error(plan, exc)
             if error := "".join(encoder.error(exc)):
                 yield error
@@ -151,8 +161,12 @@ class StreamingCalls:
         finally:
             await _aclose(chunks)  # a disconnected client stops the generation
             release()
-        if ending := "".join(encoder.finish(completion)):
-            yield ending
+        try:
+            if ending := held + "".join(encoder.finish(completion)):
+                yield ending
+        except BaseException:  # the client left before the last frame: the committed reply was never delivered
+            self.undelivered(plan, recorded)
+            raise
 
 
 class Deadline:

@@ -11,18 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from polar.trajectory.liveness import judge, root_causes, untrained_tokens
 from polar.trajectory.records import BuildResult, CaptureRecord, MergeStats, Trace, merged_spans, version_bounds
-from polar.trajectory.roles import SessionRoles, label_session
+from polar.trajectory.roles import Role, SessionRoles, label_session
 from polar.trajectory.tree import CaptureTree
 
 NAME = "per_request"
 
 
 def per_request(captures: Iterable[CaptureRecord], /, *, roles: SessionRoles | None = None) -> BuildResult:
-    """One trace per OK capture, in ``seq`` order; ERROR captures are counted in the stats and left out. Each
+    """One trace per OK capture, in ``seq`` order; ERROR captures are counted in the stats and left out; poisoned
+    calls and dead retries (``polar.trajectory.liveness``) keep a zero mask. Each
     trace carries the role and link of the chain start its capture belongs to."""
     tree = CaptureTree(captures)
     roles = roles if roles is not None else label_session(tree)
+    liveness = judge(tree, lambda capture_id: roles.label_of(capture_id).role is Role.MAIN)
     traces: list[Trace] = []
     roots = 0
     for record in tree.ok:
@@ -36,7 +39,7 @@ def per_request(captures: Iterable[CaptureRecord], /, *, roles: SessionRoles | N
                 capture_ids=(record.id,),
                 prompt_ids=tree.full_prompt(record),
                 response_ids=record.output_ids,
-                loss_mask=(1,) * len(record.output_ids),
+                loss_mask=(0 if liveness.reason(record.id) else 1,) * len(record.output_ids),
                 response_logprobs=record.output_logprobs,
                 version_spans=spans,
                 weight_version_min=low,
@@ -46,6 +49,7 @@ def per_request(captures: Iterable[CaptureRecord], /, *, roles: SessionRoles | N
                 role=label.role.value,
                 source_capture_id=label.link_id,
                 compacted=label.compacted,
+                kept=record.id == liveness.terminal,
             )
         )
     sampled = sum(len(trace.response_ids) for trace in traces)
@@ -60,7 +64,9 @@ def per_request(captures: Iterable[CaptureRecord], /, *, roles: SessionRoles | N
         # Every non-root capture is cut from its parent here: the builder's choice, counted so no split is silent.
         break_causes={"per_request": len(traces) - roots} if len(traces) > roots else {},
         sampled_tokens=sampled,
-        loss_tokens=sampled,
+        loss_tokens=sum(trace.n_loss_tokens for trace in traces),
         roots_by_role=roles.counts(),
+        untrained_tokens=untrained_tokens(tree, liveness),
+        root_causes=root_causes(tree),
     )
     return BuildResult(NAME, tuple(traces), stats)

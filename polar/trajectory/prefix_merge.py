@@ -28,10 +28,12 @@ post-compaction root starts a new chain from the summary it was given. Each trac
 its chain start.
 
 Branches (parallel calls, retries of one prompt) give one chain each; every child after a call's first is
-counted as a ``branch`` split, so ``traces_out == roots + breaks``. Every sampled token is trained in
-exactly one trace: the chain that reaches it first in depth-first order with children by ``seq`` (so a
-capture's tokens train with its first child's branch); sibling chains carry them as masked context with their
-real logprobs. Chains are numbered in that same order.
+counted as a ``branch`` split, so ``traces_out == roots + breaks``. Chains are numbered depth first, children
+by ``seq``. Every live sampled token is trained in exactly one trace: a call on the path to the session's
+terminal call (the chain the harness kept, ``polar.trajectory.liveness``) in the first chain through the
+terminal call, so shared prefixes are owned by the kept chain; any other call in the first chain that reaches
+it. Sibling chains carry them as masked context with their real logprobs. Poisoned calls and dead retries stay
+in their chains with mask 0, counted in ``untrained_tokens``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from polar.trajectory.liveness import Liveness, judge, root_causes, untrained_tokens
 from polar.trajectory.records import (
     PLACEHOLDER_LOGPROB,
     BuildResult,
@@ -52,7 +55,7 @@ from polar.trajectory.records import (
     merged_spans,
     version_bounds,
 )
-from polar.trajectory.roles import SessionRoles, label_session
+from polar.trajectory.roles import Role, SessionRoles, label_session
 from polar.trajectory.tree import CaptureTree, Link
 
 NAME = "prefix_merge"
@@ -112,7 +115,8 @@ def prefix_merge(
             roots += 1
         else:
             causes[decision.value] += 1
-    traces = _walk(tree, chain_roots, children, roles)
+    liveness = judge(tree, lambda capture_id: roles.label_of(capture_id).role is Role.MAIN)
+    traces = _walk(tree, chain_roots, children, roles, liveness)
     ok = tree.ok
     stats = MergeStats(
         builder=NAME,
@@ -126,6 +130,8 @@ def prefix_merge(
         sampled_tokens=sum(len(record.output_ids) for record in ok),
         loss_tokens=sum(trace.n_loss_tokens for trace in traces),
         roots_by_role=roles.counts(),
+        untrained_tokens=untrained_tokens(tree, liveness),
+        root_causes=root_causes(tree),
     )
     return BuildResult(NAME, tuple(traces), stats)
 
@@ -193,58 +199,76 @@ def _decide(
 
 @dataclass(frozen=True)
 class _Mark:
-    """Buffer lengths before a node of the current path was appended (to backtrack to), and the path's running
-    counts up to and including that node."""
+    """Buffer lengths before a node of the current path was appended (to backtrack to), where its sampled ids
+    start, and the path's running counts up to and including that node."""
 
     ids: int
     spans: int
+    out: int
     inexact: int
     malformed: int
 
 
+def _kept_chain(children: dict[int | None, list[_Edge]], terminal: int | None) -> frozenset[int]:
+    """The terminal call and the calls it merged into, up to its chain's start: the chain the harness kept."""
+    merged_into = {edge.child.id: parent for parent, edges in children.items() for edge in edges}
+    kept: set[int] = set()
+    node = terminal
+    while node is not None:
+        kept.add(node)
+        node = merged_into.get(node)
+    return frozenset(kept)
+
+
 def _walk(
-    tree: CaptureTree, chain_roots: list[CaptureRecord], children: dict[int | None, list[_Edge]], roles: SessionRoles
+    tree: CaptureTree,
+    chain_roots: list[CaptureRecord],
+    children: dict[int | None, list[_Edge]],
+    roles: SessionRoles,
+    liveness: Liveness,
 ) -> list[Trace]:
     """Depth-first over each chain root, children by seq; one trace per leaf.
 
     One set of buffers is shared by all chains of a root: descending appends a node's tokens, backtracking
-    truncates them, so each chain costs its own tokens once rather than a rebuild from the root per turn.
+    truncates them, so each chain costs its own tokens once rather than a rebuild from the root per turn. The
+    mask is set per trace: a live call trains in the first trace that reaches it, except that a call of the kept
+    chain trains only in the first trace through the terminal call.
     """
+    kept = _kept_chain(children, liveness.terminal)
+    owned: set[int] = set()
+    kept_found = False  # the first trace through the terminal call is the kept one
     traces: list[Trace] = []
     for root in chain_roots:
         prompt = tree.full_prompt(root)
         label = roles.label_of(root.id)
         ids: list[int] = []
-        mask: list[int] = []
         logprobs: list[float] = []
         spans: list[VersionRange] = []
         path: list[CaptureRecord] = []
         marks: list[_Mark] = []
-        trainable_from = 0  # mask entries before this index are zeroed already (owned by an earlier trace)
         stack: list[tuple[_Edge, int]] = [(_Edge(None, root, (), exact=True), 0)]
         while stack:
             edge, depth = stack.pop()
             if depth < len(marks):  # backtrack to this node's parent
                 mark = marks[depth]
-                del ids[mark.ids :], mask[mark.ids :], logprobs[mark.ids :], spans[mark.spans :]
+                del ids[mark.ids :], logprobs[mark.ids :], spans[mark.spans :]
                 del path[depth:], marks[depth:]
-                trainable_from = min(trainable_from, len(ids))
             node = edge.child
-            before = marks[-1] if marks else _Mark(0, 0, 0, 0)
+            before = marks[-1] if marks else _Mark(0, 0, 0, 0, 0)
+            start = len(ids)
+            ids.extend(edge.inserted)
+            logprobs.extend([PLACEHOLDER_LOGPROB] * len(edge.inserted))
+            offset = len(ids)
             marks.append(
                 _Mark(
-                    len(ids),
+                    start,
                     len(spans),
+                    offset,
                     before.inexact + (not edge.exact),
                     before.malformed + node.n_malformed_tool_calls,
                 )
             )
-            ids.extend(edge.inserted)
-            mask.extend([0] * len(edge.inserted))
-            logprobs.extend([PLACEHOLDER_LOGPROB] * len(edge.inserted))
-            offset = len(ids)
             ids.extend(node.output_ids)
-            mask.extend([1] * len(node.output_ids))  # each node is appended once: this is its only trained copy
             logprobs.extend(node.output_logprobs)
             spans.extend(VersionRange(s.version, s.start + offset, s.end + offset) for s in node.sampled_versions())
             path.append(node)
@@ -254,13 +278,15 @@ def _walk(
                 continue
             merged = merged_spans(spans)
             low, high = version_bounds(merged)
+            through_terminal = not kept_found and any(n.id == liveness.terminal for n in path)
+            kept_found |= through_terminal
             traces.append(
                 Trace(
                     chain_index=len(traces),
                     capture_ids=tuple(n.id for n in path),
                     prompt_ids=prompt,
                     response_ids=tuple(ids),
-                    loss_mask=tuple(mask),
+                    loss_mask=_mask(len(ids), path, marks, kept, owned, liveness),
                     response_logprobs=tuple(logprobs),
                     version_spans=merged,
                     weight_version_min=low,
@@ -271,9 +297,22 @@ def _walk(
                     role=label.role.value,
                     source_capture_id=label.link_id,
                     compacted=label.compacted,
+                    kept=through_terminal,
                 )
             )
-            # Everything now in the buffers is owned by this trace; later chains share it as context only.
-            mask[trainable_from:] = [0] * (len(mask) - trainable_from)
-            trainable_from = len(mask)
     return traces
+
+
+def _mask(
+    n: int, path: list[CaptureRecord], marks: list[_Mark], kept: frozenset[int], owned: set[int], liveness: Liveness
+) -> tuple[int, ...]:
+    """The loss mask of the trace along ``path``: 1 on the sampled ids of each live call it is the first to own
+    (``owned`` is updated), 0 elsewhere."""
+    mask = [0] * n
+    through_terminal = any(node.id == liveness.terminal for node in path)
+    for node, mark in zip(path, marks, strict=True):
+        if node.id in owned or liveness.reason(node.id) is not None or (node.id in kept and not through_terminal):
+            continue
+        owned.add(node.id)
+        mask[mark.out : mark.out + len(node.output_ids)] = [1] * len(node.output_ids)
+    return tuple(mask)

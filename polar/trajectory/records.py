@@ -72,6 +72,8 @@ class CaptureRecord:
     render_mode: str = "append"
     n_malformed_tool_calls: int = 0
     scripted: bool = False  # made by a scripted policy, not sampled
+    admission: str | None = None  # db.enums.Admission (root | match | unresolved); None before it was recorded
+    admission_cause: str | None = None
 
     def __post_init__(self) -> None:
         if self.prefix_len < 0:
@@ -116,6 +118,8 @@ class CaptureRecord:
             render_mode=row.render_mode,
             n_malformed_tool_calls=row.n_malformed_tool_calls or 0,
             scripted=bool(getattr(row, "scripted", False)),
+            admission=getattr(row, "admission", None),
+            admission_cause=getattr(row, "admission_cause", None),
         )
 
 
@@ -154,6 +158,7 @@ class Trace:
     role: str = "main"
     source_capture_id: int | None = None
     compacted: bool = False
+    kept: bool = False  # the chain the harness kept: the first trace through the session's terminal call
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
@@ -192,8 +197,8 @@ class MergeStats:
     (``branch``: it still merges, but the chain splits there), and under ``per_request`` every non-root call
     (``per_request``). For both builders ``traces_out == roots + breaks``; under ``prefix_merge`` also
     ``ok_captures == roots + breaks - branches + merges``.
-    ``loss_tokens`` (before any training filter) equals ``sampled_tokens`` for both built-in builders: every
-    sampled token is trained exactly once.
+    ``loss_tokens`` (before any training filter) plus the poisoned and dead-branch ``untrained_tokens`` equals
+    ``sampled_tokens`` for both built-in builders: every live sampled token is trained exactly once.
     """
 
     builder: str
@@ -207,6 +212,20 @@ class MergeStats:
     sampled_tokens: int = 0
     loss_tokens: int = 0
     roots_by_role: Mapping[str, int] = field(default_factory=dict)
+    # Sampled tokens the build does not train, by reason (``polar.trajectory.liveness.Untrained``: poisoned,
+    # dead_branch; unacknowledged replies are counted here too, outside ``sampled_tokens``), and after the store's
+    # training filter and role choice, by the filter's reason (``role_not_trained``, ``rollout_error``, ...).
+    untrained_tokens: Mapping[str, int] = field(default_factory=dict)
+    trainable_tokens: int | None = None  # loss tokens after the training filter (None: not filtered yet)
+    # Roots after the session's first call, by the cause the gateway recorded (``captures.admission_cause``).
+    root_causes: Mapping[str, int] = field(default_factory=dict)
+
+    def token_line(self) -> str:
+        """Sampled, trainable (after the filter, when known) and untrained tokens by reason, and root causes."""
+        trainable = self.trainable_tokens if self.trainable_tokens is not None else self.loss_tokens
+        untrained = ", ".join(f"{k} {v}" for k, v in self.untrained_tokens.items()) or "none"
+        causes = ", ".join(f"{k} {v}" for k, v in self.root_causes.items()) or "none"
+        return f"sampled {self.sampled_tokens}, trainable {trainable}, untrained: {untrained}; root causes: {causes}"
 
     @property
     def ok_captures(self) -> int:

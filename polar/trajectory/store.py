@@ -23,7 +23,7 @@ from db.models import Capture, Evaluation, MergeStat, Rollout, Task, Trajectory
 from polar.errors import NotFound, PolarError
 from polar.trajectory.call_views import load_call_views, role_hints_for
 from polar.trajectory.choices import BuilderOptions, RewardRouting, route_rewards, select_roles
-from polar.trajectory.records import BuildResult, CaptureRecord, Trace, VersionRange
+from polar.trajectory.records import BuildResult, CaptureRecord, MergeStats, Trace, VersionRange
 from polar.trajectory.registry import get_builder
 from polar.trajectory.rewards import RewardKey, assign_trace_rewards
 from polar.trajectory.roles import SessionRoles, label_session
@@ -45,6 +45,8 @@ _RECORD_COLUMNS = (
     Capture.render_mode,
     Capture.n_malformed_tool_calls,
     Capture.scripted,
+    Capture.admission,
+    Capture.admission_cause,
 )
 
 
@@ -105,9 +107,26 @@ def build_and_store(
         aligned_agent_timeout = aligned_timeout_from_stage_results(rollout.stage_results)
     traces = apply_training_filter(traces, status=outcome, aligned_agent_timeout=aligned_agent_timeout)
     traces = select_roles(traces, options.train_roles)
-    result = BuildResult(result.builder, tuple(traces), result.stats)
+    result = BuildResult(result.builder, tuple(traces), filtered_stats(result, traces))
     write_build(session, rollout_id=rollout_id, result=result, status=outcome)
     return result
+
+
+def filtered_stats(built: BuildResult, traces: Sequence[Trace]) -> MergeStats:
+    """``built``'s stats with the loss tokens that remain after the reward routing, the training filter and the
+    role choice (``traces``) and, for every token those masked, its trace's reason (``filter_reason``)."""
+    before = {trace.chain_index: trace.n_loss_tokens for trace in built.traces}
+    untrained = dict(built.stats.untrained_tokens)
+    for trace in traces:
+        lost = before.get(trace.chain_index, 0) - trace.n_loss_tokens
+        if lost > 0:
+            reason = trace.filter_reason or "filtered"
+            untrained[reason] = untrained.get(reason, 0) + lost
+    return dataclasses.replace(
+        built.stats,
+        untrained_tokens=dict(sorted(untrained.items())),
+        trainable_tokens=sum(trace.n_loss_tokens for trace in traces),
+    )
 
 
 def load_session_roles(
@@ -180,6 +199,9 @@ def write_build(session: Session, *, rollout_id: str, result: BuildResult, statu
             roots_by_role=dict(stats.roots_by_role),
             sampled_tokens=stats.sampled_tokens,
             loss_tokens=stats.loss_tokens,
+            untrained_tokens=dict(stats.untrained_tokens),
+            trainable_tokens=stats.trainable_tokens,
+            root_causes=dict(stats.root_causes),
         )
     )
     session.flush()
@@ -212,6 +234,7 @@ def load_traces(session: Session, rollout_id: str, builder: str) -> list[Trace]:
             role=row.role,
             source_capture_id=row.source_capture_id,
             compacted=row.compacted,
+            kept=row.kept,
         )
         for row in rows
     ]
@@ -244,4 +267,5 @@ def _trajectory_row(rollout_id: str, builder: str, trace: Trace, status: str) ->
         "role": trace.role,
         "source_capture_id": trace.source_capture_id,
         "compacted": trace.compacted,
+        "kept": trace.kept,
     }

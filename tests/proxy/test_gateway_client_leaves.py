@@ -22,7 +22,7 @@ class DrippingBackend(LocalBackend):
         self.closed_early = 0
 
     async def stream(self, request):
-        sampling = request.sampling.model_copy(update={"ignore_eos": True})
+        sampling = request.sampling.model_copy(update={"ignore_eos": True, "stop_token_ids": ()})
         self.open_streams += 1
         finished = False
         try:

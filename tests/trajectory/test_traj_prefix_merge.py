@@ -62,17 +62,20 @@ def test_retry_and_parallel_branches_train_shared_turns_once() -> None:
         (root.id, retry.id),
         (root.id, parallel.id),
     ]
-    owned, second, third = result.traces
-    assert owned.loss_mask == (1, 1, 0, 0, 1, 1, 0, 1, 1)
-    assert second.response_ids == (10, EOT, 70, 71, 21, 22, EOT)
-    assert second.loss_mask == (0, 0, 0, 0, 1, 1, 1)
+    other, dead, kept = result.traces
+    # The session ended on ``parallel``: its chain, the one the harness kept, owns the shared root.
+    assert kept.loss_mask == (1, 1, 0, 1, 1)
+    assert other.loss_mask == (0, 0, 0, 0, 1, 1, 0, 1, 1)
+    assert dead.response_ids == (10, EOT, 70, 71, 21, 22, EOT)
+    # The retry the harness did not continue is a dead branch: never trained.
+    assert dead.loss_mask == (0,) * 7
     # Shared context keeps its real logprobs; the mask alone says it is not trained here.
-    assert list(second.response_logprobs) == [*lp(root), P, P, *lp(retry)]
-    assert third.loss_mask == (0, 0, 0, 1, 1)
-    assert result.stats.loss_tokens == result.stats.sampled_tokens == 11
+    assert list(dead.response_logprobs) == [*lp(root), P, P, *lp(retry)]
+    assert result.stats.sampled_tokens == 11 and result.stats.loss_tokens == 8
+    assert result.stats.untrained_tokens == {"dead_branch": 3}
 
 
-def test_first_child_by_seq_owns_the_parent_even_when_it_is_a_leaf() -> None:
+def test_the_kept_chain_owns_the_parent_even_when_an_earlier_sibling_is_a_leaf() -> None:
     tree = RecordTree()
     root = tree.add(SYSTEM, [10, EOT])
     short = tree.add([*tree.sequence(root), 70], [20, EOT], root)
@@ -81,8 +84,9 @@ def test_first_child_by_seq_owns_the_parent_even_when_it_is_a_leaf() -> None:
 
     first, second = prefix_merge(tree.records).traces
 
-    assert first.capture_ids == (root.id, short.id) and first.loss_mask[:2] == (1, 1)
-    assert second.loss_mask[:2] == (0, 0) and second.n_loss_tokens == 4
+    assert first.capture_ids == (root.id, short.id) and first.loss_mask[:2] == (0, 0) and first.n_loss_tokens == 2
+    assert second.capture_ids[:2] == (root.id, long.id) and second.loss_mask[:2] == (1, 1)
+    assert second.n_loss_tokens == 6
 
 
 def test_compaction_and_sub_agent_roots_are_chains_of_their_own() -> None:

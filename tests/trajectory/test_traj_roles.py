@@ -14,6 +14,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from multiagent_sessions import HINTS, MultiAgentSession, multiagent_session
+from traj_helpers import dead_retries
 
 from polar.proxy.protocols.replies import reply_from_response
 from polar.trajectory.choices import BuilderOptions, RewardRouting, route_rewards, select_roles
@@ -26,7 +27,9 @@ PROPERTY_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_che
 
 
 def sampled(session: MultiAgentSession) -> Counter[float]:
-    return Counter(lp for r in session.records if r.ok for lp in r.output_logprobs)  # logprobs are unique
+    """Logprobs (unique per token) of every live sampled token: dead retries never train."""
+    dead = dead_retries(session.records, session.tree.full_prompts)
+    return Counter(lp for r in session.records if r.ok and r.id not in dead for lp in r.output_logprobs)
 
 
 def trained(result: BuildResult) -> Counter[float]:
@@ -76,7 +79,12 @@ def test_builders_keep_every_token_once_with_its_role(data) -> None:
     # Default choices: main and sub-agent tokens train, titles and compaction summaries do not.
     options = BuilderOptions()
     chosen = select_roles(route_rewards(merged.traces, 1.0, options.reward), options.train_roles)
-    keep = {r.id for r in session.records if r.ok and roles.label_of(r.id).role in (Role.MAIN, Role.SUB_AGENT)}
+    dead = dead_retries(session.records, session.tree.full_prompts)
+    keep = {
+        r.id
+        for r in session.records
+        if r.ok and r.id not in dead and roles.label_of(r.id).role in (Role.MAIN, Role.SUB_AGENT)
+    }
     expected = Counter(lp for r in session.records if r.id in keep for lp in r.output_logprobs)
     assert Counter(lp for t in chosen for lp, m in zip(t.response_logprobs, t.loss_mask, strict=True) if m) == expected
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
 
 from db.enums import CaptureStatus
 from polar.tokens.tokenizer import ChatTokenizer
-from polar.trajectory.records import PLACEHOLDER_LOGPROB, BuildResult, CaptureRecord, VersionRange
+from polar.trajectory.records import PLACEHOLDER_LOGPROB, BuildResult, CaptureRecord, Trace, VersionRange
 from tests.trajectory.synthetic import SyntheticSession
 
 EOT = 2  # the end-of-turn id in hand-made trees
@@ -88,12 +89,46 @@ class DrawChooser:
         return self.data.draw(st.integers(0, 99)) >= round(100 * (1 - p))
 
 
+def dead_retries(records: Sequence[CaptureRecord], full_prompts: Mapping[int, tuple[int, ...]]) -> set[int]:
+    """The oracle for dead branches, from the true full prompts: OK calls with the same nearest OK ancestor and
+    the same full prompt are one call retried; the live one is each member with an OK child, else the latest."""
+    by_id = {r.id: r for r in records}
+
+    def ok_parent(record: CaptureRecord) -> int | None:
+        parent = record.parent_id
+        while parent is not None and not by_id[parent].ok:
+            parent = by_id[parent].parent_id
+        return parent
+
+    ok = [r for r in records if r.ok]
+    continued = {ok_parent(r) for r in ok}
+    groups: dict[tuple[int | None, tuple[int, ...]], list[CaptureRecord]] = {}
+    for record in ok:
+        groups.setdefault((ok_parent(record), full_prompts[record.id]), []).append(record)
+    dead: set[int] = set()
+    for members in groups.values():
+        live = [m for m in members if m.id in continued] or [max(members, key=lambda m: m.seq)]
+        dead.update(m.id for m in members if m not in live)
+    return dead
+
+
+def terminal_chain(records: Sequence[CaptureRecord], dead: set[int], traces: Sequence[Trace]) -> tuple[int, set[int]]:
+    """The chain index of the first trace through the session's terminal call (its latest OK, live call) and
+    the captures of that trace up to the terminal call: the chain the harness kept."""
+    terminal = [r for r in records if r.ok and r.id not in dead][-1].id
+    for trace in traces:
+        if terminal in trace.capture_ids:
+            return trace.chain_index, set(trace.capture_ids[: trace.capture_ids.index(terminal) + 1])
+    raise AssertionError("no trace holds the terminal call")
+
+
 def sampled_tokens(session: SyntheticSession) -> Counter[tuple[int, float]]:
-    """(token id, logprob) of every sampled token of the OK captures; logprobs are unique per token."""
+    """(token id, logprob) of every sampled token of the OK, live captures; logprobs are unique per token."""
+    dead = dead_retries(session.captures, session.full_prompts)
     return Counter(
         (token, logprob)
         for record in session.captures
-        if record.ok
+        if record.ok and record.id not in dead
         for token, logprob in zip(record.output_ids, record.output_logprobs, strict=True)
     )
 
@@ -136,7 +171,10 @@ def check_common(session: SyntheticSession, result: BuildResult) -> None:
     assert trained == sampled_tokens(session)
     assert {i for trace in result.traces for i in trace.capture_ids} == ok_ids
     assert result.stats.ok_captures == len(ok_ids)
-    assert result.stats.loss_tokens == result.stats.sampled_tokens == sum(trained.values())
+    dead = dead_retries(session.captures, session.full_prompts)
+    dead_tokens = sum(len(r.output_ids) for r in session.captures if r.id in dead)
+    assert result.stats.loss_tokens == result.stats.sampled_tokens - dead_tokens == sum(trained.values())
+    assert result.stats.untrained_tokens.get("dead_branch", 0) == dead_tokens
     assert [trace.chain_index for trace in result.traces] == list(range(len(result.traces)))
 
 
@@ -163,13 +201,16 @@ def check_prefix_merge(session: SyntheticSession, result: BuildResult, tokenizer
         if trace.n_inexact_merges == 0:
             assert merged == truth
         assert tokenizer.decode(merged) == tokenizer.decode(truth)
-    # Each capture's tokens are trained in the first chain through it (depth first, children by seq).
-    first_chain: dict[int, int] = {}
+    # Each live capture's tokens are trained in the first chain through it (depth first, children by seq), but
+    # those of the chain the harness kept in the first trace through the session's terminal call.
+    dead = dead_retries(session.captures, session.full_prompts)
+    kept_index, kept = terminal_chain(session.captures, dead, result.traces)
+    first_chain: dict[int, int] = {i: kept_index for i in kept}
     for trace in result.traces:
         for capture_id in trace.capture_ids:
             first_chain.setdefault(capture_id, trace.chain_index)
     for trace in result.traces:
-        owned = {i for i in trace.capture_ids if first_chain[i] == trace.chain_index}
+        owned = {i for i in trace.capture_ids if first_chain[i] == trace.chain_index and i not in dead}
         assert trace.n_loss_tokens == sum(len(by_id[i].output_ids) for i in owned)
 
 
@@ -177,12 +218,13 @@ def check_per_request(session: SyntheticSession, result: BuildResult) -> None:
     """per_request: the traces are the OK captures, one each, as sampled."""
     check_common(session, result)
     ok = [record for record in session.captures if record.ok]
+    dead = dead_retries(session.captures, session.full_prompts)
     assert len(result.traces) == len(ok) == result.stats.roots + result.stats.breaks
     for trace, record in zip(result.traces, ok, strict=True):
         assert trace.capture_ids == (record.id,)
         assert trace.prompt_ids == session.full_prompts[record.id]
         assert trace.response_ids == record.output_ids
         assert trace.response_logprobs == record.output_logprobs
-        assert trace.loss_mask == (1,) * len(record.output_ids)
+        assert trace.loss_mask == (0 if record.id in dead else 1,) * len(record.output_ids)
         assert trace.finish_reason == record.finish_reason
         assert trace.n_malformed_tool_calls == record.n_malformed_tool_calls

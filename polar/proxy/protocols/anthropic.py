@@ -12,8 +12,12 @@ Request -> ChatRequest. Unknown fields are ignored; wrong types and missing requ
 - An assistant message: text blocks -> content ("\\n"-joined), ``thinking`` -> reasoning (the client's
   signature is ignored), ``redacted_thinking`` is skipped, ``tool_use`` -> ToolCall with
   ``json.dumps(input)`` as its arguments.
-- Image, document and search-result blocks (Claude Code's Read returns images and PDFs as tool results)
-  become a placeholder text, ``[image omitted: this model cannot see images]``, rather than a 400: the
+- ``tool_reference`` blocks in a tool result (a tool search loading a deferred tool) become
+  ``[tool loaded: NAME]``; server-tool blocks (``server_tool_use``, ``*_tool_result``, ``container_upload``) are
+  skipped in assistant turns and a placeholder in user turns. Every block type the pinned SDK defines is
+  accepted (a test compares them).
+- Image, document, search-result and browser-state blocks (Claude Code's Read returns images and PDFs as tool
+  results) become a placeholder text, ``[image omitted: this model cannot see images]``, rather than a 400: the
   model reads text only, and a 400 would end the agent's loop. The OpenAI codecs do the same.
 - Custom tools (``input_schema``) become ToolSpecs; server tools (a ``type`` such as
   ``web_search_20250305`` and no schema) run on Anthropic's side and are skipped.
@@ -79,14 +83,47 @@ class _ToolUse(_Wire):
 class _Media(_Wire):
     """Blocks the model cannot read: each becomes a placeholder text."""
 
-    type: Literal["image", "document", "search_result"]
+    type: Literal["image", "document", "search_result", "browser_state"]
 
     @property
     def placeholder(self) -> str:
         return media_placeholder(self.type)
 
 
-_ResultPart = Annotated[_Text | _Media, Field(discriminator="type")]
+class _ToolReference(_Wire):
+    """A deferred tool loaded by a tool search (Claude Code's ``ToolSearch``): the tool is declared in ``tools``
+    already (every declared tool is rendered), so the model reads which one the search loaded."""
+
+    type: Literal["tool_reference"]
+    tool_name: str
+
+    @property
+    def placeholder(self) -> str:
+        return f"[tool loaded: {self.tool_name}]"
+
+
+class _ServerBlock(_Wire):
+    """Blocks of Anthropic's server-side tools (web search, code execution, tool search, uploads). Anthropic runs
+    those, this gateway does not: in an assistant turn they are skipped (no reply of ours holds them), in a user
+    turn they become a placeholder text."""
+
+    type: Literal[
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "container_upload",
+    ]
+
+    @property
+    def placeholder(self) -> str:
+        return media_placeholder(self.type)
+
+
+_ResultPart = Annotated[_Text | _Media | _ToolReference, Field(discriminator="type")]
 
 
 class _ToolResult(_Wire):
@@ -96,7 +133,10 @@ class _ToolResult(_Wire):
     is_error: bool = False
 
 
-_Block = Annotated[_Text | _Thinking | _RedactedThinking | _ToolUse | _ToolResult | _Media, Field(discriminator="type")]
+_Block = Annotated[
+    _Text | _Thinking | _RedactedThinking | _ToolUse | _ToolResult | _Media | _ServerBlock,
+    Field(discriminator="type"),
+]
 
 
 class _Message(_Wire):
@@ -171,7 +211,7 @@ def _plain_text(content: str | list[Any], path: str, role: str) -> str:
     for j, block in enumerate(content):
         if isinstance(block, _Text):
             texts.append(block.text)
-        elif isinstance(block, _Media) and role != "system":
+        elif isinstance(block, _Media | _ToolReference) and role != "system":
             texts.append(block.placeholder)
         else:
             raise _misplaced(block, f"{path}[{j}].type", role)
@@ -186,7 +226,7 @@ def _user(content: str | list[Any], path: str) -> list[Message]:
     for j, block in enumerate(content):
         if isinstance(block, _Text):
             texts.append(block.text)
-        elif isinstance(block, _Media):
+        elif isinstance(block, _Media | _ServerBlock):
             texts.append(block.placeholder)
         elif isinstance(block, _ToolResult):
             text = _plain_text(block.content, f"{path}[{j}].content", "tool_result")
@@ -211,7 +251,7 @@ def _assistant(content: str | list[Any], path: str) -> Message:
             thoughts.append(block.thinking)
         elif isinstance(block, _ToolUse):
             calls.append(ToolCall(block.name, json.dumps(block.input, ensure_ascii=False), id=block.id))
-        elif not isinstance(block, _RedactedThinking):  # encrypted reasoning from another model: unusable
+        elif not isinstance(block, _RedactedThinking | _ServerBlock):  # another model's, or Anthropic's own
             raise _misplaced(block, f"{path}[{j}].type", "assistant")
     reasoning = "\n".join(thoughts) if thoughts else None
     return Message(Role.ASSISTANT, "\n".join(texts), reasoning=reasoning, tool_calls=tuple(calls))

@@ -1,0 +1,107 @@
+"""Which captures of a rollout may train: poisoned chains, dead retries, and the call the session ended on.
+
+- **Poisoned**: a call the gateway admitted as ``unresolved`` (its history held assistant content no capture of
+  the session produced there: ``polar.proxy.admission``), and every call after it on its chain. Kept and shown,
+  never trained.
+- **Retries** (the documented policy): calls with the same parent and the same full prompt are one call sent
+  again (a client timeout, a lost reply). The gateway generates each and keeps them all as siblings; here only
+  the one the harness continued is live: a member with a descendant, else (the harness went on with none of
+  them: a retry of the session's last call) the latest one by ``seq``. Only acknowledged captures (status
+  ``OK``) are members: a reply its caller never got can be neither live nor a parent. Every other member is a
+  **dead branch**, never trained. When more than one member was continued, each continued one stays live (the
+  harness did go on from each).
+- **Terminal**: the latest live, unpoisoned call by ``seq`` (of the main agent, when roles are known): the one the
+  session ended on. The chain through it
+  is the chain the harness kept (``terminal_path``); builders give shared prefixes to it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from db.enums import Admission, CaptureStatus
+from polar.trajectory.tree import CaptureTree
+
+
+class Untrained(StrEnum):
+    """Why a sampled token is not trained (``merge_stats.untrained_tokens``)."""
+
+    POISONED = "poisoned"  # on a chain from an unresolved call on
+    DEAD_BRANCH = "dead_branch"  # a retry the harness did not continue
+    UNACKNOWLEDGED = "unacknowledged"  # committed, but its caller never got it
+    FAILED = "failed"  # not an OK capture for another reason (none sampled: kept for counts)
+
+
+@dataclass(frozen=True)
+class Liveness:
+    poisoned: frozenset[int]
+    dead: frozenset[int]
+    terminal: int | None
+    terminal_path: frozenset[int]  # the terminal capture and its ancestors (through links)
+
+    def reason(self, capture_id: int) -> Untrained | None:
+        if capture_id in self.poisoned:
+            return Untrained.POISONED
+        if capture_id in self.dead:
+            return Untrained.DEAD_BRANCH
+        return None
+
+
+def judge(tree: CaptureTree, main: Callable[[int], bool] | None = None) -> Liveness:
+    """The liveness of every OK capture of ``tree`` (module docstring). ``main(capture_id)``: whether a call is
+    the main agent's; the terminal call is then the latest live main call (a side call after the agent's last
+    turn does not end its session), or the latest live call when there is none."""
+    poisoned: set[int] = set()
+    parent_of: dict[int, int | None] = {}
+    groups: dict[tuple[int | None, int, tuple[int, ...]], list[int]] = {}
+    for record in tree.ok:  # seq order: parents before children
+        link = tree.link(record)
+        parent = link.parent.id if link.parent is not None else None
+        parent_of[record.id] = parent
+        if record.admission == Admission.UNRESOLVED.value or (parent is not None and parent in poisoned):
+            poisoned.add(record.id)
+        groups.setdefault((parent, link.prefix_len, tuple(link.delta)), []).append(record.id)
+    continued = {parent for parent in parent_of.values() if parent is not None}
+    seq = {record.id: record.seq for record in tree.ok}
+    dead: set[int] = set()
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        live = [m for m in members if m in continued] or [max(members, key=seq.__getitem__)]
+        dead.update(m for m in members if m not in live)
+    candidates = [r for r in tree.ok if r.id not in poisoned and r.id not in dead]
+    mains = [r for r in candidates if main(r.id)] if main is not None else []
+    terminal = (mains or candidates)[-1].id if candidates else None
+    path: set[int] = set()
+    node = terminal
+    while node is not None:
+        path.add(node)
+        node = parent_of.get(node)
+    return Liveness(frozenset(poisoned), frozenset(dead), terminal, frozenset(path))
+
+
+def untrained_tokens(tree: CaptureTree, liveness: Liveness) -> dict[str, int]:
+    """Sampled tokens no trace trains, by reason (``Untrained``)."""
+    out: Counter[str] = Counter()
+    for record in tree.ok:
+        reason = liveness.reason(record.id)
+        if reason is not None and record.output_ids:
+            out[reason.value] += len(record.output_ids)
+    for record in tree.records:
+        if record.status is CaptureStatus.UNACKNOWLEDGED and record.output_ids:
+            out[Untrained.UNACKNOWLEDGED.value] += len(record.output_ids)
+    return dict(sorted(out.items()))
+
+
+def root_causes(tree: CaptureTree) -> dict[str, int]:
+    """OK roots and unresolved calls by the cause the gateway recorded (the first call's ``first_call``
+    excluded: only the roots that need a reason)."""
+    out: Counter[str] = Counter()
+    for record in tree.ok:
+        cause = record.admission_cause
+        if cause is not None and cause != "first_call":
+            out[cause] += 1
+    return dict(sorted(out.items()))

@@ -24,13 +24,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx  # noqa: E402
+import httpx
 
-from benchmarks.bench_big_body import session  # noqa: E402
-from benchmarks.gateway_support import Server, free_port  # noqa: E402
-from polar.settings import get_settings  # noqa: E402
-from tests.proxy.big_bodies import long_description_body, many_tools_body  # noqa: E402
-from tests.proxy.shapes import PROTOCOLS  # noqa: E402
+from benchmarks.bench_big_body import session
+from benchmarks.gateway_support import Server, free_port
+from polar.settings import get_settings
+from tests.proxy.big_bodies import long_description_body, many_tools_body
+from tests.proxy.shapes import PROTOCOLS
 
 KINDS = [(protocol, stream) for protocol in PROTOCOLS.values() for stream in (False, True)]
 

@@ -44,7 +44,7 @@ async def raise_batch_alarms(
         await acreate_markdown_artifact(
             alarms_markdown(alarms), key="polar-alarms", description=f"{len(alarms)} Polar alarms of this batch"
         )
-    except Exception:  # noqa: BLE001 - the artifact is a view; the alarms are counted and posted regardless
+    except Exception:
         log.warning("could not publish the alarms artifact", exc_info=True)
     await asyncio.to_thread(notify_webhooks, factory, alarms)
     return alarms

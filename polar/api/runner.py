@@ -137,7 +137,7 @@ class TaskRunner:
         assert self._run_rollouts is not None  # checked in __init__ for inline mode
         try:
             await self._run_rollouts(rollout_ids, self.settings, self.dispatcher)
-        except Exception:  # noqa: BLE001 - a rollout's failure is in its row; this is only the dispatch itself
+        except Exception:
             log.exception("dispatching task %s failed", task_id)
         finally:
             self._inline.pop(task_id, None)

@@ -8,10 +8,9 @@ import the flows.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 

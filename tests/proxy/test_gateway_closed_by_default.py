@@ -24,6 +24,10 @@ MODEL_ROUTES = {
     "/v1beta/models/{target}",
 }
 PUBLIC = {"/", "/health", "/health/live", "/health/ready", "/v1/models"}  # probes and the model list stay open
+WS_REFUSAL = (
+    "GET",
+    "/v1/responses",
+)  # a WebSocket upgrade there is refused at once, for anyone (tests/proxy/test_ws_denial.py)
 SCHEMA = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # the API schema and its viewers: no data
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 GEMINI = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
@@ -48,13 +52,14 @@ def control_routes(server: GatewayServer) -> list[tuple[str, str]]:
 
 
 def test_every_route_but_the_probes_is_a_401_without_credentials(closed):
-    """Read from the app's own router, so a new route is covered without being listed: every route but the probes,
-    the schema and the model routes (which want a session key: tested above) needs the control token."""
+    """Read from the app's own router, so a new route is covered without being listed: every route but the probes
+    and the schema refuses a caller without credentials, model routes before reading the body."""
     server, _ = closed
     app = server._server.config.app  # type: ignore[union-attr]
-    routes = [(m, p) for m, p in every_route(app) if p not in PUBLIC | SCHEMA | {"/v1beta/models/x", *MODEL_ROUTES}]
-    assert {"/v1/sessions", "/v1/admin/weights", "/metrics"} <= {p for _, p in routes}
+    routes = [(m, p) for m, p in every_route(app) if p not in PUBLIC | SCHEMA and (m, p) != WS_REFUSAL]
+    assert {"/v1/chat/completions", "/v1/messages", "/v1/sessions", "/metrics"} <= {p for _, p in routes}
     for method, path in routes:
+        path = path.replace("/v1beta/models/x", "/v1beta/models/x:generateContent")  # {model}:{method}
         reply = httpx.request(method, server.url + path, json=CHAT, timeout=10)
         assert reply.status_code == 401, (method, path, reply.text)
 

@@ -45,8 +45,9 @@ def test_every_operation_is_in_the_spec(fuzz_schema):
         ("GET", "/v1/trajectories"),
         ("GET", "/v1/model"),
         ("GET", "/metrics"),
+        ("GET", "/v1/trajectories/{trajectory_id}/extras"),
     } <= paths
-    assert len(paths) == 15
+    assert len(paths) == 16
 
 
 def test_no_request_gets_a_server_error(fuzz_schema):

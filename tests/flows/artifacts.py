@@ -42,7 +42,9 @@ async def check_artifacts(factory, summary: dict[str, Any], names: dict[str, str
             cells = f"| {names[task_id]} | {row.sample_index} | agent | {row.status.value} | {row.reward:.2f} | 2 | 1 |"
             assert cells in text, text
             assert f"({PUBLIC_URL}ui/rollouts/{rid})" in text
-    tables = [a for run in await flow_runs_named("batch-inline") for a in await artifacts_of(run.id)]
+    tables = [  # a batch flow run may also carry an alarms artifact (markdown)
+        a for run in await flow_runs_named("batch-inline") for a in await artifacts_of(run.id) if a.key == "polar-batch"
+    ]
     (table,) = [t for t in tables if {r["rollout"] for r in _rows(t)} == set(rewards)]  # one batch per store
     assert table.type == "table" and table.key == "polar-batch"
     rows = _rows(table)

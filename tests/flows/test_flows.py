@@ -107,7 +107,8 @@ async def test_a_batch_whose_evaluator_always_fails_writes_an_alarm_artifact_on_
         artifacts = await client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["polar-alarms"]))
         )
-    (artifact,) = [a for a in artifacts if str(a.flow_run_id) in batch_runs]
+    # The module's Prefect server is shared by both stores' runs of this test: ours is the latest.
+    artifact = max((a for a in artifacts if str(a.flow_run_id) in batch_runs), key=lambda a: a.created)
     assert artifact.type == "markdown" and "infra_errors" in artifact.data
     assert "2 of 2 rollouts failed in a pipeline stage" in artifact.data
 

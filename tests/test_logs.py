@@ -30,13 +30,14 @@ def test_json_lines_carry_level_logger_message_and_extras(tmp_path, monkeypatch,
     settings = test_settings(tmp_path, tmp_path, "sqlite://", log_format="json", log_level="WARNING")
     logs.configure(settings)
     logs.configure(settings)  # a second call adds nothing
-    logging.getLogger("polar.rollout.pipeline").info("not at this level")
-    logging.getLogger("polar.rollout.pipeline").warning("stage %s failed", "run", extra={"rollout_id": "r1"})
-    logging.getLogger("flows.owners").error("taken over")
+    # Loggers of their own: a module's logger may have been disabled by an earlier dictConfig in this process.
+    logging.getLogger("polar.logs_probe").info("not at this level")
+    logging.getLogger("polar.logs_probe").warning("stage %s failed", "run", extra={"rollout_id": "r1"})
+    logging.getLogger("flows.logs_probe").error("taken over")
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(x["level"], x["logger"], x["message"]) for x in lines] == [
-        ("WARNING", "polar.rollout.pipeline", "stage run failed"),
-        ("ERROR", "flows.owners", "taken over"),
+        ("WARNING", "polar.logs_probe", "stage run failed"),
+        ("ERROR", "flows.logs_probe", "taken over"),
     ]
     assert lines[0]["rollout_id"] == "r1" and "time" in lines[0]
 

@@ -36,7 +36,7 @@ async def evaluate(name: str, config: dict, ctx: EvalContext) -> EvalResult:
 
 
 def test_registry_lists_the_built_in_evaluators():
-    assert set(EVALUATORS) == {"command", "file", "script", "tests", "llm_judge"}
+    assert set(EVALUATORS) == {"command", "file", "script", "tests", "llm_judge", "harbor", "swebench"}
 
 
 async def test_command_rewards_exit_code_zero_and_refuses_a_timeout(runtime):

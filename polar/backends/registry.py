@@ -26,7 +26,11 @@ async def _local(settings: Settings) -> Backend:
     from polar.models.resolve import ModelChoice, resolve_model_folder
 
     folder = await asyncio.to_thread(resolve_model_folder, ModelChoice.policy(settings))
-    backend = LocalBackend.from_folder(folder.path, threads=settings.torch_threads)
+    return await _checked(LocalBackend.from_folder(folder.path, threads=settings.torch_threads), settings)
+
+
+async def _checked(backend: Backend, settings: Settings) -> Backend:
+    """``backend``, once it has shown it returns the capture extras the settings ask for (closed if not)."""
     try:
         await _check_extras(backend, settings)
     except BaseException:
@@ -68,13 +72,9 @@ def _sglang(settings: Settings) -> Callable[[str], Awaitable[Backend]]:
 
     async def connect(url: str) -> Backend:
         shape = await _routing_shape(settings)
-        backend = await SGLangBackend.connect(url, timeout_s=settings.backend_timeout_s, routing_shape=shape)
-        try:
-            await _check_extras(backend, settings)
-        except BaseException:
-            await backend.aclose()
-            raise
-        return backend
+        return await _checked(
+            await SGLangBackend.connect(url, timeout_s=settings.backend_timeout_s, routing_shape=shape), settings
+        )
 
     return connect
 
@@ -83,13 +83,10 @@ def _vllm(settings: Settings) -> Callable[[str], Awaitable[Backend]]:
     from polar.backends.vllm import VLLMBackend
 
     async def connect(url: str) -> Backend:
-        backend = await VLLMBackend.connect(url, endpoint=settings.vllm_endpoint, timeout_s=settings.backend_timeout_s)
-        try:
-            await _check_extras(backend, settings)
-        except BaseException:
-            await backend.aclose()
-            raise
-        return backend
+        return await _checked(
+            await VLLMBackend.connect(url, endpoint=settings.vllm_endpoint, timeout_s=settings.backend_timeout_s),
+            settings,
+        )
 
     return connect
 

@@ -9,25 +9,23 @@ import stat
 
 import httpx
 import pytest
-from fastapi.routing import APIRoute
 
 from polar.auth import TOKEN_FILE, RedactQueryKeys, control_token
 from polar.backends.local import LocalBackend
 from tests.app_routes import every_route
 from tests.proxy.gateway_server import GatewayServer, settings_for
 
+# Paths as tests.app_routes.every_route names them (each path parameter "x").
 MODEL_ROUTES = {
     "/v1/chat/completions",
     "/v1/responses",
     "/v1/messages",
     "/v1/messages/count_tokens",
-    "/v1beta/models/{target}",
+    "/v1beta/models/x",
 }
 PUBLIC = {"/", "/health", "/health/live", "/health/ready", "/v1/models"}  # probes and the model list stay open
-WS_REFUSAL = (
-    "GET",
-    "/v1/responses",
-)  # a WebSocket upgrade there is refused at once, for anyone (tests/proxy/test_ws_denial.py)
+# A WebSocket upgrade there is refused at once, for anyone (tests/proxy/test_ws_denial.py).
+WS_REFUSAL = ("GET", "/v1/responses")
 SCHEMA = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # the API schema and its viewers: no data
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 GEMINI = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
@@ -41,22 +39,21 @@ def closed(tmp_path_factory, cache_dir, engine):
         yield server, tmp
 
 
-def control_routes(server: GatewayServer) -> list[tuple[str, str]]:
+def guarded_routes(server: GatewayServer) -> list[tuple[str, str]]:
+    """Every route of the gateway but the probes and the schema, read from its own router."""
     app = server._server.config.app  # type: ignore[union-attr]
-    routes = []
-    for route in app.routes:
-        if isinstance(route, APIRoute) and route.path not in MODEL_ROUTES | PUBLIC:
-            path = route.path.replace("{session_id}", "some-session")
-            routes += [(method, path) for method in sorted(route.methods)]
-    return routes
+    return [(m, p) for m, p in every_route(app) if p not in PUBLIC | SCHEMA]
+
+
+def control_routes(server: GatewayServer) -> list[tuple[str, str]]:
+    return [(m, p) for m, p in guarded_routes(server) if p not in MODEL_ROUTES]
 
 
 def test_every_route_but_the_probes_is_a_401_without_credentials(closed):
     """Read from the app's own router, so a new route is covered without being listed: every route but the probes
     and the schema refuses a caller without credentials, model routes before reading the body."""
     server, _ = closed
-    app = server._server.config.app  # type: ignore[union-attr]
-    routes = [(m, p) for m, p in every_route(app) if p not in PUBLIC | SCHEMA and (m, p) != WS_REFUSAL]
+    routes = [route for route in guarded_routes(server) if route != WS_REFUSAL]
     assert {"/v1/chat/completions", "/v1/messages", "/v1/sessions", "/metrics"} <= {p for _, p in routes}
     for method, path in routes:
         path = path.replace("/v1beta/models/x", "/v1beta/models/x:generateContent")  # {model}:{method}

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import make_url, text
+from sqlalchemy.orm import Session, sessionmaker
 
 from db.engine import make_engine
 
@@ -34,6 +35,19 @@ def migrated_store(kind: str, folder) -> Iterator[str]:
         url = schema_url(schema)
         upgrade(url)
         yield url
+
+
+@contextmanager
+def migrated_factory(kind: str, folder) -> Iterator[sessionmaker[Session]]:
+    """A session factory on a fresh migrated store (``migrated_store``), its engine disposed afterwards."""
+    from db.engine import make_session_factory
+
+    with migrated_store(kind, folder) as url:
+        engine = make_engine(url)
+        try:
+            yield make_session_factory(engine)
+        finally:
+            engine.dispose()
 
 
 def schema_url(schema: str, base: str = "") -> str:

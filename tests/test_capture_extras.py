@@ -11,7 +11,6 @@ import pytest
 import sqlalchemy as sa
 
 from db import Capture, Rollout, session_scope
-from db.engine import make_engine, make_session_factory
 from polar.backends.base import GenerateExtras
 from polar.capture_extras import (
     CaptureOptions,
@@ -27,7 +26,7 @@ from polar.settings import RenderMode
 from polar.tokens.messages import Message, Role
 from polar.tokens.render import PriorCall, Prompt
 from polar.trajectory.extras import stitch
-from tests.pg import STORES, migrated_store
+from tests.pg import STORES, migrated_factory
 
 
 def _extras(n_prompt: int, n_output: int, start: int, k: int = 3, experts: int = 8) -> GenerateExtras:
@@ -63,12 +62,8 @@ def _capture(rollout_id: str, extras: GenerateExtras, options: CaptureOptions | 
 
 @pytest.fixture(params=STORES)
 def factory(request, tmp_path):
-    with migrated_store(request.param, tmp_path) as url:
-        engine = make_engine(url)
-        try:
-            yield make_session_factory(engine)
-        finally:
-            engine.dispose()
+    with migrated_factory(request.param, tmp_path) as made:
+        yield made
 
 
 def test_the_writer_stores_extras_compactly_and_they_decode_back(factory):

@@ -15,11 +15,10 @@ import pytest
 import sqlalchemy as sa
 
 from db import Capture, Rollout, session_scope
-from db.engine import make_engine, make_session_factory
 from db.enums import CaptureStatus
 from polar.errors import StoreError
 from polar.proxy.recorder import CaptureWriter
-from tests.pg import STORES, migrated_store
+from tests.pg import STORES, migrated_factory
 
 EDGE = {
     "prompt_delta_ids": [0, -1, 2**31 - 1, -(2**31), 7],
@@ -63,12 +62,8 @@ def _columns(row: Capture) -> dict:
 
 @pytest.fixture(params=STORES)
 def factory(request, tmp_path):
-    with migrated_store(request.param, tmp_path) as url:
-        engine = make_engine(url)
-        try:
-            yield make_session_factory(engine)
-        finally:
-            engine.dispose()
+    with migrated_factory(request.param, tmp_path) as made:
+        yield made
 
 
 async def _write(factory, rows: list[Capture]) -> list:

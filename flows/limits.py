@@ -2,14 +2,15 @@
 is configured (``POLAR_STAGE_LIMITS=auto``, the default, or ``prefect``), this process's otherwise.
 
 The limits themselves (``polar-<slot>``, created idempotently by whoever needs them) are in
-``polar.rollout.fleet_limits``, so the control API creates them too; this module picks the limiter.
+``polar.prefect_adapter``, so the control API creates them too; this module picks the limiter.
 """
 
 from __future__ import annotations
 
 from prefect.runtime import deployment
 
-from polar.rollout.fleet_limits import PREFIX, PrefectLimiter, ensure_limits, limit_scope, warn_unbounded
+from polar.prefect_adapter import PREFIX, PrefectLimiter, ensure_limits
+from polar.rollout.fleet_limits import limit_scope, warn_unbounded
 from polar.rollout.limits import Limiter, process_limiter
 from polar.settings import LimitScope, Settings
 

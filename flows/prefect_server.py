@@ -34,7 +34,7 @@ def temporary_server(settings: Settings) -> Iterator[str | None]:
     """Prefect's temporary server for the duration of the block; yields its API URL (None: ``PREFECT_API_URL``
     names a real server, and nothing is started)."""
     prepare_prefect_environment(settings)
-    if os.environ.get("PREFECT_API_URL"):
+    if settings.prefect_api_url:
         yield None
         return
     from prefect.server.api.server import SubprocessASGIServer

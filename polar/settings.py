@@ -229,6 +229,12 @@ class Settings(BaseSettings):
         default="", description="where users reach polar serve (its base URL); Prefect artifacts link to /ui there"
     )
     prefect_ui_url: str = Field(default="", description="Prefect UI base URL; the web UI links flow runs there")
+    prefect_api_url: str = Field(
+        default="",
+        validation_alias="PREFECT_API_URL",  # Prefect's own variable, read here so the library never reads os.environ
+        description="the Prefect server (Prefect's PREFECT_API_URL, no POLAR_ prefix); empty: Prefect's ephemeral "
+        "in-process server",
+    )
 
     # ---- the live view (/ui/live, polar status) and alarms ------------------------------------------------
     gateway_access_log: AccessLog = Field(

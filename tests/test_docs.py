@@ -16,7 +16,8 @@ DOCS = ROOT / "docs"
 
 def test_every_setting_is_in_the_settings_table():
     table = (DOCS / "settings.md").read_text()
-    missing = [f"POLAR_{name.upper()}" for name in Settings.model_fields if f"`POLAR_{name.upper()}`" not in table]
+    variables = [str(f.validation_alias or f"POLAR_{name.upper()}") for name, f in Settings.model_fields.items()]
+    missing = [variable for variable in variables if f"`{variable}`" not in table]
     assert not missing, f"document these in docs/settings.md: {missing}"
 
 

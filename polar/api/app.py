@@ -28,7 +28,7 @@ from db.models import Rollout
 from polar import feed, metrics
 from polar.api import queries
 from polar.api.callbacks import deliver_due
-from polar.api.runner import InlineDispatch, TaskRunner, flow_run_states
+from polar.api.runner import InlineDispatch, TaskRunner
 from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody, WeightsRequest
 from polar.api.weights import WeightSource, publish
 from polar.auth import announce, bearer_of, install_access_log_redaction, matches
@@ -36,6 +36,7 @@ from polar.clock import now
 from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, StoreError, invalid_from
 from polar.export.filters import ExportFilter
 from polar.models.tiny import get_spec
+from polar.prefect_adapter import flow_run_states
 from polar.proxy.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 from polar.rollout.submit import submit_tasks
 from polar.settings import Settings, TaskDispatch

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any
-from uuid import UUID
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
@@ -38,8 +36,9 @@ from db.models import Rollout, Task
 from polar.clock import now
 from polar.errors import NotConfigured, NotFound
 from polar.feed import versions
+from polar.prefect_adapter import cancel_flow_runs, ensure_limits, start_deployment_run
 from polar.rollout.dispatcher import new_dispatcher, take
-from polar.rollout.fleet_limits import ensure_limits, limit_scope, warn_unbounded
+from polar.rollout.fleet_limits import limit_scope, warn_unbounded
 from polar.settings import LimitScope, Settings, TaskDispatch
 
 log = logging.getLogger(__name__)
@@ -49,7 +48,7 @@ CANCELLED_OWNER = "cancelled"
 def resolve_dispatch(settings: Settings) -> TaskDispatch:
     if settings.task_dispatch is not TaskDispatch.AUTO:
         return settings.task_dispatch
-    return TaskDispatch.DEPLOYMENT if os.environ.get("PREFECT_API_URL") else TaskDispatch.INLINE
+    return TaskDispatch.DEPLOYMENT if settings.prefect_api_url else TaskDispatch.INLINE
 
 
 def held_reason(step: Any, current_ordinal: int, max_async_level: int | None) -> str | None:
@@ -153,17 +152,12 @@ class TaskRunner:
         self._limits_ready = True
 
     async def _create_flow_runs(self, rollout_ids: list[str]) -> None:
-        from prefect.deployments import arun_deployment
-
         await self.ensure_fleet_limits()
         for rollout_id in rollout_ids:
-            run = await arun_deployment(
-                self.settings.rollout_deployment,
-                parameters={"rollout_id": rollout_id},
-                timeout=0,
-                idempotency_key=f"polar-api-rollout-{rollout_id}",
+            run_id = await start_deployment_run(
+                self.settings.rollout_deployment, {"rollout_id": rollout_id}, f"polar-api-rollout-{rollout_id}"
             )
-            await asyncio.to_thread(self._record_dispatch, rollout_id, str(run.id))
+            await asyncio.to_thread(self._record_dispatch, rollout_id, run_id)
 
     def _record_dispatch(self, rollout_id: str, flow_run_id: str) -> None:
         with session_scope(self.factory) as db:
@@ -183,31 +177,3 @@ class TaskRunner:
         for task in list(self._inline.values()):
             task.cancel()
         await asyncio.gather(*self._inline.values(), return_exceptions=True)
-
-
-async def cancel_flow_runs(flow_run_ids: list[str]) -> None:
-    """Cancel deployment runs: Cancelled if not started yet, Cancelling (the worker kills it) if running."""
-    from prefect.client.orchestration import get_client
-    from prefect.states import Cancelled, Cancelling
-
-    async with get_client() as client:
-        for flow_run_id in flow_run_ids:
-            run = await client.read_flow_run(UUID(flow_run_id))
-            running = run.state is not None and (run.state.is_running() or run.state.is_pending())
-            if run.state is not None and run.state.is_final():
-                continue
-            await client.set_flow_run_state(UUID(flow_run_id), Cancelling() if running else Cancelled(), force=True)
-
-
-async def flow_run_states(flow_run_ids: list[str]) -> dict[str, str]:
-    """Flow run id -> the name of its state on the Prefect server."""
-    if not flow_run_ids:
-        return {}
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    async with get_client() as client:
-        runs = await client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(i) for i in flow_run_ids]))
-        )
-    return {str(run.id): run.state.name if run.state and run.state.name else "unknown" for run in runs}

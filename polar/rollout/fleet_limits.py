@@ -1,4 +1,4 @@
-"""Stage limits counted fleet-wide by the Prefect server, and which kind of limits a process uses.
+"""Which kind of stage limits a process uses: counted fleet-wide by the Prefect server, or per process.
 
 Each slot (``ready``, ``init``, ``run``, ``postrun``) is a Prefect global concurrency limit named
 ``polar-<slot>``, so every worker's rollouts share one count: more workers on the pool add throughput but never
@@ -6,7 +6,8 @@ exceed the limits. ``POLAR_STAGE_LIMITS=auto`` (the default) counts fleet-wide w
 configured (``PREFECT_API_URL``) and per process otherwise (the embedded mode, where every rollout flow of a
 batch runs in one process).
 
-The limits are created idempotently by whoever needs them: the batch and retry flows and the control API create
+The fleet-wide limits themselves live in ``polar.prefect_adapter`` (the library's one Prefect module). They are
+created idempotently by whoever needs them: the batch and retry flows and the control API create
 or resize them from their settings before dispatching (``ensure_limits``), and a rollout flow that finds one
 missing (a worker's first flow run, a control-API rollout on a fresh server) creates it without resizing it.
 Creation races between processes are harmless: whoever loses reads the winner's limit.
@@ -21,27 +22,17 @@ dead worker host) renews nothing: the server's repossessor frees its slot once t
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
-from polar.rollout.limits import stage_limits
 from polar.settings import LimitScope, Settings
 
 log = logging.getLogger(__name__)
-PREFIX = "polar-"
-
-
-def prefect_configured() -> bool:
-    """Whether this process talks to a Prefect server (not Prefect's ephemeral in-process one)."""
-    return bool(os.environ.get("PREFECT_API_URL"))
 
 
 def limit_scope(settings: Settings) -> LimitScope:
     """``POLAR_STAGE_LIMITS`` with ``auto`` resolved."""
     if settings.stage_limits is not LimitScope.AUTO:
         return settings.stage_limits
-    return LimitScope.PREFECT if prefect_configured() else LimitScope.PROCESS
+    return LimitScope.PREFECT if settings.prefect_api_url else LimitScope.PROCESS
 
 
 _warned: set[str] = set()
@@ -61,52 +52,3 @@ def warn_unbounded(settings: Settings, where: str) -> str | None:
         _warned.add(where)
         log.warning(message)
     return message
-
-
-async def ensure_limits(settings: Settings, *, resize: bool = True) -> dict[str, int]:
-    """Create the ``polar-*`` global concurrency limits that are missing (and with ``resize`` set the existing
-    ones to these settings' sizes); returns the limits as these settings size them."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-
-    limits = {PREFIX + name: size for name, size in stage_limits(settings).items()}
-    async with get_client() as client:
-        for name, size in limits.items():
-            try:
-                current = await client.read_global_concurrency_limit_by_name(name)
-            except ObjectNotFound:
-                try:
-                    await client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=size))
-                    continue
-                except ObjectAlreadyExists:  # another process created it a moment ago
-                    current = await client.read_global_concurrency_limit_by_name(name)
-            if resize and current.limit != size:
-                await client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(limit=size))
-    return limits
-
-
-class PrefectLimiter:
-    """Slots of the ``polar-*`` global concurrency limits; a missing limit is created (not resized) on first use."""
-
-    def __init__(self, settings: Settings):
-        self.settings = settings
-
-    @asynccontextmanager
-    async def slot(self, name: str) -> AsyncIterator[None]:
-        from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
-        from prefect.concurrency.asyncio import concurrency
-
-        lease_s = self.settings.limit_lease_s
-        entered = False
-        try:
-            async with concurrency(PREFIX + name, occupy=1, strict=True, lease_duration=lease_s):
-                entered = True
-                yield
-            return
-        except ConcurrencySlotAcquisitionError:
-            if entered:
-                raise
-        await ensure_limits(self.settings, resize=False)
-        async with concurrency(PREFIX + name, occupy=1, strict=True, lease_duration=lease_s):
-            yield

@@ -18,11 +18,12 @@ from db.models import Rollout
 from flows.dispatch import Dispatch, dispatch_rollouts
 from flows.rollout import rollout
 from polar.api.runner import TaskRunner
+from polar.prefect_adapter import PREFIX, PrefectLimiter, ensure_limits
 from polar.rollout import submit_tasks
 from polar.rollout.context import store_factory
-from polar.rollout.fleet_limits import PREFIX, PrefectLimiter, ensure_limits, limit_scope, warn_unbounded
+from polar.rollout.fleet_limits import limit_scope, warn_unbounded
 from polar.rollout.limits import SLOTS
-from polar.settings import LimitScope, TaskDispatch
+from polar.settings import LimitScope, Settings, TaskDispatch
 from tests.rollout.conftest import sqlite_url  # noqa: F401
 from tests.rollout.helpers import answer_task, test_settings
 
@@ -78,9 +79,10 @@ async def test_a_rollout_flow_that_finds_a_limit_missing_creates_it(settings):
 def test_auto_counts_fleet_wide_exactly_when_a_prefect_server_is_configured(monkeypatch, settings, caplog):
     auto = settings.model_copy(update={"stage_limits": LimitScope.AUTO})
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    assert limit_scope(auto) is LimitScope.PROCESS
-    monkeypatch.setenv("PREFECT_API_URL", "http://prefect.example:4200/api")
-    assert limit_scope(auto) is LimitScope.PREFECT
+    assert limit_scope(Settings(stage_limits=LimitScope.AUTO)) is LimitScope.PROCESS
+    monkeypatch.setenv("PREFECT_API_URL", "http://prefect.example:4200/api")  # Prefect's own variable
+    assert limit_scope(Settings(stage_limits=LimitScope.AUTO)) is LimitScope.PREFECT
+    assert limit_scope(auto.model_copy(update={"prefect_api_url": ""})) is LimitScope.PROCESS
     # Explicitly process-local limits where each rollout flow runs in a process of its own: a warning.
     process = settings.model_copy(update={"stage_limits": LimitScope.PROCESS})
     with caplog.at_level(logging.WARNING, logger="polar.rollout"):

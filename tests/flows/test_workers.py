@@ -416,7 +416,7 @@ def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, pos
 
 HOLDER = """
 import asyncio, sys
-from polar.rollout.fleet_limits import PrefectLimiter, ensure_limits
+from polar.prefect_adapter import PrefectLimiter, ensure_limits
 from polar.settings import Settings
 
 async def main():

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
 
 from db.engine import describe_database, normalize_url
 from db.models import Rollout
@@ -94,7 +95,7 @@ def toy_tasks(samples: int) -> list[dict[str, Any]]:
 STAGE_OF = {"PENDING": "pending", "INIT": "init", "RUNNING": "run", "POSTRUN": "postrun", "EVALUATING": "evaluate"}
 
 
-async def _progress(factory, since: datetime, started: float, stop: asyncio.Event) -> None:
+async def _progress(factory: sessionmaker[Session], since: datetime, started: float, stop: asyncio.Event) -> None:
     """One line whenever the rollouts created by this run change stage."""
     last = None
     while not stop.is_set():

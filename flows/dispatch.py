@@ -65,7 +65,9 @@ class NotStarted(Exception):
     """A rollout the batch's circuit breaker kept from starting."""
 
 
-async def _inline(rollout_ids: Sequence[str], settings: Settings, takeover: bool, stale_after_s: float | None):
+async def _inline(
+    rollout_ids: Sequence[str], settings: Settings, takeover: bool, stale_after_s: float | None
+) -> list[Any]:
     gate = asyncio.Semaphore(settings.batch_max_active)
     breaker = CircuitBreaker(settings.batch_max_consecutive_errors)
 

@@ -15,10 +15,10 @@ import uuid
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
-from prefect import Flow, Task, flow, task
+from prefect import Flow, State, Task, flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
-from prefect.states import Completed, State
+from prefect.states import Completed
 
 from flows.artifacts import publish_rollout
 from flows.limits import make_limiter
@@ -37,7 +37,7 @@ from polar.settings import Settings
 BACKSTOP_S = 600.0
 
 
-def _stage_task(stage: Stage, function: StageFunction) -> Task:
+def _stage_task(stage: Stage, function: StageFunction) -> Task[..., Any]:
     async def body(rollout_id: str, owner: str) -> dict[str, Any] | State:
         ctx = await get_context()
         report = await function(ctx, rollout_id, owner=owner)

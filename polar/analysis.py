@@ -23,14 +23,14 @@ REWARD_KEYS = ("harness", "task_name", "weight_version")
 STAGE_COLUMNS = ("init_s", "run_s", "postrun_s", "evaluate_s")
 
 
-def _read(factory: sessionmaker[Session], sql: str, params: dict) -> pd.DataFrame:
+def _read(factory: sessionmaker[Session], sql: str, params: dict[str, Any]) -> pd.DataFrame:
     with factory() as db:
         return pd.read_sql(sa.text(sql), db.connection(), params=params)
 
 
 def _where(
     since: datetime | None, until: datetime | None, task_ids: Sequence[str] | None, prefix: str = ""
-) -> tuple[str, dict]:
+) -> tuple[str, dict[str, Any]]:
     clauses: list[str] = []
     params: dict[str, Any] = {}
     if since is not None:
@@ -46,14 +46,26 @@ def _where(
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
-def rollouts(factory, *, since=None, until=None, task_ids=None) -> pd.DataFrame:
+def rollouts(
+    factory: sessionmaker[Session],
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    task_ids: Sequence[str] | None = None,
+) -> pd.DataFrame:
     """One row per rollout (``rollout_facts``)."""
     where, params = _where(since, until, task_ids)
     frame = _read(factory, f"SELECT * FROM rollout_facts{where} ORDER BY created_at, rollout_id", params)
     return frame.astype({c: "float64" for c in STAGE_COLUMNS})
 
 
-def rewards_by(factory, *keys: str, since=None, until=None, task_ids=None) -> pd.DataFrame:
+def rewards_by(
+    factory: sessionmaker[Session],
+    *keys: str,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    task_ids: Sequence[str] | None = None,
+) -> pd.DataFrame:
     """Mean reward, counts and solved by any of harness, task_name, weight_version (in version order)."""
     keys = keys or ("harness",)
     bad = [k for k in keys if k not in REWARD_KEYS]
@@ -80,24 +92,36 @@ def rewards_by(factory, *keys: str, since=None, until=None, task_ids=None) -> pd
     return out.sort_values(order).drop(columns="version_order").reset_index(drop=True)
 
 
-def token_counts(factory, *, task_ids=None) -> pd.DataFrame:
+def token_counts(factory: sessionmaker[Session], *, task_ids: Sequence[str] | None = None) -> pd.DataFrame:
     where, params = _where(None, None, task_ids)
     return _read(factory, f"SELECT * FROM token_counts{where}", params)
 
 
-def merge_ratio(factory) -> pd.DataFrame:
+def merge_ratio(factory: sessionmaker[Session]) -> pd.DataFrame:
     """Captures per merged trace and the conditioning-exact rate, by harness and builder."""
     return _read(factory, "SELECT * FROM merge_ratio ORDER BY harness, builder", {})
 
 
-def stage_latencies(factory, *, since=None, until=None, task_ids=None) -> pd.DataFrame:
+def stage_latencies(
+    factory: sessionmaker[Session],
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    task_ids: Sequence[str] | None = None,
+) -> pd.DataFrame:
     """Mean and max seconds of each stage, by harness."""
     frame = rollouts(factory, since=since, until=until, task_ids=task_ids)
     grouped = frame.groupby("harness", dropna=False)[list(STAGE_COLUMNS)]
     return grouped.mean().add_suffix("_mean").join(grouped.max().add_suffix("_max")).reset_index()
 
 
-def failure_causes(factory, *, since=None, until=None, task_ids=None) -> pd.DataFrame:
+def failure_causes(
+    factory: sessionmaker[Session],
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    task_ids: Sequence[str] | None = None,
+) -> pd.DataFrame:
     """Failed, timed-out and cancelled rollouts by harness, status, stage and error text, most frequent first."""
     frame = rollouts(factory, since=since, until=until, task_ids=task_ids)
     frame = frame[frame["status"].isin(["ERROR", "TIMEOUT", "CANCELLED"])].copy()

@@ -20,6 +20,8 @@ from polar.logs import configure as configure_logging
 from polar.settings import get_settings
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from polar.rollout.report import RolloutRow
     from polar.settings import Settings
 
@@ -133,7 +135,7 @@ def _retry(args: argparse.Namespace) -> None:
 
     settings = get_settings()
 
-    async def main() -> dict:
+    async def main() -> dict[str, Any]:
         try:
             return await retry_failed(
                 rollout_ids=args.rollout or None,
@@ -254,7 +256,7 @@ def _report(args: argparse.Namespace) -> None:
     )
 
 
-def _when(value: str | None):
+def _when(value: str | None) -> datetime | None:
     from datetime import UTC, datetime
 
     if value is None:

@@ -26,7 +26,7 @@ def _runtime(args: argparse.Namespace) -> None:
     print(f"{len(removed)} orphaned container(s) removed")
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from harness_adapters.install import TOOLS
 
     harness = sub.add_parser("harness", help="install an agent CLI (pinned) into the tools folder (POLAR_TOOLS)")

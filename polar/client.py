@@ -55,7 +55,8 @@ class PolarClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """One request; the reply's JSON object (every route answers an object), or ``ApiError``."""
         reply = self._http.request(method, path, **kwargs)
         if reply.status_code >= 400:
             try:
@@ -65,7 +66,8 @@ class PolarClient:
                 )
             except (ValueError, KeyError, TypeError):
                 raise ApiError(reply.status_code, "error", reply.text[:500], None) from None
-        return reply.json()
+        body: dict[str, Any] = reply.json()
+        return body
 
     # ---- tasks --------------------------------------------------------------------------------------
 
@@ -110,7 +112,8 @@ class PolarClient:
 
     def trajectories(self, **filters: Any) -> list[dict[str, Any]]:
         params = {k: v for k, v in filters.items() if v is not None}
-        return self._call("GET", "/v1/trajectories", params=params)["trajectories"]
+        rows: list[dict[str, Any]] = self._call("GET", "/v1/trajectories", params=params)["trajectories"]
+        return rows
 
     def trajectory_extras(self, trajectory_id: int) -> dict[str, Any]:
         """Top-k logprobs and routed experts of a trajectory (``polar.trajectory.extras.extras_from_json`` reads

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 from pythonjsonlogger.json import JsonFormatter
 
@@ -21,7 +22,7 @@ PROJECT_LOGGERS = ("polar", "flows", "db", "harness_adapters")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-class _PolarHandler(logging.StreamHandler):
+class _PolarHandler(logging.StreamHandler[TextIO]):
     """The handler ``configure`` installs (its type tells a second call that the work is done)."""
 
 

@@ -34,7 +34,7 @@ def load_dataset(path: str | Path) -> list[dict[str, Any]]:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        rows = pq.read_table(path).to_pylist()
+        rows: list[dict[str, Any]] = pq.read_table(path).to_pylist()
     elif path.suffix in (".jsonl", ".json"):
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     else:

@@ -62,7 +62,7 @@ async def push(target: str, source: WeightSource, control_token: str) -> str:
             message = reply.text[:300]
         error = InvalidRequest if reply.status_code == 400 else GatewayError
         raise error(f"the gateway at {target} refused weights {source.version!r}: {message}", field="checkpoint_path")
-    return reply.json()["weight_version"]
+    return str(reply.json()["weight_version"])
 
 
 @dataclass(frozen=True)

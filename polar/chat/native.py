@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from polar.tokens.detokenize import IncrementalDecoder
 from polar.tokens.messages import Message, ToolSpec
 from polar.tokens.parsers import get_format
+from polar.tokens.parsers.stream import StreamParser
 from polar.tokens.parsers.types import Event, ParsedOutput
 from polar.tokens.template import ChatTemplate
 from polar.tokens.tokenizer import ChatTokenizer, int32
@@ -23,7 +24,7 @@ from polar.tokens.tokenizer import ChatTokenizer, int32
 class TextStream:
     """A streamed turn decoded incrementally (never half a UTF-8 character) and parsed as text."""
 
-    def __init__(self, tokenizer: ChatTokenizer, parser):
+    def __init__(self, tokenizer: ChatTokenizer, parser: StreamParser):
         self._decoder = IncrementalDecoder(tokenizer)
         self._parser = parser
 
@@ -70,7 +71,7 @@ class NativeFormat:
         output_ids: Sequence[int],
         new_messages: Sequence[Message],
         tools: Sequence[ToolSpec] = (),
-    ) -> array:
+    ) -> array[int]:
         end = self.tokenizer.im_end_id
         glue = [] if output_ids and output_ids[-1] == end else [end]
         # The template puts "\n" after every end-of-turn; it opens the new text.

@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from polar.settings import Settings
+
+if TYPE_CHECKING:
+    from polar.backends.base import Backend
+    from polar.chat import ChatFormat
 
 
 class BackendChat:
     def __init__(self, settings: Settings):
         self.settings = settings
-        self._parts: tuple | None = None
+        self._parts: tuple[ChatFormat, Backend] | None = None
         self._lock = asyncio.Lock()
 
-    async def _connect(self) -> tuple:
+    async def _connect(self) -> tuple[ChatFormat, Backend]:
         async with self._lock:
             if self._parts is None:
                 from polar.backends.registry import make_backend
@@ -43,7 +48,7 @@ class BackendChat:
         result = await backend.generate(
             GenerateRequest(tuple(prompt), SamplingParams(max_new_tokens=budget, temperature=temperature))
         )
-        return fmt.parse(result.output_ids, (), prompt).content
+        return str(fmt.parse(result.output_ids, (), prompt).content)
 
     async def aclose(self) -> None:
         if self._parts is not None:

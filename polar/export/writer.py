@@ -147,7 +147,7 @@ def export(
     return ExportReport(path, kind, count, path.stat().st_size)
 
 
-def _write_parquet(path: Path, stream: Iterator[dict[str, Any]], schema, batch_rows: int) -> int:
+def _write_parquet(path: Path, stream: Iterator[dict[str, Any]], schema: Any, batch_rows: int) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 

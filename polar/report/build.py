@@ -53,17 +53,16 @@ def build_report(
 ) -> Report:
     """Write ``out``/report.html and its PNGs for the rollouts created in [since, until) (or of ``task_ids``)."""
     out.mkdir(parents=True, exist_ok=True)
-    scope = {"since": since, "until": until, "task_ids": task_ids}
-    rollouts = analysis.rollouts(factory, **scope)
+    rollouts = analysis.rollouts(factory, since=since, until=until, task_ids=task_ids)
     tokens = analysis.token_counts(
         factory, task_ids=list(rollouts["task_id"].dropna().unique()) if task_ids or since or until else None
     )
-    rewards = analysis.rewards_by(factory, "harness", "weight_version", **scope)
+    rewards = analysis.rewards_by(factory, "harness", "weight_version", since=since, until=until, task_ids=task_ids)
     merges = analysis.merge_ratio(factory)
     if not rollouts.empty and not merges.empty:
         merges = merges[merges["harness"].isin(rollouts["harness"].dropna().unique())]
-    latencies = analysis.stage_latencies(factory, **scope)
-    failures = analysis.failure_causes(factory, **scope)
+    latencies = analysis.stage_latencies(factory, since=since, until=until, task_ids=task_ids)
+    failures = analysis.failure_causes(factory, since=since, until=until, task_ids=task_ids)
     images = {
         "reward_over_versions": plots.reward_over_versions(rewards, out / "reward_over_versions.png"),
         "merge_ratio": plots.merge_ratio(merges, out / "merge_ratio.png"),
@@ -78,11 +77,22 @@ def build_report(
         charts[name].write_text(svg, encoding="utf-8")
     summary = _summary(rollouts, tokens)
     page = out / "report.html"
-    page.write_text(_html(title, scope, summary, images, svgs, rewards, latencies, failures), encoding="utf-8")
+    scope = {"since": since, "until": until, "task_ids": task_ids}
+    scope_text = ", ".join(f"{k}={v}" for k, v in scope.items() if v) or "everything in the store"
+    page.write_text(_html(title, scope_text, summary, images, svgs, rewards, latencies, failures), encoding="utf-8")
     return Report(page, images, summary, charts)
 
 
-def _html(title, scope, summary, images, svgs, rewards, latencies, failures) -> str:
+def _html(
+    title: str,
+    scope_text: str,
+    summary: dict[str, object],
+    images: dict[str, Path],
+    svgs: dict[str, str],
+    rewards: pd.DataFrame,
+    latencies: pd.DataFrame,
+    failures: pd.DataFrame,
+) -> str:
     def table(frame: pd.DataFrame) -> str:
         return (
             frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="", border=0)
@@ -94,7 +104,6 @@ def _html(title, scope, summary, images, svgs, rewards, latencies, failures) -> 
         data = base64.b64encode(path.read_bytes()).decode()
         return f'<figure><img alt="{name}" src="data:image/png;base64,{data}"><figcaption>{name}</figcaption></figure>'
 
-    scope_text = ", ".join(f"{k}={v}" for k, v in scope.items() if v) or "everything in the store"
     items = "".join(f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in summary.items())
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto}} img{{max-width:100%}}

@@ -54,7 +54,7 @@ class NoLimits:
         yield
 
 
-_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, ProcessLimiter]] = (
+_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[tuple[str, int], ...], ProcessLimiter]] = (
     weakref.WeakKeyDictionary()
 )
 

@@ -40,7 +40,7 @@ GRACE_S = 10.0
 
 
 def _store_evaluation(
-    ctx: RolloutContext, rollout_id: str, evaluator: str, reward: float, details: dict, duration_s: float
+    ctx: RolloutContext, rollout_id: str, evaluator: str, reward: float, details: dict[str, Any], duration_s: float
 ) -> None:
     with session_scope(ctx.factory) as db:
         db.execute(sa.delete(Evaluation).where(Evaluation.rollout_id == rollout_id, Evaluation.evaluator == evaluator))

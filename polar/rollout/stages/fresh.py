@@ -50,7 +50,7 @@ async def fresh_eval_runtime(
 
 
 def _kept(view: RolloutView, artifacts: Mapping[str, Any]) -> Mapping[str, Any]:
-    kept = artifacts.get("kept")
+    kept: Mapping[str, Any] | None = artifacts.get("kept")
     if not kept:
         raise ArtifactMissing(
             f"rollout {view.id}: its runtime folder is not on this host and its run kept no artifacts"

@@ -23,6 +23,7 @@ transaction. JSON columns are always reassigned, never mutated in place, so SQLA
 ``stages`` (stage bookkeeping and the task status), ``launches`` (interrupted harness launches).
 """
 
+from polar.clock import now
 from polar.rollout.state.launches import interrupted_runs, set_aside
 from polar.rollout.state.ownership import claim, heartbeat, select_retryable
 from polar.rollout.state.stages import (
@@ -35,7 +36,7 @@ from polar.rollout.state.stages import (
     record_progress,
     reopen_stage,
 )
-from polar.rollout.state.view import DEADLINE_STAGES, STAGES, RolloutView, Stage, load, now
+from polar.rollout.state.view import DEADLINE_STAGES, STAGES, RolloutView, Stage, load
 
 __all__ = [
     "DEADLINE_STAGES",

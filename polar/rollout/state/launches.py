@@ -26,7 +26,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.engine import session_scope
 from db.enums import CaptureStatus
 from db.models import Capture
-from polar.rollout.state.view import Stage, _owned, now
+from polar.clock import now
+from polar.rollout.state.view import Stage, _owned
 
 INTERRUPTED_RUNS = "interrupted_runs"
 

@@ -13,8 +13,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.engine import rows_matched, session_scope
 from db.enums import RolloutStatus
 from db.models import Rollout
+from polar.clock import now
 from polar.errors import RolloutClaimed
-from polar.rollout.state.view import DEADLINE_STAGES, RolloutView, Stage, _row, _view, now
+from polar.rollout.state.view import DEADLINE_STAGES, RolloutView, Stage, _row, _view
 
 
 def _spent_s(timings: Mapping[str, Any], stages: Sequence[Stage]) -> float:

@@ -16,8 +16,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.engine import session_scope
 from db.enums import RolloutStatus, TaskStatus
 from db.models import Rollout, Task
+from polar.clock import now
 from polar.errors import StageOrderError
-from polar.rollout.state.view import STAGES, RolloutView, Stage, _owned, _view, now
+from polar.rollout.state.view import STAGES, RolloutView, Stage, _owned, _view
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from types import SimpleNamespace
 import numpy as np
 import orjson
 
-from polar.backends.base import ExtrasRequest, GenerateExtras, GenerateRequest
 from polar.backends.extras import ExtrasReader, loads_without_experts
 from polar.backends.sglang_wire import OutputReader
 from polar.capture_extras import CaptureOptions, apply_extras
+from polar.inference import ExtrasRequest, GenerateExtras, GenerateRequest
 from polar.models.moe import MoEShape
 
 LAYERS, TOP_EXPERTS, EXPERTS, K = 48, 8, 128, 8

@@ -66,11 +66,11 @@ from gateway_support import (  # beside this script
 from db import Capture
 from db.engine import make_engine
 from polar.models.tiny import ensure_model_dir
-from polar.proxy.protocols import OPENAI_CHAT
 from polar.settings import get_settings
 from polar.tokens.render import PromptBuilder
 from polar.tokens.template import ChatTemplate
 from polar.tokens.tokenizer import ChatTokenizer, load_tokenizer
+from polar.wire import OPENAI_CHAT
 
 POSTGRES_URL = os.environ.get("POLAR_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 CONTROL_TOKEN = "bench-" + secrets.token_urlsafe(16)  # the gateways' control token (control routes are closed)

@@ -388,7 +388,7 @@ def section_writer(pg_url: str, n: int, sessions: int) -> None:
     writer = CaptureWriter(factory, max_batch=512)
 
     def row(i: int):
-        from polar.backends.base import FinishReason, GenerateResult, LogprobSemantics, SamplingParams, VersionSpan
+        from polar.inference import FinishReason, GenerateResult, LogprobSemantics, SamplingParams, VersionSpan
         from polar.settings import RenderMode
         from polar.tokens.render import Prompt
 

@@ -15,8 +15,8 @@ import time
 
 import torch
 
-from polar.backends.base import GenerateRequest, SamplingParams
 from polar.backends.local import LocalBackend
+from polar.inference import GenerateRequest, SamplingParams
 from polar.settings import get_settings
 from polar.tokens.messages import system, user
 from polar.tokens.render import PromptBuilder

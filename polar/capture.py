@@ -7,7 +7,7 @@ from typing import Any
 
 from db.enums import CaptureStatus
 from db.models import Capture
-from polar.backends.base import GenerateResult, SamplingParams
+from polar.inference import GenerateResult, SamplingParams
 from polar.tokens.render import Prompt
 
 

@@ -19,8 +19,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from polar.backends.base import ExtrasRequest, GenerateExtras
 from polar.errors import ConfigError, InvalidRequest
+from polar.inference import ExtrasRequest, GenerateExtras
 from polar.tokens.render import Prompt
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from polar.backends.base import GenerateRequest, SamplingParams
 from polar.backends.registry import make_backend
+from polar.inference import GenerateRequest, SamplingParams
 from polar.models.folder import folder_tokenizer
 from polar.models.resolve import ModelChoice, resolve_model_folder
 from polar.settings import Settings

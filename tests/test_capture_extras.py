@@ -11,7 +11,6 @@ import pytest
 import sqlalchemy as sa
 
 from db import Capture, Rollout, session_scope
-from polar.backends.base import GenerateExtras
 from polar.capture_extras import (
     CaptureOptions,
     apply_extras,
@@ -21,6 +20,7 @@ from polar.capture_extras import (
     verified_options,
 )
 from polar.errors import ConfigError, InvalidRequest
+from polar.inference import GenerateExtras
 from polar.proxy.recorder import CaptureWriter
 from polar.settings import RenderMode
 from polar.tokens.messages import Message, Role

@@ -37,12 +37,12 @@ from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarErr
 from polar.export.filters import ExportFilter
 from polar.models.tiny import get_spec
 from polar.prefect_adapter import flow_run_states
-from polar.proxy.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 from polar.rollout.submit import submit_tasks
 from polar.settings import Settings, TaskDispatch
 from polar.tokens.tokenizer import ChatTokenizer, load_tokenizer
 from polar.trajectory.extras import trajectory_extras_view
 from polar.ui import install_ui
+from polar.wire.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ import numpy as np
 import orjson
 import pybase64
 
-from polar.backends.base import Backend, ExtrasRequest, GenerateExtras, GenerateRequest, SamplingParams
 from polar.errors import BackendProtocolError, ConfigError, PolarError
+from polar.inference import Backend, ExtrasRequest, GenerateExtras, GenerateRequest, SamplingParams
 from polar.models.moe import MoEShape
 
 

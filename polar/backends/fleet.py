@@ -29,8 +29,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 
-from polar.backends.base import Backend, GenerateChunk, GenerateRequest, GenerateResult, WeightUpdate
 from polar.errors import BackendError, BackendUnavailable, InvalidRequest, PolarError
+from polar.inference import Backend, GenerateChunk, GenerateRequest, GenerateResult, WeightUpdate
 
 log = logging.getLogger(__name__)
 Connect = Callable[[str], Awaitable[Backend]]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult, LogprobSemantics, WeightUpdate, collect
+from polar.inference import GenerateChunk, GenerateRequest, GenerateResult, LogprobSemantics, WeightUpdate, collect
 from polar.models.engine import LocalEngine
 from polar.models.folder import folder_tokenizer, open_model_folder
 from polar.models.tiny import ensure_model_dir

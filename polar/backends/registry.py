@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from polar.backends.base import Backend
 from polar.errors import InvalidRequest
+from polar.inference import Backend
 from polar.settings import BackendKind, Settings
 
 if TYPE_CHECKING:
@@ -40,9 +40,9 @@ async def _checked(backend: Backend, settings: Settings) -> Backend:
 
 
 async def _check_extras(backend: Backend, settings: Settings) -> None:
-    from polar.backends.base import ExtrasRequest
     from polar.backends.extras import check_extras
     from polar.capture_extras import verified_options
+    from polar.inference import ExtrasRequest
 
     wanted = verified_options(settings.capture_extras)
     if wanted.any:

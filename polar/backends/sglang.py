@@ -34,12 +34,6 @@ import orjson
 
 from polar.backends import aio_client
 from polar.backends.aio_client import TRANSPORT_ERRORS
-from polar.backends.base import (
-    GenerateChunk,
-    GenerateRequest,
-    GenerateResult,
-    WeightUpdate,
-)
 from polar.backends.extras import ExtrasReader, loads_without_experts, sglang_request_fields
 from polar.backends.sglang_wire import (
     CONTEXT_KEYS,
@@ -58,6 +52,12 @@ from polar.errors import (
     BackendProtocolError,
     InvalidRequest,
     PolarError,
+)
+from polar.inference import (
+    GenerateChunk,
+    GenerateRequest,
+    GenerateResult,
+    WeightUpdate,
 )
 from polar.models.moe import MoEShape
 

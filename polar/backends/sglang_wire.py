@@ -13,7 +13,6 @@ import httpx
 import orjson
 
 from polar.backends.aio_client import Reply
-from polar.backends.base import FinishReason, GenerateRequest, GenerateResult, LogprobSemantics, VersionSpan
 from polar.errors import (
     BackendError,
     BackendProtocolError,
@@ -23,6 +22,7 @@ from polar.errors import (
     PolarError,
     UnknownSamplingParameter,
 )
+from polar.inference import FinishReason, GenerateRequest, GenerateResult, LogprobSemantics, VersionSpan
 
 # Keys under which servers report the context window, in order of preference (/model_info, then /v1/models).
 CONTEXT_KEYS = ("max_context_length", "context_length", "max_model_len")

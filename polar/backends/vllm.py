@@ -10,7 +10,7 @@ Two wire paths, chosen per backend with ``endpoint``:
   legacy ``logprobs: 1``. Reads ``choices[0].token_ids`` and ``choices[0].logprobs.token_logprobs``. It
   has no weight versions, so the output is one span labelled from ``GET /weight_info`` after the reply.
 
-Contract (the Backend protocol in ``polar.backends.base``):
+Contract (the Backend protocol in ``polar.inference``):
 
 - Output ids are returned exactly as vLLM sampled them; a matched EOS or stop token is the last id and has
   a logprob. ``matched_stop`` is vLLM's ``stop_reason`` (a stop token id or stop string), or the last id
@@ -38,15 +38,6 @@ from typing import Any, Literal
 
 import httpx
 
-from polar.backends.base import (
-    FinishReason,
-    GenerateChunk,
-    GenerateRequest,
-    GenerateResult,
-    LogprobSemantics,
-    VersionSpan,
-    WeightUpdate,
-)
 from polar.backends.vllm_wire import (
     Accumulator,
     error_from_body,
@@ -66,6 +57,15 @@ from polar.errors import (
     BackendUnavailable,
     ContextLengthExceeded,
     InvalidRequest,
+)
+from polar.inference import (
+    FinishReason,
+    GenerateChunk,
+    GenerateRequest,
+    GenerateResult,
+    LogprobSemantics,
+    VersionSpan,
+    WeightUpdate,
 )
 
 Endpoint = Literal["generate", "completions"]

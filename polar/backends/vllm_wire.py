@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from polar.backends.base import SamplingParams, VersionSpan
 from polar.errors import BackendError, BackendProtocolError, BackendUnavailable, ContextLengthExceeded, InvalidRequest
+from polar.inference import SamplingParams, VersionSpan
 
 logger = logging.getLogger(__name__)
 

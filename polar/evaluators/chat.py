@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from polar.settings import Settings
 
 if TYPE_CHECKING:
-    from polar.backends.base import Backend
     from polar.chat import ChatFormat
+    from polar.inference import Backend
 
 
 class BackendChat:
@@ -39,7 +39,7 @@ class BackendChat:
             return self._parts
 
     async def complete(self, messages: Sequence[tuple[str, str]], *, max_tokens: int, temperature: float) -> str:
-        from polar.backends.base import GenerateRequest, SamplingParams
+        from polar.inference import GenerateRequest, SamplingParams
         from polar.tokens.messages import Message, Role
 
         fmt, backend = await self._connect()

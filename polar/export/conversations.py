@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 
 from db.models import Capture
 from db.request_json import full_request_json
-from polar.proxy.protocols import get_codec
 from polar.settings import Settings
 from polar.tokens.messages import Message, Role, ToolSpec
+from polar.wire import get_codec
 
 
 def message_json(message: Message) -> dict[str, Any]:

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache
 
-from polar.backends.base import (
+from polar.errors import ContextLengthExceeded, InvalidRequest
+from polar.inference import (
     ExtrasRequest,
     FinishReason,
     GenerateChunk,
@@ -37,7 +38,6 @@ from polar.backends.base import (
     LogprobSemantics,
     spans_from_events,
 )
-from polar.errors import ContextLengthExceeded, InvalidRequest
 from polar.models.moe import logprob_rows, tap_for, top_k_of
 from polar.models.prefix_cache import PrefixCache
 from polar.models.sampling import sample_next

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from polar.backends.base import LogprobSemantics
+from polar.inference import LogprobSemantics
 
 # A router whose logits spread over several units: top-k choices then have clear margins, so a decode step
 # (one position, cached keys) and a whole-sequence forward choose the same experts despite float rounding.

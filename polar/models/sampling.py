@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from polar.backends.base import LogprobSemantics, SamplingParams
+from polar.inference import LogprobSemantics, SamplingParams
 
 
 def sample_next(

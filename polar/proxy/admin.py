@@ -16,10 +16,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from polar.backends.base import WeightUpdate
 from polar.errors import InvalidRequest, PolarError, invalid_from
-from polar.proxy.body import MAX_WEIGHT_BYTES, read_body, read_json, tensor_upload_version
+from polar.inference import WeightUpdate
 from polar.proxy.gateway import Gateway
+from polar.wire.body import MAX_WEIGHT_BYTES, read_body, read_json, tensor_upload_version
 
 
 class WeightsBody(BaseModel):

@@ -2,7 +2,7 @@
 
 Every error leaves through ``_error``: the codec of the route turns a PolarError into its provider's
 status and body. Nothing reaches the harness as a bare 500 traceback. Bodies are checked against the JSON
-limits (``polar.proxy.json_guard``) and decoded, with the request, in a worker thread when large; every store
+limits (``polar.wire.json_guard``) and decoded, with the request, in a worker thread when large; every store
 wait is bounded (``Gateway.in_store``). Health: ``/health/live`` (the process answers), ``/health/ready`` (store
 and backend each answer within ``health_timeout_s``; 503 otherwise), and ``/health`` (ready, plus details).
 """
@@ -37,19 +37,19 @@ from polar.errors import (
 )
 from polar.proxy import access_log, keepalive, ws_denial
 from polar.proxy.admin import add_admin_routes
-from polar.proxy.body import OFFLOAD_BYTES, FastJSONResponse, read_body
-from polar.proxy.canonical import ChatRequest
 from polar.proxy.cost import MIN_TOOL_CHARS, message_chars, tool_chars
 from polar.proxy.gateway import Gateway
 from polar.proxy.health import add_health_routes
-from polar.proxy.json_guard import parse_json_after
-from polar.proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
-from polar.proxy.protocols.base import parse_after
 from polar.proxy.service import INLINE_CHARS
 from polar.proxy.session_routes import add_session_routes, api_key
 from polar.proxy.sessions import SessionInfo
 from polar.proxy.stream_response import StreamResponse
 from polar.slices import SlicedRequests, in_thread
+from polar.wire import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
+from polar.wire.base import parse_after
+from polar.wire.body import OFFLOAD_BYTES, FastJSONResponse, read_body
+from polar.wire.canonical import ChatRequest
+from polar.wire.json_guard import parse_json_after
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

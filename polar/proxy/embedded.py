@@ -19,7 +19,7 @@ import httpx
 import uvicorn
 import uvloop
 
-from polar.backends.base import Backend
+from polar.inference import Backend
 from polar.settings import Settings
 
 if TYPE_CHECKING:

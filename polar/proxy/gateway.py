@@ -12,17 +12,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import make_engine, make_session_factory, migrate
 from polar import metrics
-from polar.backends.base import Backend
 from polar.chat import ChatFormat, chat_format_for
 from polar.errors import StoreError
+from polar.inference import Backend
 from polar.models.engine import LocalEngine
-from polar.proxy.canonical import ChatRequest
 from polar.proxy.history import HistoryCache
-from polar.proxy.json_guard import JsonLimits
 from polar.proxy.limits import InFlightLimit
 from polar.proxy.policy import BackendPolicy, Policy, ScriptedPolicy, ScriptedPolicySpec
-from polar.proxy.protocols import get_codec
-from polar.proxy.protocols.base import parse_after
 from polar.proxy.recorder import CaptureWriter
 from polar.proxy.service import CallService
 from polar.proxy.sessions import SessionInfo, SessionStore
@@ -31,6 +27,10 @@ from polar.slices import in_thread
 from polar.tokens.messages import Message
 from polar.tokens.render import PromptBuilder
 from polar.tokens.tokenizer import ChatTokenizer
+from polar.wire import get_codec
+from polar.wire.base import parse_after
+from polar.wire.canonical import ChatRequest
+from polar.wire.json_guard import JsonLimits
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -43,9 +43,9 @@ from db.capture_tree import prompt_from_chain
 from db.enums import CaptureStatus
 from db.request_json import expand_request, full_request_json
 from polar.proxy.call_node import CallNode, LazyPrompt, Line
-from polar.proxy.canonical import ChatRequest
 from polar.tokens.messages import Message
 from polar.tokens.render import PriorCall
+from polar.wire.canonical import ChatRequest
 
 
 @dataclass(eq=False)

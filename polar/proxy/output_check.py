@@ -19,8 +19,8 @@ import math
 import re
 from collections.abc import Sequence
 
-from polar.backends.base import FinishReason, GenerateResult, VersionSpan
 from polar.errors import BackendProtocolError
+from polar.inference import FinishReason, GenerateResult, VersionSpan
 
 LOGPROB_SLACK = 1e-3
 """Float rounding lets a certain token's logprob come out a hair above 0; more than this is impossible."""

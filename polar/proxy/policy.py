@@ -15,7 +15,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from polar.backends.base import (
+from polar.chat.protocol import ChatFormat
+from polar.errors import invalid_from
+from polar.inference import (
     Backend,
     FinishReason,
     GenerateChunk,
@@ -24,8 +26,6 @@ from polar.backends.base import (
     VersionSpan,
     collect,
 )
-from polar.chat.protocol import ChatFormat
-from polar.errors import invalid_from
 from polar.models.engine import LocalEngine
 from polar.tokens.messages import Message, Role, ToolCall
 

@@ -26,7 +26,6 @@ from typing import Any
 from db.enums import Admission
 from db.request_json import compact_request
 from polar import metrics
-from polar.backends.base import GenerateRequest, GenerateResult, SamplingParams
 from polar.capture import capture_row
 from polar.capture_extras import apply_extras, extras_request
 from polar.chat.protocol import ChatFormat
@@ -39,14 +38,13 @@ from polar.errors import (
     StoreError,
 )
 from polar.ids import random_hex
+from polar.inference import GenerateRequest, GenerateResult, SamplingParams
 from polar.proxy.admission import Verdict, admit
-from polar.proxy.canonical import ChatRequest, Completion, Usage
 from polar.proxy.cost import message_chars, surely_too_long
 from polar.proxy.history import CallNode, HistoryCache, SessionHistory
 from polar.proxy.limits import InFlightLimit
 from polar.proxy.output_check import OutputCheck
 from polar.proxy.policy import Policy, PolicyContext
-from polar.proxy.protocols.base import ProtocolCodec, StreamMeta
 from polar.proxy.recorder import CaptureWriter
 from polar.proxy.sessions import SessionInfo
 from polar.proxy.streaming import StreamingCalls, finished
@@ -54,6 +52,8 @@ from polar.settings import RenderMode
 from polar.slices import in_thread, turn
 from polar.tokens.messages import Message, Role
 from polar.tokens.render import PriorCall, Prompt, PromptBuilder
+from polar.wire.base import ProtocolCodec, StreamMeta
+from polar.wire.canonical import ChatRequest, Completion, Usage
 
 log = logging.getLogger(__name__)
 MAX_MODEL_NAME = 256  # the width of captures.model

@@ -20,11 +20,11 @@ from db.request_json import full_request_json
 from polar.auth import bearer_of, matches
 from polar.capture_extras import CaptureOptions, check_capture
 from polar.errors import AuthenticationError, PermissionDenied, PolarError, invalid_from
-from polar.proxy.body import read_json
 from polar.proxy.gateway import Gateway
 from polar.proxy.health import finite_or_none
 from polar.proxy.policy import ScriptedPolicySpec
-from polar.proxy.protocols import OPENAI_CHAT, ProtocolCodec
+from polar.wire import OPENAI_CHAT, ProtocolCodec
+from polar.wire.body import read_json
 
 
 def api_key(request: Request, *, query: bool = False) -> str | None:

@@ -16,16 +16,16 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from polar import metrics
-from polar.backends.base import GenerateChunk, GenerateRequest, GenerateResult
 from polar.errors import BackendProtocolError, BackendTimeout, PolarError
+from polar.inference import GenerateChunk, GenerateRequest, GenerateResult
 from polar.proxy.output_check import OutputCheck
 from polar.slices import turn
 from polar.tokens.parsers import MalformedToolCall, collect
 
 if TYPE_CHECKING:
     from polar.chat.protocol import ChatFormat
-    from polar.proxy.canonical import Completion
     from polar.proxy.service import CallPlan
+    from polar.wire.canonical import Completion
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from polar.backends.base import FinishReason, VersionSpan
 from polar.errors import PolarError
+from polar.inference import FinishReason, VersionSpan
 from polar.serving.sglang_wire import OutputOptions
 from polar.tokens.tokenizer import ChatTokenizer
 

@@ -22,8 +22,8 @@ from typing import Any, cast
 
 import numpy as np
 
-from polar.backends.base import FinishReason, GenerateChunk, GenerateResult, VersionSpan
 from polar.errors import PolarError
+from polar.inference import FinishReason, GenerateChunk, GenerateResult, VersionSpan
 from polar.models.engine import LocalEngine
 from polar.serving.sglang_extras import routed_experts_b64, triples_of
 from polar.serving.sglang_render import finish_reason_json, logprob_triples, meta_info, output_text

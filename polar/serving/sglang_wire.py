@@ -30,8 +30,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from polar.backends.base import ExtrasRequest, GenerateRequest, SamplingParams
 from polar.errors import ContextLengthExceeded, InvalidRequest, UnknownSamplingParameter, invalid_from
+from polar.inference import ExtrasRequest, GenerateRequest, SamplingParams
 
 BATCH_NOT_SUPPORTED = "batch requests are not supported by this server"
 

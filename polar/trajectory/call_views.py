@@ -2,7 +2,7 @@
 
 Requests are stored relative to their parents (``db.request_json``): they are expanded in ``seq`` order in one
 pass, decoded with their protocol's codec, and each reply is read back from its stored response JSON
-(``polar.proxy.protocols.replies``), so labelling needs no tokenizer. A request that no longer decodes gives an
+(``polar.wire.replies``), so labelling needs no tokenizer. A request that no longer decodes gives an
 empty view (the call is then judged by tree shape alone) rather than failing the build.
 """
 
@@ -16,10 +16,10 @@ from sqlalchemy.orm import Session
 from db.models import Capture, Rollout, Task
 from db.request_json import expand_request
 from polar.errors import PolarError
-from polar.proxy.protocols import get_codec
-from polar.proxy.protocols.replies import reply_from_response
 from polar.tokens.messages import Role as MessageRole
 from polar.trajectory.roles import CallView, RoleHints
+from polar.wire import get_codec
+from polar.wire.replies import reply_from_response
 
 
 def load_call_views(session: Session, rollout_id: str) -> dict[int, CallView]:

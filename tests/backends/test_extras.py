@@ -9,9 +9,9 @@ import numpy as np
 import orjson
 import pytest
 
-from polar.backends.base import ExtrasRequest, GenerateRequest
 from polar.backends.extras import ExtrasReader, loads_without_experts, sglang_request_fields
 from polar.errors import BackendProtocolError, ConfigError
+from polar.inference import ExtrasRequest, GenerateRequest
 from polar.models.moe import MoEShape
 
 SHAPE = MoEShape(layers=2, top_k=2, num_experts=8)

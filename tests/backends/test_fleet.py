@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from polar.backends.base import GenerateRequest, SamplingParams, WeightUpdate, collect
 from polar.backends.fleet import FleetBackend, parse_urls
 from polar.backends.registry import make_backend
 from polar.backends.sglang import SGLangBackend
 from polar.errors import BackendError, BackendUnavailable, InvalidRequest
+from polar.inference import GenerateRequest, SamplingParams, WeightUpdate, collect
 from polar.models.engine import LocalEngine
 from polar.serving import ServerThread, create_app
 from polar.settings import BackendKind, Settings

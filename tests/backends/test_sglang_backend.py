@@ -19,7 +19,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from polar.backends.base import (
+from polar.backends.sglang import SGLangBackend, _ids_json, _json
+from polar.errors import ContextLengthExceeded, InvalidRequest, UnknownSamplingParameter
+from polar.inference import (
     Backend,
     FinishReason,
     GenerateRequest,
@@ -30,8 +32,6 @@ from polar.backends.base import (
     WeightUpdate,
     collect,
 )
-from polar.backends.sglang import SGLangBackend, _ids_json, _json
-from polar.errors import ContextLengthExceeded, InvalidRequest, UnknownSamplingParameter
 from polar.models.engine import LocalEngine
 from polar.models.sampling import rescore
 from polar.serving import ServerThread, create_app

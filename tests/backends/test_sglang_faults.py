@@ -16,7 +16,6 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from polar.backends.base import FinishReason, GenerateRequest, SamplingParams, VersionSpan, collect
 from polar.backends.sglang import SGLangBackend
 from polar.errors import (
     BackendError,
@@ -26,6 +25,7 @@ from polar.errors import (
     InvalidRequest,
     UnknownSamplingParameter,
 )
+from polar.inference import FinishReason, GenerateRequest, SamplingParams, VersionSpan, collect
 from polar.serving import ServerThread
 
 REQUEST = GenerateRequest((1, 2, 3), SamplingParams(max_new_tokens=2))

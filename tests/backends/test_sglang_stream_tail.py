@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from polar.backends.base import GenerateRequest
 from polar.backends.sglang_wire import OutputReader, latest
 from polar.errors import BackendProtocolError
+from polar.inference import GenerateRequest
 
 
 def _chunk(ids: list[int], triples: list) -> dict:

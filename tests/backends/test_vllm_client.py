@@ -16,14 +16,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from polar.backends.base import (
-    FinishReason,
-    GenerateRequest,
-    LogprobSemantics,
-    SamplingParams,
-    VersionSpan,
-    collect,
-)
 from polar.backends.vllm import VLLMBackend
 from polar.errors import (
     BackendError,
@@ -31,6 +23,14 @@ from polar.errors import (
     BackendUnavailable,
     ContextLengthExceeded,
     InvalidRequest,
+)
+from polar.inference import (
+    FinishReason,
+    GenerateRequest,
+    LogprobSemantics,
+    SamplingParams,
+    VersionSpan,
+    collect,
 )
 
 # §0 Captured replies ----------------------------------------------------------------------------------
@@ -572,7 +572,7 @@ async def test_a_reply_during_a_weight_update_is_unknown_not_the_version_read_af
     backend = await VLLMBackend.connect(server.url, endpoint="completions")
     reply = asyncio.create_task(backend.generate(request((1707, 198), max_new_tokens=4)))
     await asyncio.sleep(0.1)
-    from polar.backends.base import WeightUpdate
+    from polar.inference import WeightUpdate
 
     await backend.update_weights(WeightUpdate(version="v10"))
     server.routes["GET /weight_info"] = Reply('{"weight_version":"v10"}')

@@ -45,7 +45,7 @@ class Call:
 
 
 def load_calls(database_url: str, session_id: str) -> list[Call]:
-    from polar.proxy.protocols import get_codec
+    from polar.wire import get_codec
 
     engine = make_engine(database_url)
     try:

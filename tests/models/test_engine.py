@@ -7,8 +7,8 @@ import asyncio
 import pytest
 import torch
 
-from polar.backends.base import FinishReason, GenerateRequest, LogprobSemantics, SamplingParams, collect
 from polar.errors import ContextLengthExceeded, InvalidRequest, UnknownSamplingParameter
+from polar.inference import FinishReason, GenerateRequest, LogprobSemantics, SamplingParams, collect
 from polar.models.engine import LocalEngine, PauseMode
 from polar.models.sampling import rescore
 

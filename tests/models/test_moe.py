@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from polar.backends.base import ExtrasRequest, GenerateRequest, SamplingParams, collect
 from polar.cli import main
+from polar.inference import ExtrasRequest, GenerateRequest, SamplingParams, collect
 from polar.models.engine import LocalEngine
 from polar.models.folder import folder_tokenizer, open_model_folder
 from polar.models.moe import moe_shape, routing_of, top_logprobs_of

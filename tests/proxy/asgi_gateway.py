@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 
-from polar.backends.base import Backend
+from polar.inference import Backend
 from polar.proxy.app import create_app
 from polar.proxy.gateway import Gateway
 from polar.settings import Settings

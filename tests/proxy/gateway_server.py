@@ -12,7 +12,7 @@ import httpx
 import uvicorn
 
 from polar.auth import control_token
-from polar.backends.base import Backend
+from polar.inference import Backend
 from polar.settings import Settings
 
 

@@ -22,8 +22,8 @@ from google import genai
 from google.genai import types as gtypes
 
 from db import Capture, session_scope
-from polar.backends.base import LogprobSemantics
 from polar.errors import ConfigError
+from polar.inference import LogprobSemantics
 from polar.models.engine import LocalEngine
 from polar.models.folder import folder_tokenizer, open_model_folder
 from polar.models.moe import logprob_rows, routing_of, top_k_of

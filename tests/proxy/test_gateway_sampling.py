@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from polar.backends.base import GenerateRequest
 from polar.backends.local import LocalBackend
+from polar.inference import GenerateRequest
 from tests.proxy.asgi_gateway import asgi_gateway, open_session
 from tests.proxy.gateway_server import settings_for
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from polar.backends.base import LogprobSemantics
+from polar.inference import LogprobSemantics
 from polar.models.engine import LocalEngine
 from polar.models.folder import folder_tokenizer, open_model_folder
 from polar.models.moe import logprob_rows, routing_of

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from polar.backends.base import FinishReason, GenerateRequest, SamplingParams, collect
+from polar.inference import FinishReason, GenerateRequest, SamplingParams, collect
 from polar.serving.sglang_wire import BATCH_NOT_SUPPORTED
 
 META_KEYS = {

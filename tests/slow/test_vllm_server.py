@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from polar.backends.base import (
+from polar.backends.vllm import VLLMBackend
+from polar.errors import BackendError, ContextLengthExceeded, InvalidRequest, UnknownSamplingParameter
+from polar.inference import (
     FinishReason,
     GenerateChunk,
     GenerateRequest,
@@ -27,8 +29,6 @@ from polar.backends.base import (
     WeightUpdate,
     collect,
 )
-from polar.backends.vllm import VLLMBackend
-from polar.errors import BackendError, ContextLengthExceeded, InvalidRequest, UnknownSamplingParameter
 from polar.models.sampling import rescore
 
 pytestmark = pytest.mark.slow

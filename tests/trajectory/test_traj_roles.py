@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 from multiagent_sessions import HINTS, MultiAgentSession, multiagent_session
 from traj_helpers import dead_retries
 
-from polar.proxy.protocols.replies import reply_from_response
 from polar.trajectory.choices import BuilderOptions, RewardRouting, route_rewards, select_roles
 from polar.trajectory.per_request import per_request
 from polar.trajectory.prefix_merge import prefix_merge
 from polar.trajectory.records import BuildResult
 from polar.trajectory.roles import Role, label_session
+from polar.wire.replies import reply_from_response
 
 PROPERTY_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from polar.backends.base import FinishReason
+from polar.inference import FinishReason
 from polar.tokens.messages import Message, ToolCall, ToolSpec
 
 

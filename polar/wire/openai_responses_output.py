@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from polar.backends.base import FinishReason
 from polar.errors import InvalidRequest, PolarError
-from polar.proxy.canonical import Completion, Usage
-from polar.proxy.protocols.base import StreamMeta, sse
-from polar.proxy.protocols.openai_common import call_id, error_object
+from polar.inference import FinishReason
 from polar.tokens.messages import ToolCall
 from polar.tokens.parsers import Event, ReasoningDelta, TextDelta, ToolCallParsed
+from polar.wire.base import StreamMeta, sse
+from polar.wire.canonical import Completion, Usage
+from polar.wire.openai_common import call_id, error_object
 
 REASONING_TOKEN_PREFIX = "polar:"
 

@@ -42,9 +42,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, Tag
 
 from polar.errors import InvalidRequest, PolarError
-from polar.proxy.canonical import ChatRequest, Completion
-from polar.proxy.protocols.base import StreamMeta
-from polar.proxy.protocols.openai_common import (
+from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
+from polar.wire.base import StreamMeta
+from polar.wire.canonical import ChatRequest, Completion
+from polar.wire.openai_common import (
     Content,
     MaxTokens,
     ModelName,
@@ -57,14 +58,13 @@ from polar.proxy.protocols.openai_common import (
     str_or_list,
     validate,
 )
-from polar.proxy.protocols.openai_responses_output import (
+from polar.wire.openai_responses_output import (
     ResponsesStreamEncoder,
     ToolRoute,
     decode_reasoning,
     output_items,
     response_json,
 )
-from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 
 # ---------------------------------------------------------------------------------------------- wire models
 

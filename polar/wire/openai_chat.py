@@ -26,11 +26,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, Tag
 
-from polar.backends.base import FinishReason
 from polar.errors import InvalidRequest, PolarError
-from polar.proxy.canonical import ChatRequest, Completion, Usage
-from polar.proxy.protocols.base import StreamMeta, sse
-from polar.proxy.protocols.openai_common import (
+from polar.inference import FinishReason
+from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
+from polar.tokens.parsers import Event, ReasoningDelta, TextDelta, ToolCallParsed
+from polar.wire.base import StreamMeta, sse
+from polar.wire.canonical import ChatRequest, Completion, Usage
+from polar.wire.openai_common import (
     Content,
     MaxTokens,
     ModelName,
@@ -44,9 +46,7 @@ from polar.proxy.protocols.openai_common import (
     str_or_list,
     validate,
 )
-from polar.proxy.protocols.openai_common import error_object as _error_object
-from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
-from polar.tokens.parsers import Event, ReasoningDelta, TextDelta, ToolCallParsed
+from polar.wire.openai_common import error_object as _error_object
 
 # ---------------------------------------------------------------------------------------------- wire models
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import anthropic.types as sdk
 
-from polar.proxy.protocols import anthropic as codec
-from polar.proxy.protocols.anthropic import CODEC
 from polar.tokens.messages import Role
+from polar.wire import anthropic as codec
+from polar.wire.anthropic import CODEC
 
 
 def _sdk_types(union: Any) -> set[str]:

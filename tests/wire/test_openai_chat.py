@@ -16,16 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from polar.backends.base import FinishReason
 from polar.errors import (
     BackendUnavailable,
     ContextLengthExceeded,
     InvalidRequest,
     StoreError,
 )
-from polar.proxy.canonical import Completion, Usage
-from polar.proxy.protocols.base import StreamMeta
-from polar.proxy.protocols.openai_chat import CODEC, OpenAIChatRequest
+from polar.inference import FinishReason
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 from polar.tokens.parsers import (
     MalformedToolCall,
@@ -33,7 +30,10 @@ from polar.tokens.parsers import (
     TextDelta,
     ToolCallParsed,
 )
-from tests.proxy.protocols.junk import junk_bodies
+from polar.wire.base import StreamMeta
+from polar.wire.canonical import Completion, Usage
+from polar.wire.openai_chat import CODEC, OpenAIChatRequest
+from tests.wire.junk import junk_bodies
 
 WRITE = ToolCall("write_file", '{"path": "hello.txt", "content": "hi"}', "call_write")
 BASH = ToolCall("bash", '{"cmd":"ls -la"}', "call_bash")

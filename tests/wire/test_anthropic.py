@@ -16,7 +16,6 @@ import httpx
 import pytest
 from hypothesis import given, settings
 
-from polar.backends.base import FinishReason
 from polar.errors import (
     AuthenticationError,
     BackendUnavailable,
@@ -27,13 +26,7 @@ from polar.errors import (
     PolarError,
     StoreError,
 )
-from polar.proxy.canonical import ChatRequest, Completion, Usage
-from polar.proxy.protocols.anthropic import (
-    CODEC,
-    count_tokens_response,
-    thinking_signature,
-)
-from polar.proxy.protocols.base import StreamMeta
+from polar.inference import FinishReason
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 from polar.tokens.parsers import (
     Event,
@@ -42,7 +35,14 @@ from polar.tokens.parsers import (
     TextDelta,
     ToolCallParsed,
 )
-from tests.proxy.protocols.junk import junk_bodies
+from polar.wire.anthropic import (
+    CODEC,
+    count_tokens_response,
+    thinking_signature,
+)
+from polar.wire.base import StreamMeta
+from polar.wire.canonical import ChatRequest, Completion, Usage
+from tests.wire.junk import junk_bodies
 
 PROMPT_TOKENS = 1234
 WRITE = ToolCall("Write", '{"file_path": "hello.txt", "content": "hi"}', id="call_w1")

@@ -1,6 +1,6 @@
 """Anthropic Messages output: Completion -> Message, the Messages SSE stream, and error bodies.
 
-See polar.proxy.protocols.anthropic for the mapping; this module only encodes."""
+See polar.wire.anthropic for the mapping; this module only encodes."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import hashlib
 import json
 from typing import Any
 
-from polar.backends.base import FinishReason
 from polar.errors import ContextLengthExceeded, PolarError
-from polar.proxy.canonical import Completion, Usage
-from polar.proxy.protocols._wire import arguments_object
-from polar.proxy.protocols.base import StreamMeta, sse
+from polar.inference import FinishReason
 from polar.tokens.messages import ToolCall
 from polar.tokens.parsers import Event, ReasoningDelta, TextDelta, ToolCallParsed
+from polar.wire._wire import arguments_object
+from polar.wire.base import StreamMeta, sse
+from polar.wire.canonical import Completion, Usage
 
 # --- response --------------------------------------------------------------------------------------------
 

@@ -39,17 +39,17 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from polar.errors import InvalidRequest, Overloaded, PolarError
-from polar.proxy.canonical import ChatRequest, Completion
-from polar.proxy.protocols._wire import media_placeholder, not_none, parse_body
-from polar.proxy.protocols.anthropic_output import (
+from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
+from polar.wire._wire import media_placeholder, not_none, parse_body
+from polar.wire.anthropic_output import (
     AnthropicStream,
     count_tokens_response,
     error_body,
     message_response,
     thinking_signature,
 )
-from polar.proxy.protocols.base import StreamMeta
-from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
+from polar.wire.base import StreamMeta
+from polar.wire.canonical import ChatRequest, Completion
 
 BILLING_HEADER = "x-anthropic-billing-header:"
 TOOL_ERROR_PREFIX = "Error: "

@@ -17,12 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from openai.types.responses import Response, ResponseStreamEvent
 
-from polar.backends.base import FinishReason
 from polar.errors import ContextLengthExceeded, InvalidRequest, StoreError
-from polar.proxy.canonical import Completion, Usage
-from polar.proxy.protocols.base import StreamMeta
-from polar.proxy.protocols.openai_responses import CODEC, OpenAIResponsesRequest
-from polar.proxy.protocols.openai_responses_output import encode_reasoning
+from polar.inference import FinishReason
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 from polar.tokens.parsers import (
     MalformedToolCall,
@@ -30,7 +26,11 @@ from polar.tokens.parsers import (
     TextDelta,
     ToolCallParsed,
 )
-from tests.proxy.protocols.junk import junk_bodies
+from polar.wire.base import StreamMeta
+from polar.wire.canonical import Completion, Usage
+from polar.wire.openai_responses import CODEC, OpenAIResponsesRequest
+from polar.wire.openai_responses_output import encode_reasoning
+from tests.wire.junk import junk_bodies
 
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch"
 EXEC = ToolCall("exec_command", '{"cmd": "ls"}', "call_exec")

@@ -40,11 +40,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from polar.errors import InvalidRequest, Overloaded, PolarError
-from polar.proxy.canonical import ChatRequest, Completion
-from polar.proxy.protocols._wire import media_placeholder, not_none, parse_body
-from polar.proxy.protocols.base import StreamMeta
-from polar.proxy.protocols.gemini_output import GeminiStream, error_body, finish_chunk, function_call
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
+from polar.wire._wire import media_placeholder, not_none, parse_body
+from polar.wire.base import StreamMeta
+from polar.wire.canonical import ChatRequest, Completion
+from polar.wire.gemini_output import GeminiStream, error_body, finish_chunk, function_call
 
 INT32_MAX = 2**31 - 1
 

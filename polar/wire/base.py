@@ -22,9 +22,9 @@ from typing import Any, Protocol
 import orjson
 
 from polar.errors import InvalidRequest, PolarError
-from polar.proxy.canonical import ChatRequest, Completion
 from polar.tokens.messages import Role
 from polar.tokens.parsers import Event
+from polar.wire.canonical import ChatRequest, Completion
 
 
 @dataclass(frozen=True)

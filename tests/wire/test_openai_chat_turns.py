@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from polar.errors import InvalidRequest
-from polar.proxy.protocols.openai_chat import CODEC
-from tests.proxy.protocols.junk import junk_bodies
-from tests.proxy.protocols.test_openai_chat import VALID
+from polar.wire.openai_chat import CODEC
+from tests.wire.junk import junk_bodies
+from tests.wire.test_openai_chat import VALID
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -36,7 +36,7 @@ def test_a_turn_that_re_sends_the_history_is_parsed_on_it():
     changed = {**VALID, "messages": [{"role": "system", "content": "other"}, *VALID["messages"][1:]]}
     assert CODEC.parse_extension(changed, prior_body, prior) is None
     big = {**VALID, "messages": [*VALID["messages"], {"role": "user", "content": "x", "name": None, "n": 1e19}]}
-    from polar.proxy.json_guard import parse_json_after
+    from polar.wire.json_guard import parse_json_after
 
     assert (
         parse_json_after(json.dumps(big).encode(), checked=prior_body)[1] is False
@@ -53,7 +53,7 @@ def test_a_turn_that_re_sends_the_history_is_parsed_on_it():
 def test_the_body_checks_skip_only_what_the_previous_body_passed(body):
     """``parse_json_after(raw, checked=previous)`` refuses exactly what a full check refuses, naming the same
     field, and accepts the same value."""
-    from polar.proxy.json_guard import JsonLimits, parse_json, parse_json_after
+    from polar.wire.json_guard import JsonLimits, parse_json, parse_json_after
 
     limits = JsonLimits(max_depth=8, max_string_chars=40)
     raw = json.dumps(body).encode()
@@ -71,7 +71,7 @@ def test_the_body_checks_skip_only_what_the_previous_body_passed(body):
 
 def test_a_turn_holds_the_previous_bodys_items_in_place_of_its_equal_ones():
     """Consecutive bodies of a session share the conversation they have in common (one copy in memory)."""
-    from polar.proxy.json_guard import parse_json_after
+    from polar.wire.json_guard import parse_json_after
 
     prior, _ = parse_json_after(json.dumps({**VALID, "messages": VALID["messages"][:2]}).encode())
     body, strict = parse_json_after(json.dumps(VALID).encode(), checked=prior)

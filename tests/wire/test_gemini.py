@@ -19,7 +19,6 @@ from google.genai import types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polar.backends.base import FinishReason
 from polar.errors import (
     AuthenticationError,
     BackendUnavailable,
@@ -30,9 +29,7 @@ from polar.errors import (
     PolarError,
     StoreError,
 )
-from polar.proxy.canonical import ChatRequest, Completion, Usage
-from polar.proxy.protocols.base import StreamMeta
-from polar.proxy.protocols.gemini import CODEC, json_schema
+from polar.inference import FinishReason
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 from polar.tokens.parsers import (
     Event,
@@ -41,7 +38,10 @@ from polar.tokens.parsers import (
     TextDelta,
     ToolCallParsed,
 )
-from tests.proxy.protocols.junk import junk_bodies
+from polar.wire.base import StreamMeta
+from polar.wire.canonical import ChatRequest, Completion, Usage
+from polar.wire.gemini import CODEC, json_schema
+from tests.wire.junk import junk_bodies
 
 PROMPT_TOKENS = 987
 WRITE = ToolCall("write_file", '{"file_path": "hello.txt", "content": "hi"}', id="call_w1")

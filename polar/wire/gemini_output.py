@@ -1,18 +1,18 @@
 """Gemini output: Completion -> GenerateContentResponse, the ``alt=sse`` stream, and error bodies.
 
-See polar.proxy.protocols.gemini for the mapping; this module only encodes."""
+See polar.wire.gemini for the mapping; this module only encodes."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from polar.backends.base import FinishReason
 from polar.errors import ContextLengthExceeded, PolarError
-from polar.proxy.canonical import Completion
-from polar.proxy.protocols._wire import arguments_object
-from polar.proxy.protocols.base import StreamMeta, sse
+from polar.inference import FinishReason
 from polar.tokens.messages import ToolCall
 from polar.tokens.parsers import Event, ReasoningDelta, TextDelta, ToolCallParsed
+from polar.wire._wire import arguments_object
+from polar.wire.base import StreamMeta, sse
+from polar.wire.canonical import Completion
 
 # --- response --------------------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
 from polar.errors import ClientClosed, InvalidRequest, PayloadTooLarge
-from polar.proxy.json_guard import DEFAULT_LIMITS, JsonLimits, parse_json
+from polar.wire.json_guard import DEFAULT_LIMITS, JsonLimits, parse_json
 
 MAX_WEIGHT_BYTES = 2 * 1024**3
 """The largest safetensors upload of new weights (``POST /v1/admin/weights``, ``POST /v1/weights``)."""
@@ -42,7 +42,7 @@ OFFLOAD_BYTES = 256 * 1024
 
 
 async def read_json(request: Request, limit: int, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
-    """The body as JSON, checked against ``limits`` (``polar.proxy.json_guard``); a bad body is a 400."""
+    """The body as JSON, checked against ``limits`` (``polar.wire.json_guard``); a bad body is a 400."""
     raw = await read_body(request, limit)
     if len(raw) >= OFFLOAD_BYTES:
         return await asyncio.to_thread(parse_json, raw, limits)

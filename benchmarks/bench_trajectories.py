@@ -27,10 +27,10 @@ from db import migrate
 from db.engine import make_engine, make_session_factory, session_scope
 from db.enums import RolloutStatus
 from db.models import Rollout, Task
+from polar.report.merges import format_summary, summarize_by_harness
 from polar.settings import get_settings
 from polar.tokens.tokenizer import load_tokenizer
 from polar.trajectory.registry import BUILDERS, get_builder
-from polar.trajectory.report import format_summary, summarize_by_harness
 from polar.trajectory.store import build_and_store
 from tests.trajectory.synthetic import LINEAR_TOOL_SESSION, RandomChooser, SessionSimulator, write_session
 

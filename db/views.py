@@ -1,5 +1,5 @@
 """The analysis views (revisions 0005 and 0009), one row shape on both databases. Query them with SQL or with
-``polar.analysis`` (pandas).
+``polar.report.analysis`` (pandas).
 
 - ``rollout_facts``: one row per rollout: task name, harness, builder, status, reward, attempt, weight-version
   range (``version_id``: the registration order of its oldest version, NULL if never registered), timestamps,

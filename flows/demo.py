@@ -28,8 +28,8 @@ from db.engine import describe_database, normalize_url
 from db.models import Rollout
 from flows.prefect_server import prepare_prefect_environment
 from polar.auth import token_path
+from polar.report.rollouts import RolloutRow, format_rollouts, format_totals, rollout_rows
 from polar.rollout.context import close_contexts, get_store
-from polar.rollout.report import RolloutRow, format_rollouts, format_totals, rollout_rows
 from polar.settings import Settings
 
 GIT_COMMIT = "git init -q . && git add -A && git -c user.email=demo@polar -c user.name=polar commit -q -m start"

@@ -22,7 +22,7 @@ from polar.settings import get_settings
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from polar.rollout.report import RolloutRow
+    from polar.report.rollouts import RolloutRow
     from polar.settings import Settings
 
 
@@ -160,8 +160,8 @@ def _status(args: argparse.Namespace) -> None:
     from polar.auth import control_token
     from polar.live import LiveView
     from polar.live.text import format_live
+    from polar.report.rollouts import format_rollouts, format_totals, rollout_rows
     from polar.rollout.context import store_factory
-    from polar.rollout.report import format_rollouts, format_totals, rollout_rows
 
     settings = get_settings()
     factory = store_factory(settings)
@@ -234,7 +234,7 @@ def _export(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
-    from polar.report import build_report
+    from polar.report.build import build_report
     from polar.rollout.context import store_factory
 
     report = build_report(

@@ -14,9 +14,8 @@ from pathlib import Path
 import pandas as pd
 from sqlalchemy.orm import Session, sessionmaker
 
-from polar import analysis
 from polar.live import curve_charts, learning_curves
-from polar.report import plots
+from polar.report import analysis, plots
 
 
 @dataclass(frozen=True)

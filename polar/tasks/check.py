@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from polar.rollout.report import RolloutRow
+from polar.report.rollouts import RolloutRow
 
 
 class Checkable(Protocol):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from polar.rollout.report import RolloutRow
+from polar.report.rollouts import RolloutRow
 from polar.rollout.spec import parse_task_request
 from polar.settings import Settings, get_settings
 

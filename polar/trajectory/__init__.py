@@ -5,14 +5,14 @@ name through ``BUILDERS`` / ``get_builder`` (``per_request``, ``prefix_merge``),
 modules (the package does not re-export them, so ``polar.trajectory.prefix_merge`` stays the module). Around
 them: reward assignment and group/session normalisation (``rewards``), the fail-closed training filter
 (``training_filter``), storage in the ``trajectories`` and ``merge_stats`` tables (``store``), ``rebuild`` of
-stored trajectories with another builder, and a per-harness summary (``report``). Modules:
+stored trajectories with another builder (the per-harness summary is ``polar.report.merges``). Modules:
 
 - ``records``: the frozen records; ``tree``: the capture tree over records;
 - ``per_request``, ``prefix_merge``: the builders; ``registry``: ``BUILDERS`` and ``get_builder``;
 - ``roles``: chain roles (main, sub_agent, compaction, title, other) and their links, from ``call_views``;
 - ``rewards``, ``training_filter``, ``choices``: what trains and with which reward (``choices``: per-task
   builder options: roles that train, reward routing to sub-agent and post-compaction chains);
-- ``store``, ``rebuild``, ``report``: the database side (generated sessions for tests and benchmarks are in
+- ``store``, ``rebuild``: the database side (generated sessions for tests and benchmarks are in
   ``tests/trajectory/synthetic.py``).
 """
 
@@ -21,15 +21,13 @@ from polar.trajectory.prefix_merge import BreakCause, detect_end_of_turn
 from polar.trajectory.rebuild import RebuildReport, RolloutRebuild, rebuild
 from polar.trajectory.records import (
     PLACEHOLDER_LOGPROB,
-    Builder,
     BuildResult,
     CaptureRecord,
     MergeStats,
     Trace,
     VersionRange,
 )
-from polar.trajectory.registry import BUILDERS, get_builder
-from polar.trajectory.report import HarnessSummary, format_summary, summarize_by_harness
+from polar.trajectory.registry import BUILDERS, Builder, get_builder
 from polar.trajectory.rewards import Normalization, RewardKey, assign_trace_rewards, broadcast_reward, normalize
 from polar.trajectory.roles import ChainLabel, Role, RoleHints, SessionRoles, label_session
 from polar.trajectory.store import (
@@ -57,7 +55,6 @@ __all__ = [
     "ChainLabel",
     "CaptureRecord",
     "FilterReason",
-    "HarnessSummary",
     "MergeStats",
     "Normalization",
     "RebuildReport",
@@ -76,13 +73,11 @@ __all__ = [
     "broadcast_reward",
     "build_and_store",
     "detect_end_of_turn",
-    "format_summary",
     "get_builder",
     "label_session",
     "load_capture_records",
     "load_traces",
     "normalize",
     "rebuild",
-    "summarize_by_harness",
     "write_build",
 ]

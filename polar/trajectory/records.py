@@ -10,15 +10,14 @@ or a trace whose mask does not align with its response, cannot exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from db.enums import CaptureStatus
 
 if TYPE_CHECKING:
     from db.models import Capture
-    from polar.trajectory.roles import SessionRoles
 
 PLACEHOLDER_LOGPROB = 0.0
 """Logprob written on inserted tokens (tool results, user turns, template glue) only to keep the response's
@@ -255,13 +254,6 @@ class BuildResult:
     builder: str
     traces: tuple[Trace, ...]
     stats: MergeStats
-
-
-class Builder(Protocol):
-    """A pure function from one rollout's captures (any order) to its traces and merge statistics; ``roles``
-    (``polar.trajectory.roles.SessionRoles``) labels the chains, else they are labelled by tree shape alone."""
-
-    def __call__(self, captures: Iterable[CaptureRecord], /, *, roles: SessionRoles | None = None) -> BuildResult: ...
 
 
 def merged_spans(spans: Sequence[VersionRange]) -> tuple[VersionRange, ...]:

@@ -10,7 +10,7 @@ import pytest
 from db.migrate import upgrade
 from polar.live import curve_charts, learning_curves
 from polar.live.svg import line_chart
-from polar.report import build_report
+from polar.report.build import build_report
 from polar.rollout.context import store_factory
 from tests.live.seed import VERSIONS, seed_rising
 from tests.pg import migrated_store

@@ -13,10 +13,10 @@ from db.engine import session_scope
 from db.enums import RolloutStatus
 from db.models import Capture, MergeStat, Rollout, Task, Trajectory
 from polar.errors import InvalidRequest, NotFound
+from polar.report.merges import format_summary, summarize_by_harness
 from polar.settings import RenderMode
 from polar.trajectory.prefix_merge import prefix_merge
 from polar.trajectory.rebuild import rebuild
-from polar.trajectory.report import format_summary, summarize_by_harness
 from polar.trajectory.store import TrajectoriesConsumed, build_and_store, load_capture_records, load_traces
 from tests.trajectory.synthetic import RandomChooser, SessionShape, SessionSimulator, SyntheticSession, write_session
 

@@ -1,4 +1,4 @@
-"""The SQL views and ``polar.analysis`` frames agree with the rows they summarise; ``polar report`` renders."""
+"""The SQL views and ``polar.report.analysis`` frames agree with the rows they summarise; ``polar report`` renders."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from polar import analysis
 from polar.errors import InvalidRequest
-from polar.report import build_report
+from polar.report import analysis
+from polar.report.build import build_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

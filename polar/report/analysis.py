@@ -1,6 +1,6 @@
 """Analysis as pandas DataFrames, read from the store's SQL views (``db.views``) and tables.
 
-    from polar.analysis import rewards_by, merge_ratio, stage_latencies, failure_causes, rollouts
+    from polar.report.analysis import rewards_by, merge_ratio, stage_latencies, failure_causes, rollouts
     rewards_by(factory, "harness", "weight_version")
 
 ``since``/``until`` restrict to rollouts created in ``[since, until)``; ``task_ids`` to some tasks. Each function

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from db.enums import CaptureStatus, ClaimStatus, RolloutStatus, TaskStatus
+from db.stage_results import StageResults
 from db.types import FloatArray, IntArray, JSONType, UTCDateTime
 
 # Deterministic constraint names, so migrations can refer to them (and SQLite batch mode can drop them).
@@ -196,6 +197,11 @@ class Rollout(Base):
     trajectories: Mapped[list[Trajectory]] = relationship(back_populates="rollout", lazy="raise", passive_deletes=True)
     evaluations: Mapped[list[Evaluation]] = relationship(back_populates="rollout", lazy="raise", passive_deletes=True)
     merge_stats: Mapped[list[MergeStat]] = relationship(back_populates="rollout", lazy="raise", passive_deletes=True)
+
+    @property
+    def results(self) -> StageResults:
+        """``stage_results`` typed (``db.stage_results``); writers still assign the JSON column."""
+        return StageResults.of(self.stage_results)
 
 
 class Capture(Base):

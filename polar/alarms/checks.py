@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from db.enums import RolloutStatus
 from db.models import Capture, Gateway, Rollout
+from db.stage_results import StageResults
 from polar.alarms.kinds import Alarm, AlarmKind
 from polar.settings import Settings
 
@@ -47,9 +48,9 @@ class Outcome:
 
 
 def _outcome(row: Any, calls: int) -> Outcome:
-    results: dict[str, Any] = row.stage_results or {}
+    results = StageResults.of(row.stage_results)
     timings: dict[str, Any] = row.stage_timings or {}
-    artifacts = (results.get("postrun") or {}).get("artifacts") or {}
+    artifacts = results.postrun.artifacts if results.postrun is not None else {}
     git = bool(artifacts.get("git")) and "diff_bytes" in artifacts
     return Outcome(
         rollout_id=row.id,
@@ -61,7 +62,7 @@ def _outcome(row: Any, calls: int) -> Outcome:
         ran=bool((timings.get("run") or {}).get("finished_at")),
         git=git,
         patch_bytes=int(artifacts["diff_bytes"]) if git else None,
-        failed_stage=(results.get("failure") or {}).get("stage"),
+        failed_stage=results.failure.stage if results.failure is not None else None,
     )
 
 

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from db.enums import RolloutStatus
 from db.models import Capture, Gateway, Rollout, WeightVersion
+from db.stage_results import StageResults
 from polar.rollout.limits import stage_limits
 from polar.settings import Settings
 
@@ -135,7 +136,8 @@ def _throughput(db: Session, at: datetime, window_s: float) -> Throughput:
     causes: Counter[str] = Counter()
     for status, results in rows:
         if status is not RolloutStatus.COMPLETED:
-            causes[failure_cause(status, ((results or {}).get("failure") or {}).get("stage"))] += 1
+            failure = StageResults.of(results).failure
+            causes[failure_cause(status, failure.stage if failure is not None else None)] += 1
     failed = sum(causes.values())
     minutes = window_s / 60
     return Throughput(window_s, len(rows), failed, len(rows) / minutes, failed / minutes, causes.most_common())

@@ -32,7 +32,8 @@ class RolloutRow:
 def _note(rollout: Rollout) -> str:
     if rollout.error:
         return rollout.error.splitlines()[0][:60]
-    artifacts = ((rollout.stage_results or {}).get("postrun") or {}).get("artifacts") or {}
+    postrun = rollout.results.postrun
+    artifacts = postrun.artifacts if postrun is not None else {}
     if artifacts.get("changed"):
         return f"changed {', '.join(artifacts['changed'])}"[:60]
     if artifacts.get("files"):

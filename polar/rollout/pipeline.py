@@ -214,8 +214,9 @@ async def _drive(
         await _keep_partial_work(ctx, view, owner)
         raise
     final = await asyncio.to_thread(state.load, ctx.factory, rollout_id, default_timeout_s=settings.rollout_timeout_s)
-    error = final.result(Stage.RUN).get("error")
-    reward = final.result(Stage.EVALUATE).get("reward")
+    results = final.results
+    error = results.run.error if results.run is not None else None
+    reward = results.evaluate.reward if results.evaluate is not None else None
     return RolloutSummary(rollout_id, final.status, reward, error, tuple(s.value for s in done))
 
 

@@ -104,7 +104,7 @@ def build_and_store(
         traces = route_rewards(traces, reward, options.reward, role_rewards)
     outcome = RolloutStatus(status if status is not None else rollout.status)
     if aligned_agent_timeout is None:
-        aligned_agent_timeout = aligned_timeout_from_stage_results(rollout.stage_results)
+        aligned_agent_timeout = aligned_timeout_from_stage_results(rollout.results)
     traces = apply_training_filter(traces, status=outcome, aligned_agent_timeout=aligned_agent_timeout)
     traces = select_roles(traces, options.train_roles)
     result = BuildResult(result.builder, tuple(traces), filtered_stats(result, traces))

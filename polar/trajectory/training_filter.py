@@ -14,11 +14,11 @@ zeroed whatever the outcome (its reward is kept, for SFT exports that ask for sc
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any
 
 from db.enums import RolloutStatus
+from db.stage_results import StageResults
 from polar.trajectory.records import Trace
 
 AGENT_BUDGET_EXPIRED = "agent_budget_expired"
@@ -45,10 +45,9 @@ _ZEROED = {
 }
 
 
-def aligned_timeout_from_stage_results(stage_results: Mapping[str, Any] | None) -> bool:
-    """Whether the run stage reported an agent-budget expiry (``stage_results["run"]["agent_budget_expired"]``)."""
-    run = (stage_results or {}).get("run")
-    return isinstance(run, Mapping) and run.get(AGENT_BUDGET_EXPIRED) is True
+def aligned_timeout_from_stage_results(results: StageResults) -> bool:
+    """Whether the run stage reported an agent-budget expiry (``RunResult.agent_budget_expired``)."""
+    return results.run is not None and results.run.agent_budget_expired
 
 
 def apply_training_filter(

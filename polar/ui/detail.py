@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, defer
 from db.capture_tree import CaptureTreeError
 from db.models import Capture, Evaluation, MergeStat, Rollout, Task, Trajectory
 from db.request_json import full_request_json, is_delta
+from db.stage_results import Failure
 from polar.errors import NotFound
 from polar.trajectory.prefix_merge import link_kinds
 from polar.trajectory.store import load_capture_records
@@ -103,7 +104,7 @@ class RolloutDetail:
     harness: str | None
     stages: list[StageRow]
     evaluations: list[Evaluation]
-    failure: dict[str, Any] | None
+    failure: Failure | None
     previous_failures: list[dict[str, Any]]
     roots: list[CaptureNode]
     tree: list[TreeRow]
@@ -122,8 +123,8 @@ def _where(where: Any) -> str | None:
 
 def stage_rows(row: Rollout) -> list[StageRow]:
     timings = row.stage_timings or {}
-    results = row.stage_results or {}
-    failed = (results.get("failure") or {}).get("stage")
+    failure = row.results.failure
+    failed = failure.stage if failure is not None else None
     out = []
     for name in STAGES:
         timing = timings.get(name) or {}
@@ -135,7 +136,7 @@ def stage_rows(row: Rollout) -> list[StageRow]:
             status = "running" if not row.status.is_terminal else "stopped"
         else:
             status = "pending"
-        result = results.get(name)
+        result = (row.stage_results or {}).get(name)  # shown as stored
         out.append(
             StageRow(
                 name=name,
@@ -206,7 +207,7 @@ def rollout_detail(db: Session, rollout_id: str) -> RolloutDetail:
         raise NotFound(f"no rollout {rollout_id}", field="rollout_id")
     task = db.get(Task, row.task_id) if row.task_id else None
     roots, n_captures, tree_error = capture_tree(db, rollout_id)
-    results = row.stage_results or {}
+    results = row.results
     builder = task.builder if task is not None else None
     trajectories = db.scalars(
         sa.select(Trajectory)
@@ -222,8 +223,8 @@ def rollout_detail(db: Session, rollout_id: str) -> RolloutDetail:
         evaluations=list(
             db.scalars(sa.select(Evaluation).where(Evaluation.rollout_id == rollout_id).order_by(Evaluation.id))
         ),
-        failure=results.get("failure"),
-        previous_failures=list(results.get("previous_failures") or []),
+        failure=results.failure,
+        previous_failures=[failure.model_dump(mode="json") for failure in results.previous_failures],
         roots=roots,
         tree=tree_rows(roots),
         n_captures=n_captures,

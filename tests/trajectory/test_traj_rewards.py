@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from pydantic import ValidationError
 from traj_helpers import EOT, RecordTree
 
 from db.enums import RolloutStatus
+from db.stage_results import StageResults
 from polar.trajectory.per_request import per_request
 from polar.trajectory.prefix_merge import prefix_merge
 from polar.trajectory.records import Trace
@@ -155,8 +157,12 @@ def test_an_aligned_agent_timeout_is_kept_as_a_negative() -> None:
 
 
 def test_aligned_timeout_is_read_from_stage_results() -> None:
-    assert aligned_timeout_from_stage_results({"run": {"agent_budget_expired": True, "exit_code": -1}})
-    assert not aligned_timeout_from_stage_results({"run": {"agent_budget_expired": "yes"}})
-    assert not aligned_timeout_from_stage_results({"run": "timeout"})
-    assert not aligned_timeout_from_stage_results({})
-    assert not aligned_timeout_from_stage_results(None)
+    run = {"outcome": "TIMEOUT", "agent_budget_expired": True, "exit_code": -1}
+    assert aligned_timeout_from_stage_results(StageResults.of({"run": run}))
+    assert not aligned_timeout_from_stage_results(StageResults.of({"run": {**run, "agent_budget_expired": False}}))
+    assert not aligned_timeout_from_stage_results(StageResults.of({}))
+    assert not aligned_timeout_from_stage_results(StageResults.of(None))
+    # A malformed record is refused, not read as "no expiry" or coerced ("yes" is not true).
+    for malformed in ({"run": {**run, "agent_budget_expired": "yes"}}, {"run": "timeout"}):
+        with pytest.raises(ValidationError):
+            StageResults.of(malformed)

@@ -173,7 +173,7 @@ def test_merge_stats_are_queryable_with_plain_sql(session_factory, small_tokeniz
 
 
 def test_rewards_and_the_training_filter_are_stored(session_factory, small_tokenizer) -> None:
-    aligned = {"run": {"agent_budget_expired": True}}
+    aligned = {"run": {"outcome": "TIMEOUT", "agent_budget_expired": True}}
     timeout_id, _ = add_rollout(
         session_factory, small_tokenizer, seed=4, status=RolloutStatus.TIMEOUT, reward=1.0, stage_results=aligned
     )

@@ -55,7 +55,8 @@ async def _score(ctx: RolloutContext, view: RolloutView) -> tuple[float, dict[st
     spec = view.task.evaluator
     evaluator = get_evaluator(spec.type)
     config = evaluator.Config.model_validate(spec.config)
-    artifacts = dict(view.result(Stage.POSTRUN).get("artifacts") or {})
+    postrun = view.results.postrun
+    artifacts = dict(postrun.artifacts) if postrun is not None else {}
     report: dict[str, Any] = {"evaluator": spec.type}
     if spec.fresh_runtime:
         runtime, report["fresh_runtime"] = await fresh_eval_runtime(ctx, view, artifacts)
@@ -87,8 +88,8 @@ async def _score(ctx: RolloutContext, view: RolloutView) -> tuple[float, dict[st
 
 
 async def _evaluate(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutput:
-    run = view.result(Stage.RUN)
-    outcome = RolloutStatus(run["outcome"])
+    run = view.run
+    outcome = RolloutStatus(run.outcome)
     if outcome is RolloutStatus.COMPLETED:
         reward, report = await _score(ctx, view)
     else:
@@ -100,7 +101,7 @@ async def _evaluate(ctx: RolloutContext, view: RolloutView, owner: str) -> Stage
             view.id,
             builder=view.task.builder,
             status=outcome.value,
-            aligned_agent_timeout=bool(run.get("agent_budget_expired")),
+            aligned_agent_timeout=run.agent_budget_expired,
             reward=reward,
         )
     except TrajectoriesConsumed as exc:  # a trainer took the rows already; they are not handed out twice
@@ -108,7 +109,7 @@ async def _evaluate(ctx: RolloutContext, view: RolloutView, owner: str) -> Stage
     if not ctx.settings.keep_workdirs:
         for runtime in (agent_runtime(ctx, view), eval_runtime(ctx, view)):
             await runtime.stop(remove=True)
-    return StageOutput(report, status=outcome, reward=reward, error=run.get("error"))
+    return StageOutput(report, status=outcome, reward=reward, error=run.error)
 
 
 async def evaluate(ctx: RolloutContext, rollout_id: str, *, owner: str) -> StageReport:

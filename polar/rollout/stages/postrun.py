@@ -76,15 +76,15 @@ def build_trajectories(
 
 
 async def _postrun(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutput:
-    run = view.result(Stage.RUN)
+    run = view.run
     runtime = agent_runtime(ctx, view)
-    artifacts = dict(run.get("artifacts") or {})
+    artifacts = dict(run.artifacts)
     if not artifacts.get("kept"):
         if runtime.exists():
             artifacts = await asyncio.wait_for(
                 keep_artifacts(ctx.factory, ctx.settings, view, runtime), ctx.settings.postrun_timeout_s
             )
-        elif run.get("outcome") == RolloutStatus.COMPLETED.value:
+        elif run.outcome == RolloutStatus.COMPLETED.value:
             # Its evaluator needs the agent's changes: without them it would grade untouched files (a silent 0).
             raise ArtifactMissing(
                 f"rollout {view.id}: the runtime folder {runtime.layout.root} is not on this host and the run kept "
@@ -99,8 +99,8 @@ async def _postrun(ctx: RolloutContext, view: RolloutView, owner: str) -> StageO
         ctx,
         view.id,
         builder=view.task.builder,
-        status=run["outcome"],
-        aligned_agent_timeout=bool(run.get("agent_budget_expired")),
+        status=run.outcome,
+        aligned_agent_timeout=run.agent_budget_expired,
     )
     return StageOutput({"artifacts": artifacts, "build": built})
 

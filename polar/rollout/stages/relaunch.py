@@ -50,7 +50,7 @@ async def after_interruption(
     if process and runtime.exists():
         killed = await runtime.kill(ProcessHandle(int(process["pid"]), int(process["start_ticks"])))
     await ctx.gateway.close_session(view.id)
-    earlier = state.interrupted_runs(view.stage_results)
+    earlier = view.results.interrupted_runs
     allowed = ctx.settings.run_retries
     if len(earlier) >= allowed:
         return StageOutput(

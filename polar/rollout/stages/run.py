@@ -146,7 +146,8 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
         if isinstance(after, StageOutput):
             return after
         relaunched = after
-    expired = view.result(Stage.INIT).get("deadline_expired") or (relaunched or {}).get("deadline_expired")
+    init = view.results.init
+    expired = (init is not None and init.deadline_expired) or (relaunched or {}).get("deadline_expired")
     if expired or view.remaining_s() <= 0:
         return StageOutput(
             {

@@ -43,7 +43,7 @@ def set_aside(
     """Set the interrupted ``launch`` (the run stage's progress) and its captures aside; returns its record."""
     with session_scope(factory) as db:
         row = _owned(db, rollout_id, owner)  # locked: the capture writer waits
-        number = len(interrupted_runs(row.stage_results or {})) + 1
+        number = len(row.results.interrupted_runs) + 1
         marked = db.execute(
             sa.update(Capture)
             .where(Capture.rollout_id == rollout_id, Capture.status == CaptureStatus.OK)

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.engine import rows_matched, session_scope
 from db.enums import RolloutStatus
 from db.models import Rollout
+from db.stage_results import StageResults
 from polar.clock import now
 from polar.errors import RolloutClaimed
 from polar.rollout.state.view import DEADLINE_STAGES, RolloutView, Stage, _row, _view
@@ -53,10 +54,10 @@ def claim(
     del takeover  # every takeover is conditional; the flag only says the caller expects to take one over
     with factory() as db:
         row = _row(db, rollout_id, lock=False)
-        if RolloutStatus(row.status).is_terminal and not (row.stage_results or {}).get("failure"):
+        given_up = row.results.failure is not None
+        if RolloutStatus(row.status).is_terminal and not given_up:
             return _view(db, row, default_timeout_s)
         current, seen_attempt, beat = row.flow_run_id, row.attempt, row.heartbeat_at
-        given_up = bool((row.stage_results or {}).get("failure"))
     at = now()
     cutoff = at - timedelta(seconds=stale_after_s)
     same_claim = (Rollout.attempt == seen_attempt) & (
@@ -131,7 +132,7 @@ def select_retryable(
             query.order_by(Rollout.created_at, Rollout.id)
         ):
             if (
-                (results or {}).get("failure")
+                StageResults.of(results).failure is not None
                 or stale_before is not None
                 and not RolloutStatus(status).is_terminal
                 and (heartbeat_at or created_at) <= stale_before

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.engine import session_scope
 from db.enums import RolloutStatus, TaskStatus
 from db.models import Rollout, Task
+from db.stage_results import checked_stage_result
 from polar.clock import now
 from polar.errors import StageOrderError
 from polar.rollout.state.view import STAGES, RolloutView, Stage, _owned, _view
@@ -89,7 +90,7 @@ def finish_stage(
         timing.update(finished_at=at.isoformat(), duration_s=round((at - started).total_seconds(), 4))
         timings[stage.value] = timing
         row.stage_timings = timings
-        row.stage_results = {**(row.stage_results or {}), stage.value: dict(output.result)}
+        row.stage_results = {**(row.stage_results or {}), stage.value: checked_stage_result(stage.value, output.result)}
         row.stage = stage.value
         row.heartbeat_at = at
         if output.status is not None:

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.engine import session_scope
 from db.enums import RolloutStatus
 from db.models import Rollout, Task
+from db.stage_results import Failure, RunResult, StageResults
 from polar.clock import now
 from polar.errors import NotFound, RolloutClaimed
 from polar.rollout.spec import TaskRequest
@@ -68,10 +69,22 @@ class RolloutView:
         return frozenset(s for s in STAGES if (self.stage_timings.get(s.value) or {}).get("finished_at"))
 
     def result(self, stage: Stage) -> Mapping[str, Any]:
+        """A finished stage's result as stored (``results`` reads it typed)."""
         return self.stage_results.get(stage.value) or {}
 
+    @property
+    def results(self) -> StageResults:
+        return StageResults.of(self.stage_results)
+
+    @property
+    def run(self) -> RunResult:
+        """The run stage's result, for the stages after it (which start only once it finished)."""
+        run = self.results.run
+        assert run is not None, f"rollout {self.id}: the run stage has not finished"
+        return run
+
     def progress(self, stage: Stage) -> Mapping[str, Any]:
-        return (self.stage_results.get("progress") or {}).get(stage.value) or {}
+        return self.results.progress_of(stage.value)
 
     def remaining_s(self, at: datetime | None = None) -> float:
         """Seconds left before the shared deadline (init + run)."""
@@ -85,8 +98,8 @@ class RolloutView:
         return self.task.timeout_s
 
     @property
-    def failure(self) -> Mapping[str, Any] | None:
-        return self.stage_results.get("failure")
+    def failure(self) -> Failure | None:
+        return self.results.failure
 
 
 def _task_request(task: Task, default_timeout_s: float) -> TaskRequest:

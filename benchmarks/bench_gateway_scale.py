@@ -66,8 +66,8 @@ from gateway_support import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from db import Rollout, make_engine, make_session_factory, migrate
-from polar.capture import capture_row
 from polar.models.tiny import ensure_model_dir
+from polar.proxy.capture_row import capture_row
 from polar.proxy.recorder import CaptureWriter
 from polar.settings import get_settings
 

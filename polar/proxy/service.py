@@ -26,7 +26,6 @@ from typing import Any
 from db.enums import Admission
 from db.request_json import compact_request
 from polar import metrics
-from polar.capture import capture_row
 from polar.capture_extras import apply_extras, extras_request
 from polar.chat.protocol import ChatFormat
 from polar.errors import (
@@ -40,6 +39,7 @@ from polar.errors import (
 from polar.ids import random_hex
 from polar.inference import GenerateRequest, GenerateResult, SamplingParams
 from polar.proxy.admission import Verdict, admit
+from polar.proxy.capture_row import capture_row
 from polar.proxy.cost import message_chars, surely_too_long
 from polar.proxy.history import CallNode, HistoryCache, SessionHistory
 from polar.proxy.limits import InFlightLimit

@@ -210,7 +210,7 @@ class SessionSimulator:
                 output_ids=output_ids,
                 output_logprobs=logprobs,
                 finish_reason=finish,
-                weight_version=spans[-1].version,  # as polar.capture does: the version the reply finished under
+                weight_version=spans[-1].version,  # as capture_row does: the version it finished under
                 version_spans=spans,
                 render_mode=prompt.mode.value,
                 n_malformed_tool_calls=int(self.choose.chance(self.shape.malformed)),

@@ -59,7 +59,7 @@ class SamplingParams(BaseModel):
         return value
 
     @classmethod
-    def parse(cls, raw: dict) -> SamplingParams:
+    def parse(cls, raw: dict[str, Any]) -> SamplingParams:
         """Validate a dict, turning pydantic's errors into Polar errors that name the field."""
         try:
             return cls.model_validate(raw)
@@ -169,7 +169,7 @@ class WeightUpdate:
 
     version: str
     path: str | None = None
-    tensors: dict | None = None  # name -> torch.Tensor
+    tensors: dict[str, Any] | None = None  # name -> torch.Tensor
 
 
 @runtime_checkable

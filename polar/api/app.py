@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -45,6 +46,8 @@ from polar.ui import install_ui
 from polar.wire.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def _error(exc: PolarError) -> JSONResponse:
@@ -97,7 +100,7 @@ def create_api(
                 log.exception("control API background pass failed")
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.create_task(background())
         async with metrics.loop_lag_monitor("api"):
             yield
@@ -134,8 +137,8 @@ def create_api(
         if not matches(bearer_of(request.headers.get("authorization")), token):
             raise AuthenticationError("this endpoint needs the control token as a Bearer token")
 
-    def read(fn, *args, **kwargs):
-        def run() -> Any:
+    def read(fn: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> Awaitable[T]:
+        def run() -> T:
             with factory() as db:
                 return fn(db, *args, **kwargs)
 

@@ -219,7 +219,7 @@ class SGLangBackend:
         stream's latest cumulative chunk kept ~20,000 lists alive, and every young collection walked them."""
         new_ids: list[int] = []
         new_logprobs: list[float] = []
-        finished: dict | None = None
+        finished: dict[str, Any] | None = None
         for payload in payloads:
             if not isinstance(payload, dict):
                 raise BackendProtocolError(f"{reader.url}: a stream event is {payload!r:.100}, not a JSON object")

@@ -246,12 +246,9 @@ def message_of(payload: Any) -> str | None:
     if not isinstance(payload, dict):
         return None
     error = payload.get("error")
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return error["message"]
-    for key in ("message", "detail", "error"):
-        if isinstance(payload.get(key), str):
-            return payload[key]
-    return None
+    candidates = [error.get("message") if isinstance(error, dict) else None]
+    candidates += [payload.get(key) for key in ("message", "detail", "error")]
+    return next((text for text in candidates if isinstance(text, str)), None)
 
 
 def http_error(

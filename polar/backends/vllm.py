@@ -349,7 +349,7 @@ class VLLMBackend:
         await self._post("/resume", None, prompt_tokens=0)
 
     async def is_paused(self) -> bool:
-        return field_of(await self._get("/is_paused"), "is_paused", bool)
+        return bool(field_of(await self._get("/is_paused"), "is_paused", bool))
 
     async def aclose(self) -> None:
         await self._client.aclose()

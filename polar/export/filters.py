@@ -8,12 +8,15 @@ name lives in the task's JSON ``harness`` column; ``harness_name`` extracts it i
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 
 from db.models import Rollout, Task, Trajectory
+
+# Any select: the filters add WHERE clauses and keep the columns (and so the row type) as they are.
+Query = TypeVar("Query", bound="sa.Select[*tuple[Any, ...]]")
 
 
 class Acceptance(BaseModel):
@@ -63,7 +66,7 @@ def meta_value(dialect: str, key: str) -> sa.ColumnElement[Any]:
     return sa.func.json_extract(Task.meta, f"$.{key}")
 
 
-def apply(query: sa.Select, f: ExportFilter, dialect: str) -> sa.Select:
+def apply(query: Query, f: ExportFilter, dialect: str) -> Query:
     if f.task_ids is not None:
         query = query.where(Task.id.in_(f.task_ids))
     if f.task_name is not None:

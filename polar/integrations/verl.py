@@ -41,7 +41,7 @@ from polar.integrations.extras import sample_extras
 from polar.integrations.groups import Sample, check_tokenizer, fetch_group, prompt_text
 
 
-class PolarAgentLoop(AgentLoopBase):
+class PolarAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl ships no types
     def __init__(
         self,
         *args: Any,

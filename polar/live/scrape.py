@@ -60,7 +60,9 @@ def parse(text: str, at: float) -> tuple[Totals, dict[str, float], dict[str, flo
     return Totals(at, calls, errors, lag_sum, lag_count), in_flight, queued
 
 
-def load_between(now: Totals, before: Totals | None, in_flight: dict, queued: dict) -> GatewayLoad:
+def load_between(
+    now: Totals, before: Totals | None, in_flight: dict[str, float], queued: dict[str, float]
+) -> GatewayLoad:
     base = before or Totals(now.at, 0.0, 0.0, 0.0, 0.0)
     calls, errors = now.calls - base.calls, now.errors - base.errors
     lag_n = now.lag_count - base.lag_count

@@ -52,7 +52,7 @@ def _init(args: argparse.Namespace) -> None:
     )
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from polar.tokens.tokenizer import TOKENIZERS
 
     model = sub.add_parser("model", help="model folders: make a seeded tiny model with a real tokenizer")

@@ -219,7 +219,9 @@ class LocalEngine:
         assert self.router_tap is not None
         return self.router_tap.shape.layers, self.router_tap.shape.top_k
 
-    def _result(self, job: _Job, reason: FinishReason, matched, ttft, started) -> GenerateResult:
+    def _result(
+        self, job: _Job, reason: FinishReason, matched: int | str | None, ttft: float | None, started: float
+    ) -> GenerateResult:
         return GenerateResult(
             output_ids=tuple(job.output),
             output_logprobs=tuple(job.logprobs),

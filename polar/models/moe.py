@@ -9,6 +9,7 @@ a trajectory's stored routing and top-k must equal.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,7 +93,7 @@ class RouterTap:
         for index, gate in enumerate(gates):
             gate.register_forward_hook(self._hook(index))
 
-    def _hook(self, index: int):
+    def _hook(self, index: int) -> Callable[[Any, Any, Any], None]:
         def record(_module: Any, _inputs: Any, output: Any) -> None:
             if self._layers is not None:
                 self._layers[index] = output[2].detach()
@@ -187,7 +188,7 @@ def replayed_logprobs(
     forced = torch.as_tensor(np.asarray(experts, dtype=np.int64))
     handles = []
 
-    def force(layer: int):
+    def force(layer: int) -> Callable[[Any, Any, Any], Any]:
         def hook(module: Any, _inputs: Any, output: Any) -> Any:
             logits, _weights, indices = output
             indices = indices.clone()

@@ -8,6 +8,8 @@ The logprob reported for the chosen id is taken before truncation:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from polar.inference import LogprobSemantics, SamplingParams
@@ -44,7 +46,9 @@ def sample_next(
     return token, float(chosen[token])
 
 
-def rescore(model, ids: list[int], prompt_len: int, temperature: float, semantics: LogprobSemantics) -> list[float]:
+def rescore(
+    model: Any, ids: list[int], prompt_len: int, temperature: float, semantics: LogprobSemantics
+) -> list[float]:
     """Teacher-forced logprobs of ids[prompt_len:] in one forward pass, with the given semantics."""
     keep = len(ids) - prompt_len + 1  # only the positions that predict ids[prompt_len:] (and one past)
     with torch.no_grad():

@@ -73,7 +73,7 @@ class AccessLogMiddleware:
         self.app = app
         self.mode = mode
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST" or not is_model_route(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
@@ -81,7 +81,7 @@ class AccessLogMiddleware:
         token = _current.set(record)
         started = time.perf_counter()
 
-        async def sending(message: dict) -> None:
+        async def sending(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 record.status = int(message["status"])
             await send(message)

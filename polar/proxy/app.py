@@ -253,7 +253,7 @@ def create_app(gw: Gateway) -> FastAPI:
     ws_denial.install()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with metrics.loop_lag_monitor("gateway"):
             yield
         await gw.aclose()

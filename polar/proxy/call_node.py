@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from typing import overload
 
 from polar.tokens.messages import Message, ToolSpec
 
@@ -28,7 +29,11 @@ class LazyPrompt(Sequence[int]):
     def __iter__(self) -> Iterator[int]:
         return iter(self._load())
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[int]: ...
+    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
         return self._load()[index]
 
 
@@ -83,8 +88,8 @@ class CallNode:
         id: int,  # the capture id
         parent_id: int | None,
         prefix_len: int,
-        prompt_delta_ids: array,  # int32: a session's ids can be many; 4 bytes each, not a tuple of ints
-        output_ids: array,
+        prompt_delta_ids: array[int],  # int32: a session's ids can be many; 4 bytes each, not a tuple of ints
+        output_ids: array[int],
         n_prompt: int,
         messages: tuple[Message, ...],
         tools: tuple[ToolSpec, ...],
@@ -98,15 +103,15 @@ class CallNode:
         self._delta, self._output = prompt_delta_ids, output_ids
 
     @property
-    def prompt_delta_ids(self) -> array:
+    def prompt_delta_ids(self) -> array[int]:
         line = self.line
         return line.ids[self.prefix_len : self.n_prompt] if line is not None else self._delta
 
     @property
-    def output_ids(self) -> array:
+    def output_ids(self) -> array[int]:
         line = self.line
         return line.ids[self.n_prompt : self.n_prompt + self.n_output] if line is not None else self._output
 
-    def prompt_on_line(self) -> array | None:
+    def prompt_on_line(self) -> array[int] | None:
         """The full prompt, when this call is on a line (a copy); None otherwise."""
         return self.line.ids[: self.n_prompt] if self.line is not None else None

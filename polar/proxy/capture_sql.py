@@ -179,7 +179,7 @@ class _Encoded(psycopg.adapt.Dumper):
     format = psycopg.pq.Format.BINARY
 
     def dump(self, obj: Any) -> bytes:
-        return obj
+        return bytes(obj)
 
 
 class _EncodedInt4Array(_Encoded):
@@ -196,12 +196,13 @@ class _JsonbText(_Encoded):
     oid = psycopg.postgres.types["jsonb"].oid
 
     def dump(self, obj: Any) -> bytes:
-        return b"\x01" + obj
+        return b"\x01" + bytes(obj)
 
 
 def _pg_copy_type(name: str) -> str:
     """A column's type as psycopg's registry names it (``int4[]``, not ``INTEGER[]`` or ``VARCHAR(36)``)."""
-    sql_type = Capture.__table__.c[name].type.compile(dialect=postgresql.dialect()).lower().split("(")[0]
+    compiled: str = Capture.__table__.c[name].type.compile(dialect=postgresql.dialect())  # type: ignore[no-untyped-call]
+    sql_type = compiled.lower().split("(")[0]
     base = sql_type.removesuffix("[]")
     return _PSYCOPG_NAMES.get(base, base) + sql_type[len(base) :]
 

@@ -135,7 +135,7 @@ class Gateway:
         )
 
     def _decode_request(
-        self, protocol: str, body: dict, model: str, prior: tuple[Any, ChatRequest] | None = None
+        self, protocol: str, body: dict[str, Any], model: str, prior: tuple[Any, ChatRequest] | None = None
     ) -> ChatRequest:
         """A stored request, decoded again (captures written by another process or before a restart); with
         ``prior`` (its parent's body and decode) only what it adds is decoded."""

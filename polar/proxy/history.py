@@ -58,7 +58,7 @@ class SessionHistory:
     # The session's chain of calls, its ids held once (polar.proxy.call_node); most calls are on it.
     line: Line = field(default_factory=Line)
     # Full prompts of the latest calls off the line (a branch's, say): the next call most likely extends one.
-    prompts: OrderedDict[int, array] = field(default_factory=OrderedDict)
+    prompts: OrderedDict[int, array[int]] = field(default_factory=OrderedDict)
     # (number of messages, seq, id), sorted: the parent search goes deepest first, latest first among equals.
     by_depth: list[tuple[int, int, int]] = field(default_factory=list)
     key_hash: str | None = None  # the session key these calls were made with (a new key: a new history)
@@ -191,7 +191,7 @@ class HistoryCache:
         self,
         factory: sessionmaker[Session],
         # (protocol, body, model, (parent body, parent decode) or None): a stored request decoded again.
-        decode_request: Callable[[str, dict, str, tuple[Any, ChatRequest] | None], ChatRequest],
+        decode_request: Callable[[str, dict[str, Any], str, tuple[Any, ChatRequest] | None], ChatRequest],
         parse_reply: Callable[[Sequence[int], Sequence[int]], Message],  # (sampled ids, the prompt's last ids)
         max_sessions: int = 10_000,
     ):

@@ -25,7 +25,7 @@ SPACE = b" "
 SSE_IDLE = b"\n"
 
 
-async def first_within(task: asyncio.Task, every_s: float) -> bool:
+async def first_within(task: asyncio.Task[Any], every_s: float) -> bool:
     """Whether ``task`` finished within ``every_s`` seconds (it is never cancelled here)."""
     done, _ = await asyncio.wait({task}, timeout=every_s)
     return bool(done)

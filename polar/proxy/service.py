@@ -19,9 +19,9 @@ import asyncio
 import logging
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from db.enums import Admission
 from db.request_json import compact_request
@@ -39,9 +39,10 @@ from polar.errors import (
 from polar.ids import random_hex
 from polar.inference import GenerateRequest, GenerateResult, SamplingParams
 from polar.proxy.admission import Verdict, admit
+from polar.proxy.call_node import CallNode
 from polar.proxy.capture_row import capture_row
 from polar.proxy.cost import message_chars, surely_too_long
-from polar.proxy.history import CallNode, HistoryCache, SessionHistory
+from polar.proxy.history import HistoryCache, SessionHistory
 from polar.proxy.limits import InFlightLimit
 from polar.proxy.output_check import OutputCheck
 from polar.proxy.policy import Policy, PolicyContext
@@ -51,11 +52,13 @@ from polar.proxy.streaming import StreamingCalls, finished
 from polar.settings import RenderMode
 from polar.slices import in_thread, turn
 from polar.tokens.messages import Message, Role
+from polar.tokens.parsers.types import ParsedOutput
 from polar.tokens.render import PriorCall, Prompt, PromptBuilder
 from polar.wire.base import ProtocolCodec, StreamMeta
 from polar.wire.canonical import ChatRequest, Completion, Usage
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 MAX_MODEL_NAME = 256  # the width of captures.model
 INLINE_CHARS = 16_384  # a build tokenizing up to this much text runs on the event loop (about 1 ms at most)
 
@@ -256,7 +259,7 @@ class CallService(StreamingCalls):
     def _timeout(self) -> BackendTimeout:
         return BackendTimeout(f"the backend did not finish the generation within {self.backend_deadline_s:g} s")
 
-    async def _in_store(self, fn: Any, *args: Any) -> Any:
+    async def _in_store(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread, waited for at most ``store_timeout_s`` (a frozen store is a 503)."""
         try:
             return await asyncio.wait_for(in_thread(fn, *args), self.store_timeout_s)
@@ -310,10 +313,10 @@ class CallService(StreamingCalls):
 
     # ---- shared -----------------------------------------------------------------------------------
 
-    def _parse_all(self, plan: CallPlan, output_ids):
+    def _parse_all(self, plan: CallPlan, output_ids: Sequence[int]) -> ParsedOutput:
         return self.chat_format.parse(output_ids, plan.request.tools, plan.prompt.ids)
 
-    def _completion(self, plan: CallPlan, final: GenerateResult, parsed) -> Completion:
+    def _completion(self, plan: CallPlan, final: GenerateResult, parsed: ParsedOutput) -> Completion:
         return Completion(
             id=plan.meta.completion_id,
             model=plan.request.model,
@@ -338,7 +341,9 @@ class CallService(StreamingCalls):
             parent_body = await self._in_store(self.histories.parent_body, plan.session.id, parent.ref)
         return compact_request(plan.body, parent_body)
 
-    async def _record(self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict) -> int:
+    async def _record(
+        self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict[str, Any]
+    ) -> int:
         """Commit the capture and make it a known call of the session; returns its id."""
         row = capture_row(
             rollout_id=plan.session.id,

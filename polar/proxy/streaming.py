@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from polar import metrics
@@ -21,6 +21,8 @@ from polar.inference import GenerateChunk, GenerateRequest, GenerateResult
 from polar.proxy.output_check import OutputCheck
 from polar.slices import turn
 from polar.tokens.parsers import MalformedToolCall, collect
+from polar.tokens.parsers.types import Event
+from polar.wire.base import StreamEncoder
 
 if TYPE_CHECKING:
     from polar.chat.protocol import ChatFormat
@@ -45,7 +47,7 @@ class StreamingCalls:
         def _request(plan: CallPlan) -> GenerateRequest: ...
         def _completion(self, plan: CallPlan, final: GenerateResult, parsed: Any) -> Completion: ...
         async def _record(
-            self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict
+            self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict[str, Any]
         ) -> int: ...
         def undelivered(self, plan: CallPlan, capture_id: int) -> None: ...
         async def _record_error(self, plan: CallPlan, error: PolarError) -> None: ...
@@ -113,7 +115,7 @@ class StreamingCalls:
     ) -> AsyncIterator[str]:
         encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
         parser = self.chat_format.stream_parser(plan.request.tools, plan.prompt.ids)
-        events: list = []
+        events: list[Event] = []
         final: GenerateResult | None = None
         recorded: int | None = None  # the capture's id once committed
         held = ""  # the last content: it leaves only after the commit, so a failed commit sends none of it
@@ -204,7 +206,7 @@ async def _aclose(chunks: AsyncIterator[GenerateChunk]) -> None:
         await close()
 
 
-def _encode(encoder, events: list, new: list) -> str:
+def _encode(encoder: StreamEncoder, events: list[Event], new: Sequence[Event]) -> str:
     """The frames of newly parsed events, as one string; every event is also kept for the final parse."""
     frames: list[str] = []
     for event in new:

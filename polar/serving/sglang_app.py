@@ -229,7 +229,7 @@ def create_app(
     async def pause_generation(request: Request) -> JSONResponse:
         raw = await _json(request, empty_ok=True)
         body = parse_body(raw if raw is not None else {}, PauseBody)
-        if body.mode == PauseMode.ABORT:
+        if PauseMode(body.mode) is PauseMode.ABORT:
             state.abort_message = "Aborted by pause_generation (mode=abort)."
         engine.pause(PauseMode(body.mode))
         return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})

@@ -67,7 +67,7 @@ class PriorCall:
     def sequence_length(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
 
-    def sequence_ids(self) -> array:
+    def sequence_ids(self) -> array[int]:
         """Its prompt then its output, as one int32 array."""
         return int32(self.prompt_ids) + int32(self.output_ids)
 
@@ -121,7 +121,7 @@ class PromptBuilder:
         prefix-stable may render the whole conversation again instead)."""
         return self.chat_format is None or self.chat_format.prefix_stable
 
-    def canonical_ids(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> array:
+    def canonical_ids(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> array[int]:
         if self.chat_format is not None:
             return int32(self.chat_format.render_ids(messages, tools))
         return int32(self.tokenizer.encode(self.template.render(messages, tools)))

@@ -30,7 +30,7 @@ from tokenizers.models import BPE
 from polar.errors import InvalidRequest
 
 
-def int32(ids: Sequence[int]) -> array:
+def int32(ids: Sequence[int]) -> array[int]:
     """``ids`` as an int32 array (itself when it is one): 4 bytes an id, where a list or tuple holds an int object
     of 28 bytes for every id past 256. A thousand calls in flight holding their prompts as tuples fragmented the
     gateway's small-object heap by about 100 KiB a call (bench_gateway_scale section 3)."""
@@ -155,7 +155,7 @@ class _SegmentCache:
         self._tokenizer = tokenizer
         self._markers = markers
         self._split = re.compile("(" + "|".join(re.escape(m) for m in markers) + ")").split
-        self._cache: OrderedDict[str, array] = OrderedDict()
+        self._cache: OrderedDict[str, array[int]] = OrderedDict()
         self._ids = 0
         self._lock = threading.Lock()
 
@@ -178,7 +178,7 @@ class _SegmentCache:
 
     def encode(self, text: str) -> list[int]:
         pieces = self._split(text)
-        found: dict[str, array] = {}
+        found: dict[str, array[int]] = {}
         missing: list[str] = []
         with self._lock:
             for piece in pieces:
@@ -206,7 +206,7 @@ class _SegmentCache:
                 out.extend(self._tokenizer.encode(piece))
         return out
 
-    def _remember(self, new: dict[str, array]) -> None:
+    def _remember(self, new: dict[str, array[int]]) -> None:
         with self._lock:
             for piece, ids in new.items():
                 if piece not in self._cache:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from harness_adapters.base import RoleHints
+from harness_adapters.base import RoleHints as RoleHints  # re-exported: builders' callers name it from here
 from polar.trajectory.records import CaptureRecord
 from polar.trajectory.tree import CaptureTree
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
 
 from fastapi import Request
@@ -42,7 +43,7 @@ def cookie_value(token: str) -> str:
     return hmac.new(token.encode(), b"polar-ui-session", hashlib.sha256).hexdigest()
 
 
-def ui_guard(token: str):
+def ui_guard(token: str) -> Callable[[Request], Awaitable[None]]:
     """The FastAPI dependency that guards every ``/ui`` route (raises ``UIRefused`` / ``UITokenAccepted``).
 
     ``token`` is the control token in force; an empty one refuses everything (``matches`` never accepts it)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -21,6 +21,9 @@ from polar.errors import NotFound
 from polar.export.filters import harness_name, meta_value
 
 STAGES = ("init", "run", "postrun", "evaluate")
+
+# Any select: the filters add WHERE clauses and keep the columns (and so the row type) as they are.
+Query = TypeVar("Query", bound="sa.Select[*tuple[Any, ...]]")
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def _seconds(timings: dict[str, Any] | None) -> float | None:
     return sum(float((timings.get(stage) or {}).get("duration_s") or 0.0) for stage in STAGES)
 
 
-def _where(query: sa.Select, f: RolloutFilter, dialect: str) -> sa.Select:
+def _where(query: Query, f: RolloutFilter, dialect: str) -> Query:
     if f.task is not None:
         query = query.where(sa.or_(Task.name == f.task, Task.id == f.task))
     if f.task_id is not None:

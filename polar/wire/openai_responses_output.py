@@ -102,8 +102,9 @@ def call_item(
 def custom_input(call: ToolCall) -> str:
     """A custom call's text: the ``input`` argument; the raw arguments when the model wrote something else."""
     arguments = call.parsed_arguments()
-    if isinstance(arguments, dict) and isinstance(arguments.get("input"), str):
-        return arguments["input"]
+    text = arguments.get("input") if isinstance(arguments, dict) else None
+    if isinstance(text, str):
+        return text
     return call.arguments
 
 

@@ -109,7 +109,7 @@ def main() -> None:
     parser.add_argument("--run", type=float, default=2.0, help="seconds the harness runs")
     args = parser.parse_args()
     os.environ.setdefault("DO_NOT_TRACK", "1")
-    from polar.runtime.docker import docker_available
+    from polar.runtime.docker_engine import docker_available
 
     reason = docker_available()
     if reason:

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError
@@ -46,6 +46,8 @@ from polar.ui import install_ui
 from polar.wire.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 
 log = logging.getLogger(__name__)
+# Row ids are 64-bit integers in both stores: a larger id is a 400 naming the field, not a 500 from the driver.
+MAX_ROW_ID = 2**63 - 1
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -255,7 +257,7 @@ def create_api(
         return {"trajectories": rows}
 
     @app.get("/v1/trajectories/{trajectory_id}/extras", dependencies=v1)
-    async def trajectory_extras(trajectory_id: int) -> dict[str, Any]:
+    async def trajectory_extras(trajectory_id: int = Path(ge=1, le=MAX_ROW_ID)) -> dict[str, Any]:
         """Top-k logprobs and routed experts of one trajectory (polar.trajectory.extras), null where not captured."""
         return await read(trajectory_extras_view, trajectory_id)
 

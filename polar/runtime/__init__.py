@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from polar.errors import InvalidRequest, invalid_from
 from polar.runtime.apptainer import ApptainerOptions, ApptainerRuntime
 from polar.runtime.base import ExecResult, ProcessHandle, Runtime, RuntimeLayout
-from polar.runtime.docker import DockerOptions, DockerRuntime
+from polar.runtime.docker import DockerRuntime
+from polar.runtime.docker_engine import DockerOptions
 from polar.runtime.local import LocalRuntime, bwrap_available
 from polar.settings import Isolation, Settings
 

@@ -5,6 +5,7 @@ container at the same path, so every path the pipeline and the harness use means
 and the container holds no state of its own: removing it loses only processes. ``start(fresh=False)`` (a later
 stage, a resumed flow) therefore reattaches to the running container or creates a new one on the folder.
 
+- Engine access, task options and labels: ``polar.runtime.docker_engine``.
 - Image: ``options.image`` or ``POLAR_DOCKER_IMAGE``; never pulled (a missing image is a ``SandboxError``).
   ``options.build`` builds one from a folder inside ``POLAR_COPY_ROOTS`` instead (``polar.runtime.images``:
   content-hashed tag, cached, logs kept); ``seed_workdir`` makes the image's WORKDIR the work folder.
@@ -37,18 +38,16 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from polar.errors import SandboxError
 from polar.runtime import lifeline
 from polar.runtime.base import ExecResult, ProcessHandle, SpawnHook
-from polar.runtime.images import BuildSpec, ensure_image
+from polar.runtime.docker_engine import LABEL, DockerOptions, api_error, docker_client
+from polar.runtime.images import ensure_image
 from polar.runtime.local import LocalRuntime, _tail
 from polar.runtime.tunnel import SANDBOX_SOCKET_DIR, gateway_tunnel
 
-LABEL = "polar.runtime"
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Runs the command as the leader of a new session: its pid (= process group) goes to a file first, its exit
 # code to another, then the group is killed so nothing it started in the background outlives it.
@@ -57,52 +56,6 @@ WRAPPER = 'p=$1 o=$2 e=$3 r=$4; shift 4; echo $$ > "$p"; "$@" </dev/null >"$o" 2
 # Blocking SDK calls (an exec's attach lasts as long as the command) get threads of their own, so a batch of
 # running harnesses never starves the default executor the pipeline's database calls share.
 _EXECUTOR = ThreadPoolExecutor(max_workers=64, thread_name_prefix="polar-docker")
-
-
-class DockerOptions(BaseModel):
-    """A task's ``runtime.options`` for the docker runtime."""
-
-    model_config = ConfigDict(extra="forbid")
-    image: str | None = Field(default=None, description="default POLAR_DOCKER_IMAGE")
-    network: Literal["none", "host"] | None = Field(default=None, description="default POLAR_DOCKER_NETWORK")
-    cpus: float | None = Field(default=None, gt=0)
-    memory_mb: int | None = Field(default=None, ge=16)
-    pids_limit: int | None = Field(default=4096, ge=16)
-    mount_tools: bool = Field(default=True, description="mount the tools folder (agent CLIs, Node) read-only")
-    python: str = Field(default="python3", description="the image's interpreter: {python} in evaluator commands")
-    build: BuildSpec | None = Field(default=None, description="build the image from a folder (polar.runtime.images)")
-    seed_workdir: bool = Field(
-        default=False,
-        description="copy the image's WORKDIR into the work folder at the first start and link that path to it",
-    )
-
-
-@functools.cache
-def docker_client(base_url: str = "") -> Any:
-    """One SDK client per engine (``base_url`` empty: ``DOCKER_HOST`` or the default socket)."""
-    import docker
-
-    try:
-        if base_url:
-            return docker.DockerClient(base_url=base_url, max_pool_size=64)
-        return docker.DockerClient.from_env(max_pool_size=64)
-    except docker.errors.DockerException as exc:
-        raise SandboxError(f"cannot reach the Docker engine: {exc}") from None
-
-
-def docker_available(base_url: str = "") -> str | None:
-    """None when the engine answers, else why not (tests skip with it)."""
-    try:
-        docker_client(base_url).ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not available", with its reason
-        docker_client.cache_clear()
-        return f"no Docker engine: {exc}"
-    return None
-
-
-def _api_error(exc: Exception) -> str:
-    explanation = getattr(exc, "explanation", None)
-    return str(explanation or exc)
 
 
 class DockerRuntime(LocalRuntime):
@@ -202,7 +155,7 @@ class DockerRuntime(LocalRuntime):
             with contextlib.suppress(Exception):
                 self.client.containers.get(self.name).remove(force=True)
             lifeline.release(self.name)
-            raise SandboxError(f"cannot start container {self.name} from {self.image!r}: {_api_error(exc)}") from None
+            raise SandboxError(f"cannot start container {self.name} from {self.image!r}: {api_error(exc)}") from None
         return container
 
     def _seed_workdir(self, container: Any) -> None:
@@ -279,7 +232,7 @@ class DockerRuntime(LocalRuntime):
         except SandboxError:
             raise
         except Exception as exc:  # noqa: BLE001 - an engine that went away, a refused call: the stage fails clearly
-            raise SandboxError(f"the Docker engine failed starting container {self.name}: {_api_error(exc)}") from None
+            raise SandboxError(f"the Docker engine failed starting container {self.name}: {api_error(exc)}") from None
 
     async def stop(self, *, remove: bool) -> None:
         await self._call(self._remove)
@@ -365,7 +318,7 @@ class DockerRuntime(LocalRuntime):
             )
             exec_id = created["Id"]
         except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds; all mean the command did not start
-            raise SandboxError(f"cannot start {command!r} in container {self.name}: {_api_error(exc)}") from None
+            raise SandboxError(f"cannot start {command!r} in container {self.name}: {api_error(exc)}") from None
         started = time.monotonic()
         finished = asyncio.ensure_future(self._call(api.exec_start, exec_id, detach=False, stream=False))
         timed_out = False

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polar.runtime import lifeline
-from polar.runtime.docker import LABEL, docker_client
+from polar.runtime.docker_engine import LABEL, docker_client
 
 STOPPED = ("exited", "dead")
 

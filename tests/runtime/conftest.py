@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from polar.rollout import RolloutContext
-from polar.runtime.docker import LABEL, docker_available, docker_client
+from polar.runtime.docker_engine import LABEL, docker_available, docker_client
 from tests.rollout.conftest import sqlite_gateway, sqlite_url  # noqa: F401
 from tests.rollout.helpers import test_settings
 

@@ -23,7 +23,7 @@ from harness_adapters import ADAPTERS
 from polar.backends.local import LocalBackend
 from polar.proxy.embedded import EmbeddedGateway
 from polar.rollout.context import close_contexts
-from polar.runtime.docker import LABEL
+from polar.runtime.docker_engine import LABEL
 from polar.settings import get_settings
 from tests.flows.conftest import polar_environment, prefect_server  # noqa: F401
 from tests.flows.prefect_api import task_runs_of

@@ -16,7 +16,7 @@ from db.enums import RolloutStatus
 from flows.retry import retry_failed
 from polar.rollout import submit_tasks
 from polar.rollout.context import close_contexts, store_factory
-from polar.runtime.docker import LABEL
+from polar.runtime.docker_engine import LABEL
 from polar.settings import get_settings
 from tests.flows.conftest import polar_environment, prefect_server, wait_out_staleness  # noqa: F401
 from tests.flows.test_flows import start_flow_process, wait_for

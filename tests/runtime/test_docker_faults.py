@@ -14,7 +14,7 @@ import pytest
 
 from db.enums import RolloutStatus
 from polar.rollout import drive_rollout, process_limiter, submit_tasks
-from polar.runtime.docker import docker_client
+from polar.runtime.docker_engine import docker_client
 from tests.rollout.helpers import GIT_INIT, answer_task, captures, rollout_row, trajectories
 from tests.runtime.conftest import tools_dir
 

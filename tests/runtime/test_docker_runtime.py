@@ -14,7 +14,8 @@ import pytest
 
 from polar.errors import SandboxError
 from polar.runtime import lifeline
-from polar.runtime.docker import DockerOptions, DockerRuntime
+from polar.runtime.docker import DockerRuntime
+from polar.runtime.docker_engine import DockerOptions
 from polar.runtime.reaper import reap_orphans
 from tests.runtime.conftest import IMAGE, tools_dir
 

@@ -29,7 +29,7 @@ from db.models import Rollout
 from flows.retry import retry_failed
 from polar.clock import now
 from polar.rollout.context import close_contexts, store_factory
-from polar.runtime.docker import LABEL
+from polar.runtime.docker_engine import LABEL
 from polar.runtime.launcher import EXIT_FILE
 from polar.runtime.reaper import reap_orphans
 from polar.settings import get_settings

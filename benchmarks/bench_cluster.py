@@ -56,10 +56,11 @@ async def host_main(spec: dict) -> dict:
     from bench_pipeline import simulated_stages
 
     from polar.errors import RolloutClaimed
+    from polar.proxy.embedded import start_embedded
     from polar.rollout import drive_rollout, process_limiter
     from polar.rollout.context import close_contexts, rollout_context
 
-    ctx = rollout_context()
+    ctx = rollout_context(start_gateway=start_embedded)
     stages = simulated_stages(spec["durations"])
     limiter = process_limiter(ctx.settings)
     gate = asyncio.Semaphore(spec["active"])
@@ -141,12 +142,13 @@ def submit(url: str, home: Path, n: int) -> list[str]:
         POLAR_GATEWAY_URL="http://127.0.0.1:9",
         POLAR_CONTROL_TOKEN="bench",
     )
+    from polar.proxy.embedded import start_embedded
     from polar.rollout import submit_tasks
     from polar.rollout.context import close_contexts, rollout_context
     from polar.settings import get_settings
 
     get_settings.cache_clear()
-    ctx = rollout_context()
+    ctx = rollout_context(start_gateway=start_embedded)
     task = {
         "name": f"bench-cluster-{uuid.uuid4().hex[:6]}",
         "instruction": "simulated",

@@ -62,6 +62,7 @@ async def lifecycle(root: Path, containers: int, execs: int) -> None:
 
 
 async def ready_overlap(home: Path, rollouts: int, prepare_s: float, run_s: float, ready: int) -> float:
+    from polar.proxy.embedded import start_embedded
     from polar.rollout import RolloutContext, drive_rollouts, process_limiter, submit_tasks
     from polar.settings import Settings
 
@@ -79,7 +80,7 @@ async def ready_overlap(home: Path, rollouts: int, prepare_s: float, run_s: floa
         init_retries=0,
         run_retries=0,
     )
-    ctx = RolloutContext.create(settings)
+    ctx = RolloutContext.create(settings, start_gateway=start_embedded)
     try:
         task = {
             "name": f"ready-{ready}",

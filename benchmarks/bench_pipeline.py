@@ -171,9 +171,10 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="polar-bench-pipeline-"))
     configure(args, home)
 
+    from polar.proxy.embedded import start_embedded
     from polar.rollout.context import close_contexts, rollout_context
 
-    ctx = rollout_context()
+    ctx = rollout_context(start_gateway=start_embedded)
     limits = {
         "init": ctx.settings.init_concurrency,
         "run": ctx.settings.run_concurrency,

@@ -23,6 +23,7 @@ from prefect.states import Completed
 from flows.artifacts import publish_rollout
 from flows.limits import make_limiter
 from flows.owners import prefect_owner_probe
+from polar.proxy.embedded import start_embedded
 from polar.rollout import (
     STAGE_FUNCTIONS,
     RolloutView,
@@ -39,7 +40,7 @@ BACKSTOP_S = 600.0
 
 def _stage_task(stage: Stage, function: StageFunction) -> Task[..., Any]:
     async def body(rollout_id: str, owner: str) -> dict[str, Any] | State:
-        ctx = await get_context()
+        ctx = await get_context(start_gateway=start_embedded)
         report = await function(ctx, rollout_id, owner=owner)
         if report.skipped:
             return Completed(message=f"{stage} was already done", name="Skipped")
@@ -87,7 +88,7 @@ def build_rollout_flow(stage_functions: Mapping[Stage, StageFunction], *, name: 
         """Run one rollout to its final status (resuming it where an earlier attempt stopped). ``takeover`` with
         ``stale_after_s``: the retry flow's, how long the current owner must have been silent (None: the
         settings'); the owner's flow run must also not be running (``flows.owners``)."""
-        ctx = await get_context()
+        ctx = await get_context(start_gateway=start_embedded)
         owner = str(flow_run.get_id() or f"local-{uuid.uuid4()}")
 
         async def call(stage: Stage, view: RolloutView) -> object:

@@ -199,8 +199,9 @@ def _serve(args: argparse.Namespace) -> None:
         checked_model(ModelChoice.judge(settings))
     with temporary_server(settings):  # before the first flow: one server, stopped when serving ends
         from flows.dispatch import run_inline
+        from polar.proxy.embedded import start_embedded
 
-        serve(host=args.host, port=args.port, run_inline=run_inline)
+        serve(host=args.host, port=args.port, run_inline=run_inline, start_gateway=start_embedded)
 
 
 def _export(args: argparse.Namespace) -> None:

@@ -13,25 +13,37 @@ from fastapi import FastAPI
 from polar.api.app import create_api
 from polar.api.runner import InlineDispatch, resolve_dispatch
 from polar.auth import control_token, where
-from polar.rollout.context import rollout_context, store_factory
+from polar.rollout.context import GatewayStarter, rollout_context, store_factory
 from polar.settings import Settings, TaskDispatch, get_settings
 
 
-def build_app(settings: Settings | None = None, run_inline: InlineDispatch | None = None) -> FastAPI:
+def build_app(
+    settings: Settings | None = None,
+    run_inline: InlineDispatch | None = None,
+    start_gateway: GatewayStarter | None = None,
+) -> FastAPI:
+    """The control API; with inline dispatch, the rollout context the inline flows share is built first (its
+    gateway started with ``start_gateway`` when ``POLAR_GATEWAY_URL`` is empty), so weights reach that gateway."""
     settings = settings or get_settings()
     gateway_url = settings.gateway_url or None
     if resolve_dispatch(settings) is TaskDispatch.INLINE:
-        gateway_url = rollout_context(settings).gateway.url  # the embedded gateway the inline flows use
+        gateway_url = rollout_context(settings, start_gateway=start_gateway).gateway.url
     return create_api(settings, store_factory(settings), gateway_url=gateway_url, run_inline=run_inline)
 
 
-def serve(*, host: str | None = None, port: int | None = None, run_inline: InlineDispatch | None = None) -> None:
+def serve(
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    run_inline: InlineDispatch | None = None,
+    start_gateway: GatewayStarter | None = None,
+) -> None:
     """Serve until interrupted, with the process-wide settings (the same ones the inline rollout flows read)."""
     settings = get_settings()
     control_token(settings)  # generated on first start when none is configured
     print(f"polar serve: /v1 routes need the control token from {where(settings)}", flush=True)
     uvicorn.run(
-        build_app(settings, run_inline),
+        build_app(settings, run_inline, start_gateway),
         host=host or settings.api_host,
         port=port or settings.api_port,
         log_level="info",

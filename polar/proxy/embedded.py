@@ -86,3 +86,9 @@ class EmbeddedGateway:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def start_embedded(settings: Settings) -> EmbeddedGateway:
+    """A gateway in this process, serving until stopped: what entry points pass the rollout context
+    (``polar.rollout.context``) when ``POLAR_GATEWAY_URL`` is empty."""
+    return EmbeddedGateway(settings).start()

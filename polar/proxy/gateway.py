@@ -18,7 +18,7 @@ from polar.inference import Backend
 from polar.models.engine import LocalEngine
 from polar.proxy.history import HistoryCache
 from polar.proxy.limits import InFlightLimit
-from polar.proxy.policy import BackendPolicy, Policy, ScriptedPolicy, ScriptedPolicySpec
+from polar.proxy.policy import BackendPolicy, Policy, ScriptedPolicy
 from polar.proxy.recorder import CaptureWriter
 from polar.proxy.service import CallService
 from polar.proxy.sessions import SessionInfo, SessionStore
@@ -31,6 +31,7 @@ from polar.wire import get_codec
 from polar.wire.base import parse_after
 from polar.wire.canonical import ChatRequest
 from polar.wire.json_guard import JsonLimits
+from polar.wire.policy import ScriptedPolicySpec
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

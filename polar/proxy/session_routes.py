@@ -22,9 +22,9 @@ from polar.capture_extras import CaptureOptions, check_capture
 from polar.errors import AuthenticationError, PermissionDenied, PolarError, invalid_from
 from polar.proxy.gateway import Gateway
 from polar.proxy.health import finite_or_none
-from polar.proxy.policy import ScriptedPolicySpec
 from polar.wire import OPENAI_CHAT, ProtocolCodec
 from polar.wire.body import read_json
+from polar.wire.policy import ScriptedPolicySpec
 
 
 def api_key(request: Request, *, query: bool = False) -> str | None:

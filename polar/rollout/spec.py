@@ -175,7 +175,7 @@ def _check_registries(request: TaskRequest) -> None:
     elif request.runtime.options:
         raise InvalidRequest("runtime.options need runtime.type", field="runtime.options")
     if request.policies:
-        from polar.proxy.policy import ScriptedPolicySpec
+        from polar.wire.policy import ScriptedPolicySpec
 
         for index, policy in enumerate(request.policies):
             try:

@@ -93,7 +93,7 @@ def _toy_reader(tokenizer) -> Reader:
 
 
 def _as_scripted(reply: dict) -> ParsedOutput:
-    from polar.proxy.policy import ScriptedReply
+    from polar.wire.policy import ScriptedReply
 
     message = ScriptedReply.model_validate(reply).message()
     return ParsedOutput(message.content, message.reasoning, message.tool_calls)
@@ -125,7 +125,7 @@ def test_cli_tool_loop_on_a_real_family(name, tokenizer, family, isolated, cache
     from polar.chat import chat_format_for
     from polar.models.folder import open_model_folder
     from polar.models.init import TinyModelSpec, init_model_folder
-    from polar.proxy.policy import ScriptedReply
+    from polar.wire.policy import ScriptedReply
 
     # 64k positions: the CLIs send 6k-40k-token prompts.
     spec = TinyModelSpec(tokenizer=tokenizer, max_position_embeddings=65536)

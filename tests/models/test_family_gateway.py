@@ -29,10 +29,10 @@ from google.genai import types as gtypes
 
 from polar.chat import ChatFormat, chat_format_for
 from polar.models.folder import open_model_folder
-from polar.proxy.policy import ScriptedReply
 from polar.tokens.messages import user
 from polar.tokens.parsers.types import ParsedOutput
 from polar.wire import get_codec
+from polar.wire.policy import ScriptedReply
 from tests.conftest import CONTROL
 from tests.proxy.gateway_server import free_port
 

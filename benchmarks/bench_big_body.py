@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import uvicorn
 
-from polar.proxy.app import create_app
 from polar.proxy.gateway import Gateway
+from polar.proxy.http.app import create_app
 from polar.settings import Settings
 from tests.proxy.gateway_server import free_port
 

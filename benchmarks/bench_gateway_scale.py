@@ -67,8 +67,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from db import Rollout, make_engine, make_session_factory, migrate
 from polar.models.tiny import ensure_model_dir
-from polar.proxy.capture_row import capture_row
-from polar.proxy.recorder import CaptureWriter
+from polar.proxy.capture.row import capture_row
+from polar.proxy.capture.writer import CaptureWriter
 from polar.settings import get_settings
 
 POSTGRES_URL = os.environ.get("POLAR_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

@@ -26,8 +26,8 @@ import httpx
 from gateway_support import Server, chat_body, conversation, echo, free_port, gateway_env, tool_turn
 
 from polar.models.tiny import ensure_model_dir
-from polar.proxy.app import create_app
 from polar.proxy.gateway import Gateway
+from polar.proxy.http.app import create_app
 from polar.settings import Settings, get_settings
 
 CONTROL = {"Authorization": "Bearer bench-memory"}

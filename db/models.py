@@ -18,56 +18,18 @@ Every change here ships an Alembic revision in ``db/migrations/versions``; the t
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+# Base is re-exported: importing it from here guarantees every table below is registered on its metadata.
+from db.base import Base as Base
+from db.base import BigId, created_at_column, new_uuid, rollout_fk, status_column
 from db.enums import CaptureStatus, ClaimStatus, RolloutStatus, TaskStatus
 from db.stage_results import StageResults
 from db.types import FloatArray, IntArray, JSONType, UTCDateTime
-
-# Deterministic constraint names, so migrations can refer to them (and SQLite batch mode can drop them).
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-# SQLite only autoincrements an INTEGER PRIMARY KEY, not a BIGINT one.
-BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-
-
-class Base(DeclarativeBase):
-    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
-
-
-def _status(enum_class: type[StrEnum]) -> sa.Enum:
-    return sa.Enum(
-        enum_class,
-        native_enum=False,
-        create_constraint=False,
-        length=16,
-        values_callable=lambda members: [member.value for member in members],
-        validate_strings=True,
-    )
-
-
-def _new_uuid() -> str:
-    return str(uuid.uuid4())
-
-
-def _created_at() -> Mapped[datetime]:
-    return mapped_column(UTCDateTime(), server_default=sa.func.now())
-
-
-def _rollout_fk(*, index: bool) -> Mapped[str]:
-    return mapped_column(sa.String(36), sa.ForeignKey("rollouts.id", ondelete="CASCADE"), index=index)
 
 
 class WeightVersion(Base):
@@ -77,7 +39,7 @@ class WeightVersion(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     version: Mapped[str] = mapped_column(sa.String(128), unique=True)
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_at_column()
     checkpoint_uri: Mapped[str | None] = mapped_column(sa.Text)
     notes: Mapped[str | None] = mapped_column(sa.Text)
 
@@ -87,7 +49,7 @@ class Task(Base):
 
     __tablename__ = "tasks"
 
-    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True, default=_new_uuid)
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True, default=new_uuid)
     name: Mapped[str | None] = mapped_column(sa.String(128))
     instruction: Mapped[str] = mapped_column(sa.Text)
     harness: Mapped[dict[str, Any]] = mapped_column(JSONType())
@@ -102,8 +64,8 @@ class Task(Base):
     priority: Mapped[int] = mapped_column(server_default="0")
     # "metadata" is reserved on declarative classes, hence the attribute name.
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType(), default=dict)
-    status: Mapped[TaskStatus] = mapped_column(_status(TaskStatus), default=TaskStatus.PENDING, index=True)
-    created_at: Mapped[datetime] = _created_at()
+    status: Mapped[TaskStatus] = mapped_column(status_column(TaskStatus), default=TaskStatus.PENDING, index=True)
+    created_at: Mapped[datetime] = created_at_column()
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), server_default=sa.func.now(), onupdate=sa.func.now())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # when its last sample finished
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # when its runner took it
@@ -129,7 +91,7 @@ class Submission(Base):
     key: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
     request_sha256: Mapped[str] = mapped_column(sa.String(64))
     task_ids: Mapped[list[str]] = mapped_column(JSONType())
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_at_column()
 
 
 class Claim(Base):
@@ -142,12 +104,12 @@ class Claim(Base):
 
     __tablename__ = "claims"
 
-    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True, default=_new_uuid)
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True, default=new_uuid)
     trainer: Mapped[str] = mapped_column(sa.String(128))
-    status: Mapped[ClaimStatus] = mapped_column(_status(ClaimStatus), default=ClaimStatus.ACTIVE, index=True)
+    status: Mapped[ClaimStatus] = mapped_column(status_column(ClaimStatus), default=ClaimStatus.ACTIVE, index=True)
     n_groups: Mapped[int]
     n_trajectories: Mapped[int]
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_at_column()
     lease_expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
@@ -163,12 +125,14 @@ class Rollout(Base):
 
     __tablename__ = "rollouts"
 
-    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True, default=_new_uuid)
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True, default=new_uuid)
     task_id: Mapped[str | None] = mapped_column(
         sa.String(36), sa.ForeignKey("tasks.id", ondelete="CASCADE"), index=True
     )
     sample_index: Mapped[int] = mapped_column(server_default="0")
-    status: Mapped[RolloutStatus] = mapped_column(_status(RolloutStatus), default=RolloutStatus.PENDING, index=True)
+    status: Mapped[RolloutStatus] = mapped_column(
+        status_column(RolloutStatus), default=RolloutStatus.PENDING, index=True
+    )
     stage: Mapped[str | None] = mapped_column(sa.String(32))
     stage_results: Mapped[dict[str, Any]] = mapped_column(JSONType(), default=dict)
     stage_timings: Mapped[dict[str, Any]] = mapped_column(JSONType(), default=dict)
@@ -183,7 +147,7 @@ class Rollout(Base):
     session_token_hash: Mapped[str | None] = mapped_column(sa.String(64), unique=True)
     # How the session's model replies are produced when not sampled freely (e.g. scripted replies in tests).
     policy: Mapped[dict[str, Any] | None] = mapped_column(JSONType())
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_at_column()
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -235,7 +199,7 @@ class Capture(Base):
     __table_args__ = (sa.UniqueConstraint("rollout_id", "seq"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    rollout_id: Mapped[str] = _rollout_fk(index=False)
+    rollout_id: Mapped[str] = rollout_fk(index=False)
     seq: Mapped[int]
     protocol: Mapped[str] = mapped_column(sa.String(32))  # openai_chat | openai_responses | anthropic_messages | ...
     model: Mapped[str] = mapped_column(sa.String(256))
@@ -255,7 +219,7 @@ class Capture(Base):
     backend: Mapped[str] = mapped_column(sa.String(32))
     server: Mapped[str | None] = mapped_column(sa.String(256))
     logprob_semantics: Mapped[str | None] = mapped_column(sa.String(32))
-    status: Mapped[CaptureStatus] = mapped_column(_status(CaptureStatus), default=CaptureStatus.OK)
+    status: Mapped[CaptureStatus] = mapped_column(status_column(CaptureStatus), default=CaptureStatus.OK)
     error: Mapped[str | None] = mapped_column(sa.Text)
     latency_s: Mapped[float | None]
     ttft_s: Mapped[float | None]
@@ -280,7 +244,7 @@ class Capture(Base):
     # 0017) and, for a root after the session's first call or an unresolved call, why (``tools_changed``, ...).
     admission: Mapped[str | None] = mapped_column(sa.String(16))
     admission_cause: Mapped[str | None] = mapped_column(sa.String(32))
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_at_column()
 
     rollout: Mapped[Rollout] = relationship(back_populates="captures", lazy="raise")
 
@@ -305,7 +269,7 @@ class Trajectory(Base):
     __table_args__ = (sa.UniqueConstraint("rollout_id", "builder", "chain_index"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    rollout_id: Mapped[str] = _rollout_fk(index=False)
+    rollout_id: Mapped[str] = rollout_fk(index=False)
     builder: Mapped[str] = mapped_column(sa.String(64))
     chain_index: Mapped[int]
     capture_ids: Mapped[list[int]] = mapped_column(JSONType())
@@ -335,7 +299,7 @@ class Trajectory(Base):
     kept: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
     consumed_by: Mapped[str | None] = mapped_column(sa.String(128))
     consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_at_column()
 
     rollout: Mapped[Rollout] = relationship(back_populates="trajectories", lazy="raise")
 
@@ -355,7 +319,7 @@ class MergeStat(Base):
     __table_args__ = (sa.UniqueConstraint("rollout_id", "builder"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    rollout_id: Mapped[str] = _rollout_fk(index=False)
+    rollout_id: Mapped[str] = rollout_fk(index=False)
     builder: Mapped[str] = mapped_column(sa.String(64))
     captures_in: Mapped[int]
     error_captures: Mapped[int]
@@ -374,7 +338,7 @@ class MergeStat(Base):
     untrained_tokens: Mapped[dict[str, int] | None] = mapped_column(JSONType(), default=dict)
     trainable_tokens: Mapped[int | None]
     root_causes: Mapped[dict[str, int] | None] = mapped_column(JSONType(), default=dict)
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_at_column()
 
     rollout: Mapped[Rollout] = relationship(back_populates="merge_stats", lazy="raise")
 
@@ -385,12 +349,12 @@ class Evaluation(Base):
     __tablename__ = "evaluations"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    rollout_id: Mapped[str] = _rollout_fk(index=True)
+    rollout_id: Mapped[str] = rollout_fk(index=True)
     evaluator: Mapped[str] = mapped_column(sa.String(64))
     reward: Mapped[float]
     details: Mapped[dict[str, Any]] = mapped_column(JSONType(), default=dict)
     duration_s: Mapped[float | None]
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_at_column()
 
     rollout: Mapped[Rollout] = relationship(back_populates="evaluations", lazy="raise")
 
@@ -403,13 +367,13 @@ class RolloutArtifact(Base):
     __table_args__ = (sa.UniqueConstraint("rollout_id", "name"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    rollout_id: Mapped[str] = _rollout_fk(index=True)
+    rollout_id: Mapped[str] = rollout_fk(index=True)
     name: Mapped[str] = mapped_column(sa.String(512))
     size: Mapped[int] = mapped_column(sa.BigInteger)
     sha256: Mapped[str] = mapped_column(sa.String(64))
     content: Mapped[bytes | None] = mapped_column(sa.LargeBinary)
     url: Mapped[str | None] = mapped_column(sa.Text)
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_at_column()
 
 
 class Gateway(Base):

@@ -21,7 +21,7 @@ from polar.capture_extras import (
 )
 from polar.errors import ConfigError, InvalidRequest
 from polar.inference import GenerateExtras
-from polar.proxy.recorder import CaptureWriter
+from polar.proxy.capture.writer import CaptureWriter
 from polar.settings import RenderMode
 from polar.tokens.messages import Message, Role
 from polar.tokens.render import PriorCall, Prompt

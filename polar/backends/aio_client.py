@@ -161,7 +161,7 @@ class Client:
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            # No pool bound here: the gateway bounds calls in flight per server (polar.proxy.limits).
+            # No pool bound here: the gateway bounds calls in flight per server (polar.proxy.call.limits).
             # Idle connections are dropped before a uvicorn-based server (SGLang) closes them at 5 s, so a call never
             # goes out on a connection the server is closing.
             connector = _SlicedConnector(limit=0, keepalive_timeout=3.0)

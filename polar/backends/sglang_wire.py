@@ -98,7 +98,7 @@ class OutputReader:
         prompt_tokens = meta.get("prompt_tokens")
         if not isinstance(prompt_tokens, int) or isinstance(prompt_tokens, bool):
             raise BackendProtocolError(f"{self.url}: meta_info.prompt_tokens is missing")
-        latency = meta.get("e2e_latency")  # finite and >= 0: polar.proxy.output_check checks every result
+        latency = meta.get("e2e_latency")  # finite and >= 0: polar.proxy.call.output_check checks every result
         return GenerateResult(
             output_ids=tuple(self.ids),
             output_logprobs=tuple(self.logprobs),

@@ -19,26 +19,22 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-import numpy as np
 import torch
-from transformers.cache_utils import Cache
 
 from polar.errors import ContextLengthExceeded, InvalidRequest
 from polar.inference import (
-    ExtrasRequest,
     FinishReason,
     GenerateChunk,
-    GenerateExtras,
     GenerateRequest,
     GenerateResult,
     LogprobSemantics,
     spans_from_events,
 )
-from polar.models.moe import logprob_rows, tap_for, top_k_of
+from polar.models.engine_job import Job
+from polar.models.moe import tap_for
 from polar.models.prefix_cache import PrefixCache
 from polar.models.sampling import sample_next
 from polar.tokens.tokenizer import ChatTokenizer
@@ -48,38 +44,6 @@ class PauseMode(StrEnum):
     ABORT = "abort"
     IN_PLACE = "in_place"
     RETRACT = "retract"
-
-
-@dataclass(eq=False)
-class _Job:
-    request: GenerateRequest
-    generator: torch.Generator
-    pending: list[int]  # ids not yet fed to the model
-    output: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    version_events: list[tuple[str, int]] = field(default_factory=list)
-    cache: Cache | None = None
-    aborted: str | None = None  # abort message
-    # Set by a retract from any thread, applied by the worker thread before its next step: clearing the
-    # cache from outside could interleave with a step in flight and leave it decoding without its prefix.
-    recompute: bool = False
-    # Extras (ExtrasRequest): per sampled token its top-k ids and logprobs and the asked ids' logprobs; the
-    # experts of every fed position from ``routed_from`` on (a recompute after a retract overwrites its rows).
-    top_ids: list[np.ndarray] = field(default_factory=list)
-    top_logprobs: list[np.ndarray] = field(default_factory=list)
-    id_logprobs: list[np.ndarray] = field(default_factory=list)
-    routed: list[np.ndarray] = field(default_factory=list)
-    routed_from: int = 0
-
-    def needs_recompute(self) -> None:
-        self.recompute = True
-
-    @property
-    def extras(self) -> ExtrasRequest:
-        return self.request.extras or _NO_EXTRAS
-
-
-_NO_EXTRAS = ExtrasRequest()
 
 
 class LocalEngine:
@@ -107,7 +71,7 @@ class LocalEngine:
         self.context_length: int = self.model.config.max_position_embeddings
         self.weight_version = weight_version
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="polar-engine")
-        self._jobs: set[_Job] = set()
+        self._jobs: set[Job] = set()
         self._running = threading.Event()
         self._running.set()
         self._pause_mode: PauseMode | None = None
@@ -150,7 +114,7 @@ class LocalEngine:
         """Yield one chunk per sampled token, then a chunk carrying the final result."""
         self.validate(request)
         seed = request.sampling.seed if request.sampling.seed is not None else next(self._seeds)
-        job = _Job(request, torch.Generator().manual_seed(seed), pending=list(request.input_ids))
+        job = Job(request, torch.Generator().manual_seed(seed), pending=list(request.input_ids))
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         ttft = None
@@ -163,7 +127,7 @@ class LocalEngine:
                 finish = await loop.run_in_executor(self._executor, self._step, job)
                 if len(job.output) > produced:
                     ttft = ttft if ttft is not None else time.perf_counter() - started
-                    yield GenerateChunk((job.output[-1],), (job.logprobs[-1],), extras=self._token_extras(job))
+                    yield GenerateChunk((job.output[-1],), (job.logprobs[-1],), extras=job.token_extras())
                 if finish is not None:
                     await loop.run_in_executor(self._executor, self._keep_prefix, job)
                     self.requests_served += 1
@@ -172,55 +136,15 @@ class LocalEngine:
         finally:
             self._jobs.discard(job)
 
-    def _keep_prefix(self, job: _Job) -> None:
+    def _keep_prefix(self, job: Job) -> None:
         """Leave a finished job's cache for later requests that extend it (worker thread)."""
         if job.cache is not None and job.aborted is None and job.pending:
             covered = [*job.request.input_ids, *job.output][: job.cache.get_seq_length()]
             self.prefix_cache.store(covered, job.cache)
         job.cache = None
 
-    @staticmethod
-    def _token_extras(job: _Job) -> GenerateExtras | None:
-        """The newest token's top-k and asked-id logprobs, as (1, k) arrays, when asked."""
-        if not (job.extras.top_logprobs or job.extras.token_ids):
-            return None
-        return GenerateExtras(
-            top_ids=job.top_ids[-1][None] if job.extras.top_logprobs else None,
-            top_logprobs=job.top_logprobs[-1][None] if job.extras.top_logprobs else None,
-            token_ids_logprobs=job.id_logprobs[-1][None] if job.extras.token_ids else None,
-        )
-
-    def _final_extras(self, job: _Job) -> GenerateExtras | None:
-        """All of the job's extras: top-k per sampled token; experts for positions [start, prompt + output - 1)."""
-        asked = job.extras
-        if not asked.any:
-            return None
-        k, n_ids = asked.top_logprobs, len(asked.token_ids)
-        routed = None
-        if asked.routed_experts and self.router_tap is not None:
-            rows = np.concatenate(job.routed) if job.routed else np.zeros((0, *self._routing_row()), np.uint8)
-            end = len(job.request.input_ids) + len(job.output) - 1  # the last sampled id is never fed
-            routed = rows[asked.routed_experts_start - job.routed_from : end - job.routed_from]
-        return GenerateExtras(
-            top_ids=np.stack(job.top_ids) if k and job.top_ids else np.zeros((0, k), np.int32) if k else None,
-            top_logprobs=(
-                np.stack(job.top_logprobs) if k and job.top_logprobs else np.zeros((0, k), np.float32) if k else None
-            ),
-            token_ids_logprobs=(
-                np.stack(job.id_logprobs) if n_ids and job.id_logprobs else np.zeros((0, n_ids), np.float32)
-            )
-            if n_ids
-            else None,
-            routed_experts=routed,
-            routed_experts_start=asked.routed_experts_start,
-        )
-
-    def _routing_row(self) -> tuple[int, int]:
-        assert self.router_tap is not None
-        return self.router_tap.shape.layers, self.router_tap.shape.top_k
-
     def _result(
-        self, job: _Job, reason: FinishReason, matched: int | str | None, ttft: float | None, started: float
+        self, job: Job, reason: FinishReason, matched: int | str | None, ttft: float | None, started: float
     ) -> GenerateResult:
         return GenerateResult(
             output_ids=tuple(job.output),
@@ -232,10 +156,10 @@ class LocalEngine:
             logprob_semantics=self.semantics,
             ttft_s=ttft,
             e2e_s=time.perf_counter() - started,
-            extras=self._final_extras(job),
+            extras=job.final_extras(self.router_tap),
         )
 
-    def _step(self, job: _Job) -> tuple[FinishReason, int | str | None] | None:
+    def _step(self, job: Job) -> tuple[FinishReason, int | str | None] | None:
         """Sample one token (worker thread). Returns (reason, matched) when the job is finished."""
         params = job.request.sampling
         if job.aborted is not None:
@@ -262,7 +186,7 @@ class LocalEngine:
                     input_ids=torch.tensor([job.pending]), cache=job.cache, use_cache=True, logits_to_keep=1
                 )
             if routing:
-                self._keep_routing(job, position)
+                job.keep_routing(self.router_tap, position)
         finally:
             if routing:
                 assert self.router_tap is not None
@@ -277,7 +201,7 @@ class LocalEngine:
         job.output.append(token)
         job.logprobs.append(logprob)
         if job.extras.top_logprobs or job.extras.token_ids:
-            self._keep_top(job, logits)
+            job.keep_top(logits, self.semantics)
         job.pending = [token]
         # SGLang's check order: stop strings, then stop tokens / EOS, then length.
         if params.stop:
@@ -290,30 +214,6 @@ class LocalEngine:
         if len(job.output) >= budget:
             return FinishReason.LENGTH, None
         return None
-
-    def _keep_routing(self, job: _Job, position: int) -> None:
-        """Append the experts of the positions just fed (from ``position`` on), dropping rows they recompute."""
-        assert self.router_tap is not None
-        rows = self.router_tap.take()
-        if not job.routed:
-            job.routed_from = position
-        elif position < job.routed_from + sum(len(r) for r in job.routed):  # a recompute after a retract
-            kept = np.concatenate(job.routed)[: max(position - job.routed_from, 0)]
-            job.routed = [kept] if len(kept) else []
-            if not job.routed:
-                job.routed_from = position
-        job.routed.append(rows)
-
-    def _keep_top(self, job: _Job, logits: torch.Tensor) -> None:
-        """The sampled position's top-k and asked-id logprobs, with the sampled logprob's semantics."""
-        params = job.request.sampling
-        rows = logprob_rows(logits, params.temperature, self.semantics, params.greedy)
-        if job.extras.top_logprobs:
-            ids, values = top_k_of(rows, job.extras.top_logprobs)
-            job.top_ids.append(ids)
-            job.top_logprobs.append(values)
-        if job.extras.token_ids:
-            job.id_logprobs.append(rows[list(job.extras.token_ids)].numpy().astype(np.float32))
 
     async def score(self, prompt_ids: list[int], output_ids: list[int], temperature: float) -> list[float]:
         """Teacher-forced logprobs of ``output_ids`` after ``prompt_ids`` under the live weights."""

@@ -5,7 +5,7 @@ A line has the session (rollout id), protocol, route, HTTP status, outcome (``ok
 failed in generation, or ``http_<status>`` for one refused before it reached the model), prompt and output
 tokens, latency (request to the end of the response body, a stream's last byte included) and commit wait (the
 capture's wait for its group commit). ``install`` wraps the app in an ASGI middleware that opens a record per
-model-call request in a context variable; ``noted`` (called by the capture writer as a call's capture commits)
+model-call request in a context variable; ``noted`` (called by the call recorder as a call's capture commits)
 fills it in from the capture row, so a call's numbers are the ones the store holds.
 
 Text: ``session=... protocol=openai_chat route=/v1/chat/completions status=200 outcome=ok prompt_tokens=41

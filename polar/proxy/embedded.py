@@ -49,8 +49,8 @@ class EmbeddedGateway:
             self._error = exc
 
     async def _serve(self) -> None:
-        from polar.proxy.app import create_app
         from polar.proxy.gateway import Gateway
+        from polar.proxy.http.app import create_app
 
         self.gateway = gateway = await Gateway.create(self.settings, backend=self.backend)
         config = uvicorn.Config(create_app(gateway), log_level="warning", timeout_graceful_shutdown=5)

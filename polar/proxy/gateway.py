@@ -1,4 +1,4 @@
-"""The gateway's parts, wired once: sessions, policies, prompt building, the call service, capture writes."""
+"""The gateway's parts, wired once: sessions, policies, prompt building, the call pipeline, capture writes."""
 
 from __future__ import annotations
 
@@ -13,17 +13,20 @@ from sqlalchemy.orm import Session, sessionmaker
 from db import make_engine, make_session_factory, migrate
 from polar import metrics
 from polar.chat import ChatFormat, chat_format_for
-from polar.errors import StoreError
 from polar.inference import Backend
 from polar.models.engine import LocalEngine
-from polar.proxy.history import HistoryCache
-from polar.proxy.limits import InFlightLimit
-from polar.proxy.policy import BackendPolicy, Policy, ScriptedPolicy
-from polar.proxy.recorder import CaptureWriter
-from polar.proxy.service import CallService
-from polar.proxy.sessions import SessionInfo, SessionStore
+from polar.proxy.call.generation import Generation
+from polar.proxy.call.intake import Intake
+from polar.proxy.call.limits import InFlightLimit
+from polar.proxy.call.plan import Planner
+from polar.proxy.call.policy import BackendPolicy, Policy, ScriptedPolicy
+from polar.proxy.call.record import CallRecorder
+from polar.proxy.call.service import CallService
+from polar.proxy.capture.writer import CaptureWriter
+from polar.proxy.session.history import HistoryCache
+from polar.proxy.session.sessions import SessionInfo, SessionStore
+from polar.proxy.store_wait import in_store
 from polar.settings import Settings
-from polar.slices import in_thread
 from polar.tokens.messages import Message
 from polar.tokens.render import PromptBuilder
 from polar.tokens.tokenizer import ChatTokenizer
@@ -66,27 +69,30 @@ class Gateway:
         )
         self._rechecking: asyncio.Task[None] | None = None
         self.writer = CaptureWriter(factory)
+        self.writer.observe_commit = metrics.observe_commit
         self.builder = PromptBuilder(tokenizer, chat_format=chat_format)
-        self.calls = CallService(
+        self.limits = JsonLimits(max_depth=settings.max_json_depth, max_string_chars=settings.max_string_chars)
+        store_timeout_s = settings.store_statement_timeout_s
+        planner = Planner(
             builder=self.builder,
             chat_format=chat_format,
             histories=self.histories,
-            writer=self.writer,
             context_length=backend.context_length,
             default_max_tokens=settings.default_max_tokens,
             render_mode=settings.render_mode,
-            backend_name=backend.name,
-            vocab_size=tokenizer.vocab_size,
             max_token_chars=max(len(tokenizer.id_to_token(i) or "") for i in range(tokenizer.vocab_size)),
-            backend_deadline_s=settings.backend_deadline_s,
-            store_timeout_s=settings.store_statement_timeout_s,
-            limit=InFlightLimit(backend.name, settings.backend_max_in_flight, settings.backend_queue_timeout_s),
+            store_timeout_s=store_timeout_s,
         )
-        self.writer.observe_commit = metrics.observe_commit
-        limit = self.calls.limit
-        assert limit is not None
+        limit = InFlightLimit(backend.name, settings.backend_max_in_flight, settings.backend_queue_timeout_s)
         metrics.track(backend.name, lambda: limit.in_flight, lambda: limit.queued)
-        self.limits = JsonLimits(max_depth=settings.max_json_depth, max_string_chars=settings.max_string_chars)
+        self.calls = CallService(
+            intake=Intake(self.sessions, self.histories, planner, self.limits),
+            planner=planner,
+            generation=Generation(chat_format, tokenizer.vocab_size, settings.backend_deadline_s, limit),
+            recorder=CallRecorder(self.writer, self.histories, store_timeout_s=store_timeout_s),
+            builder=self.builder,
+            policy_for=self.policy_for,
+        )
         self._backend_policy = BackendPolicy(backend)
         self._scorer = scorer
         self._policies: dict[str, Policy] = {}
@@ -148,13 +154,8 @@ class Gateway:
         return self.chat_format.parse(output_ids, (), list(prompt_tail) or None).message()
 
     async def in_store(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` (a blocking store call) in a worker thread, waited for at most the statement timeout:
-        a frozen or unreachable store is a ``StoreError`` (503) within that time, never a hang."""
-        timeout = self.settings.store_statement_timeout_s
-        try:
-            return await asyncio.wait_for(in_thread(fn, *args), timeout)
-        except TimeoutError:
-            raise StoreError(f"the store did not answer within {timeout:g} s") from None
+        """``fn(*args)`` (a blocking store call) in a worker thread, bounded by the statement timeout (a 503)."""
+        return await in_store(fn, *args, timeout_s=self.settings.store_statement_timeout_s)
 
     def _recheck_soon(self) -> None:
         """A cached key went stale (``SessionStore.cached``, on the loop): one task at a time rechecks the queued

@@ -2,7 +2,7 @@
 
 ``--workers N`` runs N gateway processes on one port (``SO_REUSEPORT``: the kernel spreads new connections over
 them). A session's calls may reach any of them: seq numbers come from the store's per-session counter and each
-process extends its history from the store when it lacks a call (``polar.proxy.history``). The parent migrates
+process extends its history from the store when it lacks a call (``polar.proxy.session.history``). The parent migrates
 the store and settles the control token once, then starts the workers and stops them when it is stopped.
 """
 
@@ -19,8 +19,8 @@ import uvicorn
 from db import migrate
 from db.engine import describe_database, normalize_url
 from polar.auth import control_token, where
-from polar.proxy.app import create_app
 from polar.proxy.gateway import Gateway
+from polar.proxy.http.app import create_app
 from polar.proxy.registration import registered
 from polar.settings import Settings
 

@@ -1,7 +1,7 @@
 """Which captures of a rollout may train: poisoned chains, dead retries, and the call the session ended on.
 
 - **Poisoned**: a call the gateway admitted as ``unresolved`` (its history held assistant content no capture of
-  the session produced there: ``polar.proxy.admission``), and every call after it on its chain. Kept and shown,
+  the session produced there: ``polar.proxy.call.admission``), and every call after it on its chain. Kept and shown,
   never trained.
 - **Retries** (the documented policy): calls with the same parent and the same full prompt are one call sent
   again (a client timeout, a lost reply). The gateway generates each and keeps them all as siblings; here only

@@ -34,6 +34,8 @@ the model produced nothing. Usage reports every prompt token as ``input_tokens``
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -300,6 +302,8 @@ class AnthropicCodec:
     """The ``anthropic_messages`` protocol codec (see the module docstring for the mapping)."""
 
     name = "anthropic_messages"
+    key_in_query = False
+    count_tokens_defaults: Mapping[str, Any] = MappingProxyType({"max_tokens": 1})
 
     def count_tools(self, body: Any) -> int:
         """Tools with an ``input_schema`` (server tools have none, and are not rendered)."""

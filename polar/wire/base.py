@@ -16,6 +16,7 @@ Frames are complete SSE strings ("event: x\\ndata: {...}\\n\\n" or "data: {...}\
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,6 +50,10 @@ class StreamEncoder(Protocol):
 
 class ProtocolCodec(Protocol):
     name: str  # stored in captures.protocol: openai_chat | openai_responses | anthropic_messages | gemini
+    # Where the provider's clients may put the key besides its headers: Google's take ``?key=`` on the URL.
+    key_in_query: bool
+    # What a token-count body lacks to be a valid request of this protocol (Anthropic's has no max_tokens).
+    count_tokens_defaults: Mapping[str, Any]
 
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None
@@ -62,7 +67,7 @@ class ProtocolCodec(Protocol):
     def count_tools(self, body: Any) -> int:
         """How many tool definitions a render of ``body`` surely writes, counted on the decoded body before it is
         checked or validated (cheap: no walk); 0 for a malformed body, whose validation names the problem. The
-        cost bound (``polar.proxy.cost``) uses it to refuse a body of 100,000 tools before any work."""
+        cost bound (``polar.proxy.call.cost``) uses it to refuse a body of 100,000 tools before any work."""
         ...
 
     def response(self, completion: Completion, *, request: ChatRequest | None = None) -> dict[str, Any]:

@@ -34,6 +34,8 @@ reasoning included (the split is not known here, so there is no ``thoughtsTokenC
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -312,6 +314,8 @@ class GeminiCodec:
     """The ``gemini`` protocol codec (see the module docstring for the mapping)."""
 
     name = "gemini"
+    key_in_query = True
+    count_tokens_defaults: Mapping[str, Any] = MappingProxyType({})
 
     def count_tools(self, body: Any) -> int:
         """The ``functionDeclarations`` of the top-level ``tools`` (camelCase or snake_case)."""

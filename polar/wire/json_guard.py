@@ -166,7 +166,7 @@ def _known_parts(value: Any, checked: Any) -> dict[str, int]:
 
 def _share(value: dict[str, Any], checked: Any, known: dict[str, int]) -> None:
     """Put ``checked``'s items in place of the equal leading items of ``value``'s lists: a session keeps its latest
-    bodies (``polar.proxy.history``), and this way they hold one copy of the conversation they have in common,
+    bodies (``polar.proxy.session.history``), and this way they hold one copy of the conversation they have in common,
     not one each. Bodies are never changed in place, so sharing their items is safe."""
     for key, count in known.items():
         item, old = value[key], checked[key]

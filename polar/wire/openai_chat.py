@@ -21,7 +21,9 @@ chunk is sent only when asked for.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, Tag
@@ -256,6 +258,8 @@ class OpenAIChatCodec:
     request) for per-request choices; without it the usage chunk is not sent."""
 
     name = "openai_chat"
+    key_in_query = False
+    count_tokens_defaults: Mapping[str, Any] = MappingProxyType({})
 
     def count_tools(self, body: Any) -> int:
         """``function`` tools and legacy ``functions``: every one is rendered."""

@@ -37,12 +37,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, Tag
 
 from polar.errors import InvalidRequest, PolarError
-from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
+from polar.tokens.messages import Message, Role, ToolCall
 from polar.wire.base import StreamMeta
 from polar.wire.canonical import ChatRequest, Completion
 from polar.wire.openai_common import (
@@ -65,6 +66,7 @@ from polar.wire.openai_responses_output import (
     output_items,
     response_json,
 )
+from polar.wire.openai_responses_tools import OfferedTools, flat_name
 
 # ---------------------------------------------------------------------------------------------- wire models
 
@@ -141,98 +143,11 @@ class AdditionalToolsItem(WireModel):
     tools: list[Any]
 
 
-class ToolTypeWire(WireModel):
-    type: str
-
-
-class FunctionToolWire(WireModel):
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-
-
-class GrammarWire(WireModel):
-    type: str
-    syntax: str | None = None
-    definition: str | None = None
-
-
-class CustomToolWire(WireModel):
-    name: str
-    description: str | None = None
-    format: GrammarWire | None = None
-
-
-class NamespaceToolWire(WireModel):
-    name: str
-    description: str | None = None
-    tools: list[Any]
-
-
 @dataclass(frozen=True)
 class OpenAIResponsesRequest(ChatRequest):
     """A ChatRequest plus the route of each offered tool (needed to emit custom and namespaced calls)."""
 
     routes: Mapping[str, ToolRoute] = field(default_factory=dict, hash=False)
-
-
-# -------------------------------------------------------------------------------------------------- tools
-
-
-def custom_tool_parameters(grammar: GrammarWire | None) -> dict[str, Any]:
-    """The JSON schema offered for a freeform tool: one string, ``input``, with its grammar if it has one."""
-    doc = "The tool's input, as free-form text."
-    if grammar is not None and grammar.type == "grammar" and grammar.definition:
-        syntax = f"{grammar.syntax} " if grammar.syntax else ""
-        doc = f"The tool's input: text that follows this {syntax}grammar.\n{grammar.definition}"
-    return {
-        "type": "object",
-        "properties": {"input": {"type": "string", "description": doc}},
-        "required": ["input"],
-    }
-
-
-class _Tools:
-    """Offered tools in declaration order, first declaration of a name wins, with their routes."""
-
-    def __init__(self) -> None:
-        self.specs: list[ToolSpec] = []
-        self.routes: dict[str, ToolRoute] = {}
-
-    def add_all(self, tools: list[Any], path: str) -> None:
-        for index, raw in enumerate(tools):
-            self.add(raw, index_path(path, index), namespace=None)
-
-    def add(self, raw: Any, path: str, *, namespace: NamespaceToolWire | None) -> None:
-        kind = validate(ToolTypeWire, raw, prefix=path).type
-        if kind == "function":
-            tool = validate(FunctionToolWire, raw, prefix=path)
-            self._offer(tool.name, tool.description, tool.parameters or {}, "function", namespace)
-        elif kind == "custom":
-            custom = validate(CustomToolWire, raw, prefix=path)
-            self._offer(custom.name, custom.description, custom_tool_parameters(custom.format), "custom", namespace)
-        elif kind == "namespace" and namespace is None:
-            group = validate(NamespaceToolWire, raw, prefix=path)
-            for index, inner in enumerate(group.tools):
-                self.add(inner, f"{path}.tools[{index}]", namespace=group)
-        # Anything else is a hosted or built-in tool: skipped (see the module docstring).
-
-    def _offer(
-        self,
-        name: str,
-        description: str | None,
-        parameters: dict[str, Any],
-        kind: Literal["function", "custom"],
-        namespace: NamespaceToolWire | None,
-    ) -> None:
-        offered = _flat_name(name, namespace.name if namespace is not None else None)
-        if offered in self.routes:
-            return  # a name declared twice (tools and additional_tools): the model can only mean one
-        text = description or ""
-        if namespace is not None and namespace.description:
-            text = f"{text}\n\n(In {namespace.name}: {namespace.description})".strip()
-        self.specs.append(ToolSpec(offered, text, parameters))
-        self.routes[offered] = ToolRoute(kind, name, namespace.name if namespace is not None else None)
 
 
 # ------------------------------------------------------------------------------------------------ history
@@ -247,16 +162,12 @@ def _reasoning_text(item: ReasoningItem, path: str) -> str | None:
     return "\n\n".join(p.text for p in parts) or None
 
 
-def _flat_name(name: str, namespace: str | None) -> str:
-    return f"{namespace}.{name}" if namespace else name
-
-
 class _History:
     """Input items → canonical messages, one assistant message per model reply."""
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
-        self.tools = _Tools()
+        self.tools = OfferedTools()
         self._names: dict[str, str] = {}  # call id → tool name, to name tool results
         self._reasoning: str | None = None
         self._text: str | None = None
@@ -275,7 +186,7 @@ class _History:
             else:
                 call = validate(CustomToolCallItem, raw, prefix=path)
                 arguments = _custom_arguments(call.input)
-            self._call(ToolCall(_flat_name(call.name, call.namespace), arguments, call.call_id))
+            self._call(ToolCall(flat_name(call.name, call.namespace), arguments, call.call_id))
         elif kind in ("local_shell_call", "shell_call"):
             shell = validate(ShellCallItem, raw, prefix=path)
             name = "local_shell" if kind == "local_shell_call" else "shell"
@@ -355,6 +266,8 @@ class OpenAIResponsesCodec:
     parsed request) so custom and namespaced tool calls go back in the shape the harness declared."""
 
     name = "openai_responses"
+    key_in_query = False
+    count_tokens_defaults: Mapping[str, Any] = MappingProxyType({})
 
     def count_tools(self, body: Any) -> int:
         """Top-level ``function`` and ``custom`` tools of distinct names (the first declaration of a name wins)."""

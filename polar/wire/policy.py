@@ -1,7 +1,7 @@
 """The scripted session policy as it travels: in a task's ``policies`` and on the session API (``policy``).
 
 A scripted policy answers a session's calls from a script instead of sampling (tests, demos, harness
-fixtures); the gateway plays it (``polar.proxy.policy.ScriptedPolicy``). This is only its JSON, validated.
+fixtures); the gateway plays it (``polar.proxy.call.policy.ScriptedPolicy``). This is only its JSON, validated.
 """
 
 from __future__ import annotations

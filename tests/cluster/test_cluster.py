@@ -38,7 +38,7 @@ from db.enums import CaptureStatus, RolloutStatus
 from db.models import Capture, Rollout, Task, Trajectory
 from polar.backends.fleet import FleetBackend, Member
 from polar.inference import GenerateRequest
-from polar.proxy.sessions import hash_key
+from polar.proxy.session.sessions import hash_key
 from tests.cluster.fleet import LIMITS, STALE_AFTER_S, Cluster, cluster  # noqa: F401
 from tests.cluster.hosts import missing_tools, wait_for
 from tests.rollout.helpers import GIT_INIT, bash

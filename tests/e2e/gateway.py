@@ -14,8 +14,8 @@ class LoggingGatewayServer(GatewayServer):
     """``GatewayServer`` whose uvicorn logs through the root logger (the runner sends it to gateway.log)."""
 
     async def _main(self) -> None:
-        from polar.proxy.app import create_app
         from polar.proxy.gateway import Gateway
+        from polar.proxy.http.app import create_app
 
         self.gateway = await Gateway.create(self.settings, backend=self.backend)
         config = uvicorn.Config(

@@ -8,8 +8,8 @@ from contextlib import asynccontextmanager
 import httpx
 
 from polar.inference import Backend
-from polar.proxy.app import create_app
 from polar.proxy.gateway import Gateway
+from polar.proxy.http.app import create_app
 from polar.settings import Settings
 
 CONTROL_TOKEN = "ctl-test-token"

@@ -45,8 +45,8 @@ class GatewayServer:
             self._error = exc
 
     async def _main(self) -> None:
-        from polar.proxy.app import create_app
         from polar.proxy.gateway import Gateway
+        from polar.proxy.http.app import create_app
 
         self.gateway = await Gateway.create(self.settings, backend=self.backend)
         config = uvicorn.Config(create_app(self.gateway), host="127.0.0.1", port=self.port, log_level="warning")

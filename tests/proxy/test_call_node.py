@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from array import array
 
-from polar.proxy.call_node import CallNode, Line
+from polar.proxy.session.call_node import CallNode, Line
 from polar.tokens.messages import Message, Role
 
 

@@ -1,4 +1,4 @@
-"""The capture writer's own encoding (``polar.proxy.capture_sql``) stores exactly what the ORM's column types do.
+"""The capture writer's own encoding (``polar.proxy.capture.sql``) stores exactly what the ORM's column types do.
 
 The writer skips the ORM (a binary ``COPY`` on Postgres, a multi-row insert on SQLite), so a row it commits is read
 back here through the ORM and compared with the same values written through the ORM: edge values of every encoded
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from db import Capture, Rollout, session_scope
 from db.enums import CaptureStatus
 from polar.errors import StoreError
-from polar.proxy.recorder import CaptureWriter
+from polar.proxy.capture.writer import CaptureWriter
 from tests.pg import STORES, migrated_factory
 
 EDGE = {

@@ -8,7 +8,7 @@ import asyncio
 import sqlalchemy as sa
 
 from db import Capture, Rollout, make_engine, make_session_factory, session_scope
-from polar.proxy.recorder import CaptureWriter
+from polar.proxy.capture.writer import CaptureWriter
 from tests.pg import migrated_store, needs_postgres
 
 

@@ -32,7 +32,7 @@ def test_a_capture_committed_after_its_caller_got_a_503_is_unacknowledged(tmp_pa
 async def _phantom(settings, engine, url: str) -> None:
     async with asgi_gateway(settings, LocalBackend(engine)) as (gw, client):
         sessions = [await open_session(client, policy=SCRIPT) for _ in range(2)]
-        gw.calls.store_timeout_s = 1.0  # callers give up long before the store's own statement timeout
+        gw.calls.recorder.store_timeout_s = 1.0  # callers give up long before the store's own statement timeout
         locker = make_engine(url)
         conn = locker.connect()
         held = conn.begin()

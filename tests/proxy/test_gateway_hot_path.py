@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from polar.backends.local import LocalBackend
 from polar.proxy.gateway import Gateway
-from polar.proxy.sessions import SessionStore
+from polar.proxy.session.sessions import SessionStore
 from tests.pg import STORES, migrated_store
 from tests.proxy.asgi_gateway import asgi_gateway, captures, open_session
 from tests.proxy.gateway_server import settings_for
@@ -259,8 +259,8 @@ def test_one_group_commit_checks_each_call_against_its_own_key(store_url, tmp_pa
 async def _keys_in_one_batch(settings, engine) -> None:
     from db import Capture, session_scope
     from polar.errors import PermissionDenied
-    from polar.proxy.recorder import Stored, _Pending  # white-box: rows put on the writer's queue at once
-    from polar.proxy.sessions import hash_key
+    from polar.proxy.capture.writer import Stored, _Pending  # white-box: rows put on the writer's queue at once
+    from polar.proxy.session.sessions import hash_key
     from tests.proxy.test_gateway_poison import _row
 
     async with asgi_gateway(settings, LocalBackend(engine)) as (gw, client):

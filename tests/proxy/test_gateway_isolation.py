@@ -11,7 +11,7 @@ import asyncio
 import httpx
 
 from polar.backends.local import LocalBackend
-from polar.proxy.cost import MIN_TOOL_CHARS
+from polar.proxy.call.cost import MIN_TOOL_CHARS
 from tests.proxy.big_bodies import TOOLS, long_description_body, many_tools_body
 from tests.proxy.gateway_server import GatewayServer, settings_for
 from tests.proxy.shapes import PROTOCOLS, error_problem, stream_outcome

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.errors import PermissionDenied
-from polar.proxy.sessions import SessionStore
+from polar.proxy.session.sessions import SessionStore
 from polar.rollout import state, submit_tasks
 from polar.rollout.context import store_factory
 from tests.conftest import CONTROL

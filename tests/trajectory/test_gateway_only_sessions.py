@@ -6,7 +6,7 @@ from __future__ import annotations
 from db import Rollout, make_engine, make_session_factory, migrate
 from db.enums import RolloutStatus
 from polar.cli import main
-from polar.proxy.sessions import SessionStore
+from polar.proxy.session.sessions import SessionStore
 from polar.trajectory import rebuild
 
 

@@ -17,7 +17,7 @@ Loading decodes each new capture's stored request with its protocol codec and re
 
 Per-call cost does not grow with the number of earlier calls: candidates for the parent come from an index by
 depth (the usual parent, the previous turn, is the first one tried), the chain's ids are one array extended in
-place (``polar.proxy.call_node.Line``), and the count of tool calls is kept as it grows. Memory stays
+place (``polar.proxy.session.call_node.Line``), and the count of tool calls is kept as it grows. Memory stays
 proportional to the session's tokens, not turns x context: a call on the line holds offsets into it (one off it,
 its prompt delta and output), and shares its history messages with its parent.
 No lock here is held across I/O: reads run without one and are merged under it.
@@ -42,7 +42,7 @@ from db import Capture, session_scope
 from db.capture_tree import prompt_from_chain
 from db.enums import CaptureStatus
 from db.request_json import expand_request, full_request_json
-from polar.proxy.call_node import CallNode, LazyPrompt, Line
+from polar.proxy.session.call_node import CallNode, LazyPrompt, Line
 from polar.tokens.messages import Message
 from polar.tokens.render import PriorCall
 from polar.wire.canonical import ChatRequest
@@ -55,7 +55,7 @@ class SessionHistory:
     # Full request bodies of the latest calls: the next call is stored relative to its parent's (db.request_json);
     # older ones are rebuilt from the store when needed, so memory does not grow with the turns.
     bodies: OrderedDict[int, Any] = field(default_factory=OrderedDict)
-    # The session's chain of calls, its ids held once (polar.proxy.call_node); most calls are on it.
+    # The session's chain of calls, its ids held once (polar.proxy.session.call_node); most calls are on it.
     line: Line = field(default_factory=Line)
     # Full prompts of the latest calls off the line (a branch's, say): the next call most likely extends one.
     prompts: OrderedDict[int, array[int]] = field(default_factory=OrderedDict)
@@ -68,7 +68,7 @@ class SessionHistory:
     tool_steps: int = 0  # how many known calls offered tools (the scripted policy's cursor)
     tool_free_steps: int = 0  # how many known calls offered none (the cursor of its tool-free replies)
     # The latest request decoded for this session: (protocol, body, ChatRequest); the next one re-sends most of
-    # it, and only what it adds is checked and decoded again (polar.proxy.app).
+    # it, and only what it adds is checked and decoded again (polar.proxy.http.app).
     last_request: tuple[str, Any, ChatRequest] | None = None
 
     @property

@@ -1,7 +1,7 @@
 """Durable capture writes with group commit (durable before acknowledged).
 
 Concurrent calls hand their capture rows to one writer thread, which commits everything pending in one
-transaction (one counter update and one bulk insert, on its own connection: ``polar.proxy.capture_sql``)
+transaction (one counter update and one bulk insert, on its own connection: ``polar.proxy.capture.sql``)
 and then wakes each caller with its capture id (one wake-up of the event loop per batch). Throughput scales
 with concurrency while every caller still waits for its own commit. ``seq`` numbers are assigned in the
 transaction from the rollout's counter (``rollouts.next_capture_seq``, incremented with ``UPDATE ... RETURNING``):
@@ -43,7 +43,7 @@ from db import Capture, Rollout, session_scope
 from db.engine import rows_matched
 from db.enums import CaptureStatus
 from polar.errors import PermissionDenied, PolarError, StoreError
-from polar.proxy import access_log, capture_sql
+from polar.proxy.capture import sql as capture_sql
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +95,9 @@ class CaptureWriter:
         self._ensure_started()
         loop = asyncio.get_running_loop()
         pending = _Pending(row, loop, loop.create_future(), key_hash)
-        queued = loop.time()
         self._queue.put(pending)
         try:
-            stored = await asyncio.wait_for(pending.future, timeout_s)
-            access_log.noted(row, loop.time() - queued)  # the call's line in the access log, if on
-            return stored
+            return await asyncio.wait_for(pending.future, timeout_s)
         except TimeoutError:
             # The row may still commit (its transaction had begun): ``_resolve_all`` then finds the future done and
             # has it marked. If it committed just as the wait ran out, it is marked here.
@@ -208,7 +205,7 @@ class CaptureWriter:
         return None, _row_error(conflict, batch, "could not assign a capture sequence number"), True
 
     def _insert(self, batch: list[_Pending]) -> list[Stored | PolarError]:
-        """One transaction on the writer's own connection (``polar.proxy.capture_sql``): the batch's rollout rows
+        """One transaction on the writer's own connection (``polar.proxy.capture.sql``): the batch's rollout rows
         locked in id order (so concurrent writers never deadlock), one counter increment for all of them that
         also checks each session is open under its call's key, then one bulk insert. Rows of a revoked
         session are left out and get ``PermissionDenied``; a row whose values cannot be encoded gets its error.

@@ -1,9 +1,9 @@
-"""HTTP surface of the gateway: the four provider protocols, plus session control (``polar.proxy.session_routes``).
+"""HTTP surface of the gateway: the four provider protocols, plus session control (``session_routes``).
 
-Every error leaves through ``_error``: the codec of the route turns a PolarError into its provider's
-status and body. Nothing reaches the harness as a bare 500 traceback. Bodies are checked against the JSON
-limits (``polar.wire.json_guard``) and decoded, with the request, in a worker thread when large; every store
-wait is bounded (``Gateway.in_store``). Health: ``/health/live`` (the process answers), ``/health/ready`` (store
+A model route hands the caller's key and a body reader to the call pipeline (``polar.proxy.call.service``) and
+shapes only the response: JSON or SSE, with keep-alive bytes while a slow call runs. Every error leaves through
+``_error``: the codec of the route turns a PolarError into its provider's status and body. Nothing reaches the
+harness as a bare 500 traceback. Health: ``/health/live`` (the process answers), ``/health/ready`` (store
 and backend each answer within ``health_timeout_s``; 503 otherwise), and ``/health`` (ready, plus details).
 """
 
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -35,21 +34,16 @@ from polar.errors import (
     PolarError,
     StoreError,
 )
-from polar.proxy import access_log, keepalive, ws_denial
-from polar.proxy.admin import add_admin_routes
-from polar.proxy.cost import MIN_TOOL_CHARS, message_chars, tool_chars
+from polar.proxy import access_log
 from polar.proxy.gateway import Gateway
-from polar.proxy.health import add_health_routes
-from polar.proxy.service import INLINE_CHARS
-from polar.proxy.session_routes import add_session_routes, api_key
-from polar.proxy.sessions import SessionInfo
-from polar.proxy.stream_response import StreamResponse
-from polar.slices import SlicedRequests, in_thread
+from polar.proxy.http import keepalive, ws_denial
+from polar.proxy.http.admin import add_admin_routes
+from polar.proxy.http.health import add_health_routes
+from polar.proxy.http.session_routes import add_session_routes, api_key
+from polar.proxy.http.stream_response import StreamResponse
+from polar.slices import SlicedRequests
 from polar.wire import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, ProtocolCodec
-from polar.wire.base import parse_after
-from polar.wire.body import OFFLOAD_BYTES, FastJSONResponse, read_body
-from polar.wire.canonical import ChatRequest
-from polar.wire.json_guard import parse_json_after
+from polar.wire.body import FastJSONResponse, read_body
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -94,62 +88,6 @@ async def _run(fn: Callable[[], None]) -> None:
     fn()
 
 
-async def _decode(
-    gw: Gateway, request: Request, codec: ProtocolCodec, model: str | None, stream: bool | None, *, count: bool = False
-) -> tuple[Any, ChatRequest, bool, int]:
-    """The body checked and decoded into a ChatRequest, and whether it went the strict way (it may then spare the
-    session's next call the same work: ``parse_json_after``); in a worker thread when it is large, so one big
-    body does not hold up the event loop (and with it every other session's calls). Called once the caller's
-    key was checked: the body of an unauthenticated call is never read.
-
-    Also the cost bound (``polar.proxy.cost``), before any tokenization: a body whose rendered text (messages,
-    system, tool results and tool definitions) surely needs more tokens than the context window is refused
-    with the provider's 400 here; returned last is how many characters its tool definitions render (counted
-    only for a body large enough for them to matter: the call then tokenizes off the loop)."""
-    raw = await read_body(request, gw.settings.max_body_bytes)
-    prior = None if count else _prior_request(gw, request, codec)
-
-    bound = gw.calls.bound_bytes()
-    big = bool(bound) and len(raw) > bound
-
-    def count_tools(value: Any) -> None:  # before the body is walked: 100,000 tools are refused at once
-        gw.calls.refuse_surely_too_long(codec.count_tools(value) * MIN_TOOL_CHARS)
-
-    def decode() -> tuple[Any, ChatRequest, bool, int]:
-        checked = prior[1] if prior is not None else None
-        body, strict = parse_json_after(raw, gw.limits, checked, count_tools if big else None)
-        if count and isinstance(body, dict) and codec is ANTHROPIC:
-            body = {"max_tokens": 1, **body}  # count_tokens bodies carry no max_tokens
-        known = (prior[1], prior[2]) if prior is not None else None
-        chat = parse_after(codec, body, known, path_model=model, path_stream=False if count else stream)
-        tools = tool_chars(chat.tools) if len(raw) > INLINE_CHARS else 0
-        if big:
-            gw.calls.refuse_surely_too_long(message_chars(chat.messages) + tools)
-        return body, chat, strict, tools
-
-    if len(raw) >= OFFLOAD_BYTES:
-        return await in_thread(_freed_in_thread, decode)
-    return decode()
-
-
-def _freed_in_thread(fn: Callable[[], Any]) -> Any:
-    """``fn()``; a refusal leaves without its traceback, so what its frames held (a decoded body of a million
-    objects) is freed here, in the worker thread, not on the event loop where the error is answered."""
-    try:
-        return fn()
-    except PolarError as exc:
-        exc.__traceback__ = None
-        raise exc from None
-
-
-def _prior_request(gw: Gateway, request: Request, codec: ProtocolCodec) -> tuple[str, Any, ChatRequest] | None:
-    """The latest request of the caller's session in this codec, when its key is in the process's cache (no I/O,
-    and nothing is trusted from it: it only says which parts of the new body were checked and decoded before)."""
-    session = gw.sessions.cached(api_key(request, query=codec is GEMINI))
-    prior = gw.histories.last_request(session.id) if session is not None else None
-    return prior if prior is not None and prior[0] == codec.name else None
-
-
 def _internal(codec: ProtocolCodec, what: str) -> JSONResponse:
     """A bug, not the caller's fault: logged, and answered in the caller's protocol."""
     log.exception("unexpected error in %s", what)
@@ -159,19 +97,10 @@ def _internal(codec: ProtocolCodec, what: str) -> JSONResponse:
 async def _model_call(
     gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None, stream: bool | None = None
 ) -> Response:
-    started = time.perf_counter()
     try:
-        session = await _authenticate(gw, api_key(request, query=codec is GEMINI))
-        body, chat, strict, tools_chars = await _decode(gw, request, codec, model, stream)
-        if strict:
-            gw.histories.remember_request(session.id, codec.name, body, chat)
-        else:
-            gw.histories.forget_request(session.id)
-        plan = await gw.calls.plan_call(
-            session, codec, body, chat, gw.policy_for(session), started, tools_chars=tools_chars
-        )
+        plan = await gw.calls.receive(_key(request, codec), _reader(gw, request), codec, model=model, stream=stream)
         every_s = gw.settings.keepalive_s
-        if not chat.stream:
+        if not plan.request.stream:
             call = asyncio.create_task(gw.calls.complete(plan))
             if every_s <= 0 or await keepalive.first_within(call, every_s):
                 return FastJSONResponse(await call)
@@ -232,17 +161,17 @@ def _count_failure(codec: ProtocolCodec, exc: PolarError) -> None:
         metrics.BACKEND_ERRORS.labels(exc.error_type).inc()
 
 
-async def _authenticate(gw: Gateway, key: str | None) -> SessionInfo:
-    """The key's open session: from the process's short-lived cache, else checked against the store."""
-    cached = gw.sessions.cached(key)
-    return cached if cached is not None else await gw.in_store(gw.sessions.authenticate, key)
+def _key(request: Request, codec: ProtocolCodec) -> str | None:
+    return api_key(request, query=codec.key_in_query)
+
+
+def _reader(gw: Gateway, request: Request) -> Callable[[], Awaitable[bytes]]:
+    """The body, read only when the call pipeline asks (once the caller's key was checked)."""
+    return partial(read_body, request, gw.settings.max_body_bytes)
 
 
 async def _count_tokens(gw: Gateway, request: Request, codec: ProtocolCodec, *, model: str | None = None) -> int:
-    await _authenticate(gw, api_key(request, query=codec is GEMINI))
-    _, chat, _, _ = await _decode(gw, request, codec, model, False, count=True)
-    ids = await in_thread(gw.builder.canonical_ids, chat.messages, chat.tools)  # tokenizing: off the loop
-    return len(ids)
+    return await gw.calls.count_tokens(_key(request, codec), _reader(gw, request), codec, model=model)
 
 
 def _control_error(exc: PolarError) -> JSONResponse:

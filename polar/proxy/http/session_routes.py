@@ -21,7 +21,7 @@ from polar.auth import bearer_of, matches
 from polar.capture_extras import CaptureOptions, check_capture
 from polar.errors import AuthenticationError, PermissionDenied, PolarError, invalid_from
 from polar.proxy.gateway import Gateway
-from polar.proxy.health import finite_or_none
+from polar.proxy.http.health import finite_or_none
 from polar.wire import OPENAI_CHAT, ProtocolCodec
 from polar.wire.body import read_json
 from polar.wire.policy import ScriptedPolicySpec

@@ -1,0 +1,109 @@
+"""A call's intake: the caller's session, resolved once and before the body is read; then the body checked and
+decoded into a ChatRequest, with the cost bound applied before any tokenization.
+
+An unauthenticated call's body is never read. A large body is decoded in a worker thread, so one big body does
+not hold up the event loop (and with it every other session's calls). The session's previous request, when it
+went the strict way, spares the next one the work on what it repeats (``parse_json_after``, ``parse_after``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from polar.errors import PolarError
+from polar.proxy.call.cost import MIN_TOOL_CHARS, message_chars, tool_chars
+from polar.proxy.call.plan import INLINE_CHARS, Planner
+from polar.proxy.session.history import HistoryCache
+from polar.proxy.session.sessions import SessionInfo, SessionStore
+from polar.proxy.store_wait import in_store
+from polar.slices import in_thread
+from polar.wire.base import ProtocolCodec, parse_after
+from polar.wire.body import OFFLOAD_BYTES
+from polar.wire.canonical import ChatRequest
+from polar.wire.json_guard import JsonLimits, parse_json_after
+
+BodyReader = Callable[[], Awaitable[bytes]]
+
+
+@dataclass(frozen=True)
+class Decoded:
+    body: Any
+    request: ChatRequest
+    strict: bool  # went the strict (orjson) way: it may spare the session's next call the same work
+    tool_chars: int  # characters its tool definitions render (counted only for a body large enough to matter)
+
+
+class Intake:
+    def __init__(self, sessions: SessionStore, histories: HistoryCache, planner: Planner, limits: JsonLimits):
+        self.sessions = sessions
+        self.histories = histories
+        self.planner = planner
+        self.limits = limits
+
+    async def session(self, key: str | None) -> SessionInfo:
+        """The key's open session: from the process's short-lived cache, else checked against the store."""
+        cached = self.sessions.cached(key)
+        if cached is not None:
+            return cached
+        return await in_store(self.sessions.authenticate, key, timeout_s=self.planner.store_timeout_s)
+
+    async def decode(
+        self,
+        session: SessionInfo,
+        read: BodyReader,
+        codec: ProtocolCodec,
+        model: str | None,
+        stream: bool | None,
+        *,
+        count: bool = False,
+    ) -> Decoded:
+        """The body read, checked and decoded (``count``: a token-count body, which is never remembered).
+
+        Also the cost bound (``polar.proxy.call.cost``): a body whose rendered text (messages, system, tool
+        results and tool definitions) surely needs more tokens than the context window is refused with the
+        provider's 400 here, before any tokenization."""
+        raw = await read()
+        prior = None if count else self._prior(session, codec)
+        bound = self.planner.bound_bytes()
+        big = bool(bound) and len(raw) > bound
+
+        def count_tools(value: Any) -> None:  # before the body is walked: 100,000 tools are refused at once
+            self.planner.refuse_surely_too_long(codec.count_tools(value) * MIN_TOOL_CHARS)
+
+        def decode() -> Decoded:
+            checked = prior[1] if prior is not None else None
+            body, strict = parse_json_after(raw, self.limits, checked, count_tools if big else None)
+            if count and isinstance(body, dict):
+                body = {**codec.count_tokens_defaults, **body}
+            known = (prior[1], prior[2]) if prior is not None else None
+            chat = parse_after(codec, body, known, path_model=model, path_stream=False if count else stream)
+            tools = tool_chars(chat.tools) if len(raw) > INLINE_CHARS else 0
+            if big:
+                self.planner.refuse_surely_too_long(message_chars(chat.messages) + tools)
+            return Decoded(body, chat, strict, tools)
+
+        decoded = await in_thread(_freed_in_thread, decode) if len(raw) >= OFFLOAD_BYTES else decode()
+        if not count:  # the session's latest request, for the next call's decode to build on
+            if decoded.strict:
+                self.histories.remember_request(session.id, codec.name, decoded.body, decoded.request)
+            else:
+                self.histories.forget_request(session.id)
+        return decoded
+
+    def _prior(self, session: SessionInfo, codec: ProtocolCodec) -> tuple[str, Any, ChatRequest] | None:
+        """The session's latest request in this codec, if this process holds it (nothing is trusted from it: it
+        only says which parts of the new body were checked and decoded before)."""
+        prior = self.histories.last_request(session.id)
+        return prior if prior is not None and prior[0] == codec.name else None
+
+
+def _freed_in_thread(fn: Callable[[], Decoded]) -> Decoded:
+    """``fn()``; a refusal leaves without its traceback, so what its frames held (a decoded body of a million
+    objects) is freed here, in the worker thread, not on the event loop where the error is answered."""
+    try:
+        return fn()
+    except PolarError as exc:
+        exc.__traceback__ = None
+        raise exc from None

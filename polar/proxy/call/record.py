@@ -1,0 +1,123 @@
+"""The one recorder of a call's outcome: a reply, a failure, or a reply its caller never received.
+
+A reply is committed (``reply``) before the caller sees its end, and becomes a known call of the session (a
+parent for the next). A failed generation is committed as an ERROR capture (``failure``) before the error reaches
+the caller; if even that fails, the caller still gets its original error. A committed reply whose caller left
+before the last byte is marked ``UNACKNOWLEDGED`` and forgotten as a parent (``undelivered``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from array import array
+from typing import Any
+
+from db.models import Capture
+from db.request_json import compact_request
+from polar import metrics
+from polar.capture_extras import apply_extras
+from polar.errors import PolarError
+from polar.inference import GenerateResult
+from polar.proxy import access_log
+from polar.proxy.call.plan import CallPlan
+from polar.proxy.capture.row import capture_row
+from polar.proxy.capture.writer import CaptureWriter, Stored
+from polar.proxy.session.call_node import CallNode
+from polar.proxy.session.history import HistoryCache
+from polar.proxy.store_wait import in_store
+from polar.slices import turn
+from polar.tokens.messages import Message, Role
+from polar.wire.canonical import Completion
+
+log = logging.getLogger(__name__)
+
+
+class CallRecorder:
+    def __init__(self, writer: CaptureWriter, histories: HistoryCache, *, store_timeout_s: float = 30.0):
+        self.writer = writer
+        self.histories = histories
+        self.store_timeout_s = store_timeout_s  # every store wait of a call: a frozen store is a 503 within it
+
+    async def reply(
+        self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict[str, Any]
+    ) -> int:
+        """Commit the reply's capture and make it a known call of the session; returns its id."""
+        row = await self._row(plan, final, response_json=response)
+        apply_extras(row, final.extras, plan.session.capture)
+        row.n_malformed_tool_calls = completion.malformed_tool_calls
+        stored = await self._commit(plan, row)
+        self.histories.remember_body(plan.session.id, stored.id, plan.body)
+        reply = Message(Role.ASSISTANT, completion.content, completion.reasoning, completion.tool_calls)
+        parent = plan.prompt.parent
+        self.histories.add(
+            plan.session.id,
+            CallNode(
+                id=stored.id,
+                parent_id=parent.ref if parent is not None else None,
+                prefix_len=plan.prompt.prefix_len,
+                prompt_delta_ids=array("i", plan.prompt.delta_ids),
+                output_ids=array("i", final.output_ids),
+                n_prompt=len(plan.prompt.ids),
+                messages=plan.request.messages,
+                tools=plan.request.tools,
+                reply=reply,
+                seq=stored.seq,
+            ),
+            plan.prompt.ids,
+        )
+        return stored.id
+
+    async def failure(self, plan: CallPlan, error: PolarError) -> None:
+        """Commit a failed generation. If even that fails, the original error still reaches the caller."""
+        try:
+            text = f"{error.error_type}: {error.message}".replace("\x00", "\\x00")  # a text column
+            stored = await self._commit(plan, await self._row(plan, None, error=text))
+            self.histories.note_seq(plan.session.id, stored.seq)
+        except PolarError:
+            log.warning("could not record the failed call of session %s", plan.session.id)
+
+    def undelivered(self, plan: CallPlan, capture_id: int) -> None:
+        """The committed reply ``capture_id`` never reached its caller: marked ``UNACKNOWLEDGED`` (never trained)
+        and dropped from the session's history (never a parent)."""
+        self.writer.unacknowledge(capture_id)
+        self.histories.drop(plan.session.id, capture_id)
+
+    async def _row(self, plan: CallPlan, final: GenerateResult | None, **fields: Any) -> Capture:
+        row = capture_row(
+            rollout_id=plan.session.id,
+            seq=-1,  # assigned by the writer
+            protocol=plan.codec.name,
+            model=plan.request.model,
+            backend=plan.policy.name,
+            request_json=await self._stored_request(plan),
+            prompt=plan.prompt,
+            sampling=plan.sampling,
+            result=final,
+            **fields,
+        )
+        row.scripted = plan.policy.scripted
+        row.admission, row.admission_cause = plan.admission.admission.value, plan.admission.cause
+        return row
+
+    async def _commit(self, plan: CallPlan, row: Capture) -> Stored:
+        committing = time.perf_counter()
+        stored = await self.writer.store(row, timeout_s=self.store_timeout_s, key_hash=plan.session.key_hash)
+        waited = time.perf_counter() - committing
+        metrics.COMMIT_WAIT.observe(waited)
+        access_log.noted(row, waited)  # the call's line in the access log, if on
+        await turn()  # a group commit wakes its whole batch at once
+        return stored
+
+    async def _stored_request(self, plan: CallPlan) -> Any:
+        """The request as stored: relative to the parent capture's (db.request_json); the parent's body is
+        in memory in the steady state, else rebuilt from the store."""
+        parent = plan.prompt.parent
+        if parent is None or parent.ref is None:
+            return compact_request(plan.body, None)
+        parent_body = self.histories.body_in_memory(plan.session.id, parent.ref)
+        if parent_body is None:
+            parent_body = await in_store(
+                self.histories.parent_body, plan.session.id, parent.ref, timeout_s=self.store_timeout_s
+            )
+        return compact_request(plan.body, parent_body)

@@ -1,0 +1,1 @@
+"""Session state in this process: authenticated keys, the session's known calls (history) and their ids."""

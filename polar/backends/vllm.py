@@ -5,7 +5,8 @@ Two wire paths, chosen per backend with ``endpoint``:
 - ``generate`` (default): ``POST /inference/v1/generate`` (server flag ``--enable-scale-out``) with
   ``{model, token_ids, sampling_params, request_id, stream}``. Reads ``choices[0].token_ids``,
   ``choices[0].logprobs.content[i].{token_id, logprob}``, ``finish_reason``, ``stop_reason`` and
-  ``weight_versions`` (``[{version, start, end}]``; on the last chunk when streaming).
+  ``weight_versions`` (``[{version, start, end}]``; on the last chunk when streaming). Top-k logprobs, when a
+  request asks for them, from ``content[i].top_logprobs`` (``polar.backends.vllm_wire.logprobs_to_ask``).
 - ``completions``: ``POST /v1/completions`` with ``prompt`` = the token id list, ``return_token_ids`` and
   legacy ``logprobs: 1``. Reads ``choices[0].token_ids`` and ``choices[0].logprobs.token_logprobs``. It
   has no weight versions, so the output is one span labelled from ``GET /weight_info`` after the reply.
@@ -43,12 +44,14 @@ from polar.backends.vllm_wire import (
     error_from_body,
     field_of,
     http_error,
+    logprobs_to_ask,
     misaligned,
     number_of,
     only_choice,
     span_of,
     sse_events,
     token_id_of,
+    top_k_row,
     vllm_sampling_params,
 )
 from polar.errors import (
@@ -146,7 +149,7 @@ class VLLMBackend:
         if max_tokens == 0:
             return await self._empty_result(request, started)
         body = self._body(request, max_tokens, stream=False)
-        acc = await self._begin()
+        acc = await self._begin(request)
         try:
             data = await self._post(_PATHS[self.endpoint], body, prompt_tokens=len(request.input_ids))
             self._absorb(acc, only_choice(data))
@@ -162,7 +165,7 @@ class VLLMBackend:
             yield GenerateChunk((), (), final=await self._empty_result(request, started))
             return
         body = self._body(request, max_tokens, stream=True)
-        acc = await self._begin()
+        acc = await self._begin(request)
         ttft = None
         prompt_tokens = len(request.input_ids)
         try:
@@ -188,10 +191,10 @@ class VLLMBackend:
             raise BackendProtocolError(f"vLLM stream from {self.base_url} ended without a finish_reason")
         yield GenerateChunk((), (), final=await self._result(acc, request, ttft=ttft, started=started))
 
-    async def _begin(self) -> Accumulator:
+    async def _begin(self, request: GenerateRequest) -> Accumulator:
         """A request's accumulator, registered as in flight, with the weight version it starts under."""
         version = self._known_version if self._known_version is not None else await self.weight_version()
-        acc = Accumulator(version_before=version)
+        acc = Accumulator(version_before=version, top_k=request.extras.top_logprobs if request.extras else 0)
         self._live[id(acc)] = acc
         return acc
 
@@ -227,9 +230,9 @@ class VLLMBackend:
         body: dict[str, Any] = {"model": self.model, "stream": stream}
         if request.request_id is not None:
             body["request_id"] = request.request_id
+        asked = logprobs_to_ask(request.extras, self.endpoint)  # 0: the sampled token's logprob only
         if self.endpoint == "generate":
-            # logprobs=0: the sampled token's logprob only (vLLM adds the sampled token to the top-k list).
-            body |= {"token_ids": list(request.input_ids), "sampling_params": sampling | {"logprobs": 0}}
+            body |= {"token_ids": list(request.input_ids), "sampling_params": sampling | {"logprobs": asked}}
         else:
             body |= {"prompt": list(request.input_ids), "return_token_ids": True, "logprobs": 1} | sampling
         return body
@@ -251,6 +254,10 @@ class VLLMBackend:
                         f"vLLM logprob entry for token {entry.get('token_id')} does not match sampled id {token}"
                     )
                 values.append(field_of(entry, "logprob", float))
+                if acc.top_k:
+                    top_ids, top_values = top_k_row(entry, acc.top_k)
+                    acc.top_ids.append(top_ids)
+                    acc.top_logprobs.append(top_values)
         else:
             values = field_of(logprobs, "token_logprobs", list) if logprobs is not None else []
             if len(values) != len(ids):
@@ -293,10 +300,12 @@ class VLLMBackend:
             logprob_semantics=LogprobSemantics.RAW,
             ttft_s=ttft,
             e2e_s=time.perf_counter() - started,
+            extras=acc.extras(),
         )
 
     async def _empty_result(self, request: GenerateRequest, started: float) -> GenerateResult:
-        acc = Accumulator(finish="length", spans=(VersionSpan(await self.weight_version(), 0, 0),))
+        top_k = request.extras.top_logprobs if request.extras else 0
+        acc = Accumulator(finish="length", spans=(VersionSpan(await self.weight_version(), 0, 0),), top_k=top_k)
         return await self._result(acc, request, ttft=None, started=started)
 
     # ---- weights and control (dev mode) -----------------------------------------------------------

@@ -12,9 +12,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import numpy as np
 
-from polar.errors import BackendError, BackendProtocolError, BackendUnavailable, ContextLengthExceeded, InvalidRequest
-from polar.inference import SamplingParams, VersionSpan
+from polar.errors import (
+    BackendError,
+    BackendProtocolError,
+    BackendUnavailable,
+    ConfigError,
+    ContextLengthExceeded,
+    InvalidRequest,
+)
+from polar.inference import ExtrasRequest, GenerateExtras, SamplingParams, VersionSpan
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +73,45 @@ class Accumulator:
     # how many ids had arrived when a weight update began during it (None: no update began).
     version_before: str | None = None
     held_at: int | None = None
+    # Top-k logprobs per sampled token, when asked (``top_k`` > 0): ids and values, ranks 1..k in order.
+    top_k: int = 0
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_logprobs: list[list[float]] = field(default_factory=list)
+
+    def extras(self) -> GenerateExtras | None:
+        if not self.top_k:
+            return None
+        shape = (len(self.top_ids), self.top_k)
+        return GenerateExtras(
+            top_ids=np.asarray(self.top_ids, dtype=np.int32).reshape(shape),
+            top_logprobs=np.asarray(self.top_logprobs, dtype=np.float32).reshape(shape),
+        )
+
+
+def logprobs_to_ask(extras: ExtrasRequest | None, endpoint: str) -> int:
+    """``sampling_params.logprobs`` for a generate-wire request: 0 (the sampled token's logprob only) or, with
+    top-k asked, k + 1. vLLM lists the sampled token first and then candidates in rank order, cut to the count
+    asked, so with k + 1 asked ranks 1..k are always in the list whether or not the sampled token is among them.
+    Extras vLLM cannot give here are refused (``ConfigError``), never returned empty."""
+    if extras is None or not extras.any:
+        return 0
+    if extras.routed_experts or extras.token_ids:
+        raise ConfigError("routed experts and chosen-id logprobs are not read from vLLM; use SGLang for them")
+    if endpoint != "generate":
+        raise ConfigError("top-k logprobs are read from vLLM's generate endpoint only (POLAR_VLLM_ENDPOINT=generate)")
+    return extras.top_logprobs + 1
+
+
+def top_k_row(entry: Any, k: int) -> tuple[list[int], list[float]]:
+    """Ranks 1..k of one position's ``top_logprobs`` (``[{token_id, logprob, rank}]``), in rank order."""
+    ranked: dict[int, tuple[int, float]] = {}
+    for candidate in field_of(entry, "top_logprobs", list):
+        rank = field_of(candidate, "rank", int, nullable=True)
+        if rank is not None and 1 <= rank <= k:
+            ranked[rank] = (token_id_of(candidate.get("token_id")), field_of(candidate, "logprob", float))
+    if sorted(ranked) != list(range(1, k + 1)):
+        raise BackendProtocolError(f"vLLM top_logprobs hold ranks {sorted(ranked)}, expected 1..{k}")
+    return [ranked[r][0] for r in range(1, k + 1)], [ranked[r][1] for r in range(1, k + 1)]
 
 
 def http_error(

@@ -86,7 +86,7 @@ class Gateway:
         limit = InFlightLimit(backend.name, settings.backend_max_in_flight, settings.backend_queue_timeout_s)
         metrics.track(backend.name, lambda: limit.in_flight, lambda: limit.queued)
         self.calls = CallService(
-            intake=Intake(self.sessions, self.histories, planner, self.limits),
+            intake=Intake(self.sessions, self.histories, planner, self.limits, store_timeout_s=store_timeout_s),
             planner=planner,
             generation=Generation(chat_format, tokenizer.vocab_size, settings.backend_deadline_s, limit),
             recorder=CallRecorder(self.writer, self.histories, store_timeout_s=store_timeout_s),

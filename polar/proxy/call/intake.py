@@ -36,18 +36,27 @@ class Decoded:
 
 
 class Intake:
-    def __init__(self, sessions: SessionStore, histories: HistoryCache, planner: Planner, limits: JsonLimits):
+    def __init__(
+        self,
+        sessions: SessionStore,
+        histories: HistoryCache,
+        planner: Planner,
+        limits: JsonLimits,
+        *,
+        store_timeout_s: float = 30.0,
+    ):
         self.sessions = sessions
         self.histories = histories
-        self.planner = planner
+        self.planner = planner  # the cost bound: refusals before any tokenization
         self.limits = limits
+        self.store_timeout_s = store_timeout_s
 
     async def session(self, key: str | None) -> SessionInfo:
         """The key's open session: from the process's short-lived cache, else checked against the store."""
         cached = self.sessions.cached(key)
         if cached is not None:
             return cached
-        return await in_store(self.sessions.authenticate, key, timeout_s=self.planner.store_timeout_s)
+        return await in_store(self.sessions.authenticate, key, timeout_s=self.store_timeout_s)
 
     async def decode(
         self,

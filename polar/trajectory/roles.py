@@ -41,7 +41,7 @@ from polar.trajectory.records import CaptureRecord
 from polar.trajectory.tree import CaptureTree
 
 MIN_MATCH = 16  # shorter texts ("Done.", "ok") are too common to prove a link
-_SUMMARISE = re.compile(r"\bsummar(?:y|ies|i[sz]e|i[sz]ing)\b|\bcompact(?:ion)?\b", re.IGNORECASE)
+_SUMMARISE = re.compile(r"\bsummar\w*|\bcompact\w*|\bcondens\w*|\bdistill?\w*", re.IGNORECASE)
 
 
 class Role(StrEnum):

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 
 from db.models import Rollout, Task, Trajectory
+from polar.trajectory.prefix_merge import NAME as DEFAULT_BUILDER
 
 
 class Acceptance(BaseModel):
@@ -75,7 +76,8 @@ def apply(query: sa.Select, f: ExportFilter, dialect: str) -> sa.Select:
     if f.builder is not None:
         query = query.where(Trajectory.builder == f.builder)
     elif not f.all_builders:
-        query = query.where(Trajectory.builder == Task.builder)
+        # A gateway-only session (no task) exports its default build, the one its close and ``rebuild`` make.
+        query = query.where(Trajectory.builder == sa.func.coalesce(Task.builder, DEFAULT_BUILDER))
     if f.min_reward is not None:
         query = query.where(Trajectory.reward >= f.min_reward)
     if f.max_reward is not None:

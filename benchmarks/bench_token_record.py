@@ -93,7 +93,7 @@ def main() -> None:
         print(f"sessions recorded under {where}")
     rows = [(name, token_record(name, result)) for name, result in runs]
     reasons = sorted({k for _, r in rows for k in r if k != TRAINED})
-    print(f"{'harness':<20} {'sampled':>8} {'trained':>8} " + " ".join(f"{k:>17}" for k in reasons))
+    print(f"{'harness':<24} {'sampled':>8} {'trained':>8} " + " ".join(f"{k:>17}" for k in reasons))
     total: Counter[str] = Counter()
     for name, fate in rows:
         total.update(fate)
@@ -105,7 +105,7 @@ def _row(name: str, fate: Counter[str], reasons: list[str]) -> None:
     sampled = sum(fate.values())
     share = lambda n: f"{n / sampled:.1%}" if sampled else "-"  # noqa: E731
     cells = " ".join(f"{share(fate[k]):>17}" for k in reasons)
-    print(f"{name:<20} {sampled:>8} {share(fate[TRAINED]):>8} {cells}")
+    print(f"{name:<24} {sampled:>8} {share(fate[TRAINED]):>8} {cells}")
 
 
 if __name__ == "__main__":

@@ -16,10 +16,18 @@ def _trajectories(args: argparse.Namespace) -> None:
     from polar.trajectory import rebuild
 
     factory = make_session_factory(make_engine(args.url or get_settings().resolved_database_url))
+    if args.action == "stats":  # the stored builds' token record: every untrained token with its reason
+        from polar.report.merges import stored_token_lines
+
+        with factory() as db:
+            lines = stored_token_lines(db, rollout_id=args.rollout, task_id=args.task, builder=args.builder)
+        print("\n".join(lines) or "no stored builds match")
+        return
     since = datetime.fromisoformat(args.since) if args.since else None
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
-    report = rebuild(factory, builder=args.builder, rollout_id=args.rollout, task_id=args.task, since=since)
+    builder = args.builder or "prefix_merge"
+    report = rebuild(factory, builder=builder, rollout_id=args.rollout, task_id=args.task, since=since)
     print(report.summary())
     for done in report.rebuilt:  # every masked token with its reason
         print(f"  {done.rollout_id}: {done.stats.token_line()}")
@@ -93,9 +101,9 @@ def _when(value: str | None) -> datetime | None:
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    traj = sub.add_parser("trajectories", help="rebuild trajectories from captures with a builder")
-    traj.add_argument("action", choices=["rebuild"])
-    traj.add_argument("--builder", default="prefix_merge", help="per_request or prefix_merge")
+    traj = sub.add_parser("trajectories", help="rebuild trajectories from captures, or show their token record")
+    traj.add_argument("action", choices=["rebuild", "stats"])
+    traj.add_argument("--builder", help="per_request or prefix_merge (rebuild: default prefix_merge; stats: all)")
     traj.add_argument("--rollout", help="one rollout id")
     traj.add_argument("--task", help="every rollout of a task")
     traj.add_argument("--since", help="every rollout created since an ISO date/time (UTC if no zone)")

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import sqlalchemy as sa
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -25,12 +26,20 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import gateways
 from db.enums import TaskStatus
-from db.models import Rollout
+from db.models import MergeStat, Rollout
 from polar import feed, metrics
 from polar.api import queries
 from polar.api.callbacks import deliver_due
 from polar.api.runner import InlineDispatch, TaskRunner
-from polar.api.schemas import ClaimRequest, RenewRequest, TaskBatch, TrainerBody, WeightsRequest
+from polar.api.schemas import (
+    ClaimRequest,
+    RenewRequest,
+    RolloutStats,
+    TaskBatch,
+    TokenRecord,
+    TrainerBody,
+    WeightsRequest,
+)
 from polar.api.weights import WeightSource, publish
 from polar.auth import announce, bearer_of, install_access_log_redaction, matches
 from polar.clock import now
@@ -221,6 +230,31 @@ def create_api(
             if row is None:
                 raise NotFound(f"no rollout {rollout_id}", field="rollout_id")
             return queries.rollout_view(row)
+
+        return await read(one)
+
+    @app.get("/v1/rollouts/{rollout_id}/stats", dependencies=v1, response_model=RolloutStats)
+    async def rollout_stats(rollout_id: str) -> RolloutStats:
+        """Each build's token record of one rollout: sampled, trainable, and every untrained token by reason."""
+
+        def one(db: Session) -> RolloutStats:
+            if db.get(Rollout, rollout_id) is None:
+                raise NotFound(f"no rollout {rollout_id}", field="rollout_id")
+            rows = db.scalars(
+                sa.select(MergeStat).where(MergeStat.rollout_id == rollout_id).order_by(MergeStat.builder)
+            )
+            builds = [
+                TokenRecord.model_validate(
+                    {
+                        **{k: getattr(row, k) for k in TokenRecord.model_fields},
+                        "roots_by_role": row.roots_by_role or {},
+                        "root_causes": row.root_causes or {},
+                        "untrained_tokens": row.untrained_tokens or {},
+                    }
+                )
+                for row in rows
+            ]
+            return RolloutStats(rollout_id=rollout_id, builds=builds)
 
         return await read(one)
 

@@ -38,3 +38,30 @@ class WeightsRequest(_Body):
     version: str = Field(min_length=1, max_length=128, description="the new version's name (unique)")
     checkpoint_path: str | None = Field(default=None, min_length=1, description="safetensors folder the backends read")
     notes: str | None = Field(default=None, max_length=10_000)
+
+
+class TokenRecord(BaseModel):
+    """One build's account of a rollout's sampled tokens (``db.models.MergeStat``): every token not trained has a
+    reason in ``untrained_tokens`` (poisoned, dead_branch, ambiguous_witness, unacknowledged, and the training
+    filter's: role_not_trained, rollout_error, ...); ``trainable_tokens`` is counted after the filter."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    builder: str
+    captures_in: int
+    error_captures: int
+    traces_out: int
+    roots: int
+    breaks: int
+    break_causes: dict[str, int]
+    roots_by_role: dict[str, int] = Field(default_factory=dict)
+    root_causes: dict[str, int] = Field(default_factory=dict)
+    sampled_tokens: int
+    loss_tokens: int = Field(description="tokens in the loss mask before the training filter")
+    trainable_tokens: int | None = Field(description="tokens trained after the filter; null for builds before 0017")
+    untrained_tokens: dict[str, int] = Field(default_factory=dict)
+
+
+class RolloutStats(BaseModel):
+    rollout_id: str
+    builds: list[TokenRecord]

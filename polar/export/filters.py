@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 
 from db.models import Rollout, Task, Trajectory
+from polar.trajectory.prefix_merge import NAME as DEFAULT_BUILDER
 
 # Any select: the filters add WHERE clauses and keep the columns (and so the row type) as they are.
 Query = TypeVar("Query", bound="sa.Select[*tuple[Any, ...]]")
@@ -78,7 +79,8 @@ def apply(query: Query, f: ExportFilter, dialect: str) -> Query:
     if f.builder is not None:
         query = query.where(Trajectory.builder == f.builder)
     elif not f.all_builders:
-        query = query.where(Trajectory.builder == Task.builder)
+        # A gateway-only session (no task) exports its default build, the one its close and ``rebuild`` make.
+        query = query.where(Trajectory.builder == sa.func.coalesce(Task.builder, DEFAULT_BUILDER))
     if f.min_reward is not None:
         query = query.where(Trajectory.reward >= f.min_reward)
     if f.max_reward is not None:

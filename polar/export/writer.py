@@ -42,11 +42,12 @@ class ExportReport:
     bytes: int
 
 
-def _common(trajectory: Trajectory, rollout: Rollout, task: Task, harness: str | None) -> dict[str, Any]:
+def _common(trajectory: Trajectory, rollout: Rollout, task: Task | None, harness: str | None) -> dict[str, Any]:
+    """The columns every export row has; ``task`` is None for a gateway-only session (its task columns are null)."""
     return {
         "trajectory_id": trajectory.id,
-        "task_id": task.id,
-        "task_name": task.name,
+        "task_id": task.id if task is not None else None,
+        "task_name": task.name if task is not None else None,
         "rollout_id": rollout.id,
         "sample_index": rollout.sample_index,
         "harness": harness,
@@ -62,11 +63,11 @@ def _common(trajectory: Trajectory, rollout: Rollout, task: Task, harness: str |
         "source_capture_id": trajectory.source_capture_id,
         "compacted": trajectory.compacted,
         "created_at": trajectory.created_at.isoformat(),
-        "metadata": task.meta or {},
+        "metadata": (task.meta if task is not None else None) or {},
     }
 
 
-def rl_row(trajectory: Trajectory, rollout: Rollout, task: Task, harness: str | None) -> dict[str, Any]:
+def rl_row(trajectory: Trajectory, rollout: Rollout, task: Task | None, harness: str | None) -> dict[str, Any]:
     return {
         **_common(trajectory, rollout, task, harness),
         "prompt_ids": list(trajectory.prompt_ids),
@@ -89,7 +90,7 @@ def rows(
         query = (
             sa.select(Trajectory, Rollout, Task, harness_name(dialect))
             .join(Rollout, Rollout.id == Trajectory.rollout_id)
-            .join(Task, Task.id == Rollout.task_id)
+            .join(Task, Task.id == Rollout.task_id, isouter=True)  # a gateway-only session has no task
             .order_by(Trajectory.id)
             .execution_options(yield_per=yield_per)
         )
@@ -104,7 +105,7 @@ def rows(
             messages, tools = conversation(db, last, parse_reply)
             yield {
                 **_common(trajectory, rollout, task, harness),
-                "instruction": task.instruction,
+                "instruction": task.instruction if task is not None else None,
                 "messages": messages,
                 "tools": tools,
                 # The same conversation as tokens, for SFT on exactly what the model saw and sampled.

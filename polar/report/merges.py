@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from db.models import Rollout, Task
+from db.models import MergeStat, Rollout, Task
 from polar.trajectory.registry import get_builder
 from polar.trajectory.store import load_capture_records
 
@@ -81,3 +81,27 @@ def format_summary(rows: Sequence[HarnessSummary]) -> str:
             f"{row.merge_ratio:>8.2f} {exact:>8} {row.breaks:>8}"
         )
     return "\n".join(lines)
+
+
+def stored_token_lines(
+    session: Session, *, rollout_id: str | None = None, task_id: str | None = None, builder: str | None = None
+) -> list[str]:
+    """``polar trajectories stats``: one line per stored build (``merge_stats``) of the chosen rollouts: sampled
+    tokens, trainable after the training filter, every untrained token by reason, and the root causes."""
+    query = sa.select(MergeStat).join(Rollout, Rollout.id == MergeStat.rollout_id).order_by(MergeStat.id)
+    if rollout_id is not None:
+        query = query.where(MergeStat.rollout_id == rollout_id)
+    if task_id is not None:
+        query = query.where(Rollout.task_id == task_id)
+    if builder is not None:
+        query = query.where(MergeStat.builder == builder)
+    lines = []
+    for row in session.scalars(query):
+        trainable = row.trainable_tokens if row.trainable_tokens is not None else row.loss_tokens
+        untrained = ", ".join(f"{k} {v}" for k, v in sorted((row.untrained_tokens or {}).items())) or "none"
+        causes = ", ".join(f"{k} {v}" for k, v in sorted((row.root_causes or {}).items())) or "none"
+        lines.append(
+            f"{row.rollout_id} {row.builder}: sampled {row.sampled_tokens}, trainable {trainable}, "
+            f"untrained: {untrained}; root causes: {causes}"
+        )
+    return lines

@@ -10,6 +10,12 @@
   ``OK``) are members: a reply its caller never got can be neither live nor a parent. Every other member is a
   **dead branch**, never trained. When more than one member was continued, each continued one stays live (the
   harness did go on from each).
+- **Witnesses**: "continued" is what the harness echoed: the gateway links a call to the earlier reply whose
+  content (text, reasoning, tool calls) its history repeats. When a continued member's reply is the same token
+  for token as another member's but the two differ in what would train (their logprobs), the echo cannot tell
+  which one the harness really kept (the link chose one among equals): the shape is **ambiguous**, and every
+  member of the group is masked with that reason rather than guessed. Identical replies with identical logprobs
+  are no ambiguity (whichever was kept trains the same tokens with the same weights).
 - **Terminal**: the latest live, unpoisoned call by ``seq`` (of the main agent, when roles are known): the one the
   session ended on. The chain through it
   is the chain the harness kept (``terminal_path``); builders give shared prefixes to it.
@@ -33,6 +39,7 @@ class Untrained(StrEnum):
     DEAD_BRANCH = "dead_branch"  # a retry the harness did not continue
     UNACKNOWLEDGED = "unacknowledged"  # committed, but its caller never got it
     FAILED = "failed"  # not an OK capture for another reason (none sampled: kept for counts)
+    AMBIGUOUS = "ambiguous_witness"  # a retry whose continued member the harness's echo cannot single out
 
 
 @dataclass(frozen=True)
@@ -41,10 +48,13 @@ class Liveness:
     dead: frozenset[int]
     terminal: int | None
     terminal_path: frozenset[int]  # the terminal capture and its ancestors (through links)
+    ambiguous: frozenset[int] = frozenset()  # retry members no witness singles out (module docstring)
 
     def reason(self, capture_id: int) -> Untrained | None:
         if capture_id in self.poisoned:
             return Untrained.POISONED
+        if capture_id in self.ambiguous:
+            return Untrained.AMBIGUOUS
         if capture_id in self.dead:
             return Untrained.DEAD_BRANCH
         return None
@@ -67,12 +77,15 @@ def judge(tree: CaptureTree, main: Callable[[int], bool] | None = None) -> Liven
     continued = {parent for parent in parent_of.values() if parent is not None}
     seq = {record.id: record.seq for record in tree.ok}
     dead: set[int] = set()
+    ambiguous: set[int] = set()
     for members in groups.values():
         if len(members) < 2:
             continue
         live = [m for m in members if m in continued] or [max(members, key=seq.__getitem__)]
         dead.update(m for m in members if m not in live)
-    candidates = [r for r in tree.ok if r.id not in poisoned and r.id not in dead]
+        if any(_twins(tree, m, other) for m in live if m in continued for other in members if other != m):
+            ambiguous.update(members)
+    candidates = [r for r in tree.ok if r.id not in poisoned and r.id not in dead and r.id not in ambiguous]
     mains = [r for r in candidates if main(r.id)] if main is not None else []
     terminal = (mains or candidates)[-1].id if candidates else None
     path: set[int] = set()
@@ -80,7 +93,13 @@ def judge(tree: CaptureTree, main: Callable[[int], bool] | None = None) -> Liven
     while node is not None:
         path.add(node)
         node = parent_of.get(node)
-    return Liveness(frozenset(poisoned), frozenset(dead), terminal, frozenset(path))
+    return Liveness(frozenset(poisoned), frozenset(dead), terminal, frozenset(path), frozenset(ambiguous))
+
+
+def _twins(tree: CaptureTree, a: int, b: int) -> bool:
+    """Whether replies ``a`` and ``b`` are one echo (same ids) yet would train differently (other logprobs)."""
+    x, y = tree.by_id[a], tree.by_id[b]
+    return x.output_ids == y.output_ids and x.output_logprobs != y.output_logprobs
 
 
 def untrained_tokens(tree: CaptureTree, liveness: Liveness) -> dict[str, int]:

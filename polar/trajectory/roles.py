@@ -4,10 +4,12 @@ the call each came from (issue 16).
 Labels come from the structure of the calls, read off ``CallView``s (what each call sent and what it got back),
 plus per-harness ``RoleHints`` that adapters declare as data. The rules, in ``seq`` order:
 
-- **compaction call**: a call that offered no tools and whose reply text reappears in a user or assistant
-  message of a later root (the summary carried into the new conversation; OpenCode puts it in an assistant
-  turn), or whose system prompt or last user message holds a hinted compaction marker. (Tool-free only: a
-  compaction request's own transcript holds the replies of the calls it summarises.) It
+- **compaction call**: a call that *asks* for a summary (a hinted compaction marker in its system prompt or last
+  user message, or, offering no tools, a last user message or system prompt that asks to summarise) and whose
+  reply text reappears in a user or assistant message of a later root (the summary carried into the new
+  conversation; OpenCode puts it in an assistant turn); a hinted call is one even without that. A history
+  rewrite alone is not a compaction: a harness that rebuilds its history from the model's replies every turn
+  (aider) carries each reply into the next root without anyone asking for a summary. It
   is cut from the chain it extends (``BreakCause.COMPACTION``) and links to the chain it summarised: its parent
   in the capture tree, else the latest earlier call of a main or sub-agent chain.
 - **post-compaction root**: a root holding such a summary; it keeps the role of the chain that was summarised
@@ -17,8 +19,10 @@ plus per-harness ``RoleHints`` that adapters declare as data. The rules, in ``se
   that call (the latest such).
 - **title**: a root whose system prompt holds a hinted title marker.
 - **main**: the first other root that offers tools (or the first root at all, when none does), any root that
-  continues it under rewritten history (same system prompt and tools), and any root nothing is known about (no
-  view: structure alone cannot tell it apart); every other root is ``other``.
+  continues it under rewritten history (same system prompt and tools, *or* the same opening user message: one
+  agent that added a tool, changed its system prompt or echoed other reasoning is still the same agent, on the
+  same task), and any root nothing is known about (no view: structure alone cannot tell it apart); every other
+  root is ``other``.
 
 Every non-start capture has the role of the chain start above it in the tree (failed calls included), so a
 chain's role is the role of its first capture's start. The labeller is pure: it never reads the store.
@@ -26,6 +30,7 @@ chain's role is the role of its first capture's start. The labeller is pure: it 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -36,6 +41,7 @@ from polar.trajectory.records import CaptureRecord
 from polar.trajectory.tree import CaptureTree
 
 MIN_MATCH = 16  # shorter texts ("Done.", "ok") are too common to prove a link
+_SUMMARISE = re.compile(r"\bsummar\w*|\bcompact\w*|\bcondens\w*|\bdistill?\w*", re.IGNORECASE)
 
 
 class Role(StrEnum):
@@ -135,7 +141,7 @@ def label_session(
         users, assistants = view(root).user_texts, view(root).assistant_texts
         for earlier in reversed([r for r in ok if r.seq < root.seq]):
             reply = view(earlier).reply_text
-            summariser = earlier.id in hinted or not view(earlier).tools
+            summariser = earlier.id in hinted or (not view(earlier).tools and _asks_summary(view(earlier)))
             if summariser and (_holds(users, reply) or _holds(assistants, reply)):
                 summary_of[root.id] = earlier.id
                 break
@@ -144,6 +150,7 @@ def label_session(
     starts: dict[int, ChainLabel] = {}
     start_of: dict[int, int] = {}
     main_key: tuple[str, tuple[str, ...]] | None = None
+    main_opening = ""  # the main agent's first user message: its task, which a re-rooted main call repeats
     for record in tree.records:
         v = view(record)
         parent_id = record.parent_id
@@ -165,17 +172,41 @@ def label_session(
             starts[record.id] = ChainLabel(record.id, Role.SUB_AGENT, launcher)
         elif any(m in v.system for m in hints.title_markers):
             starts[record.id] = ChainLabel(record.id, Role.TITLE)
-        elif _blank(v) or (main_key is None and v.tools) or (v.system, v.tools) == main_key:
+        elif (
+            _blank(v)
+            or (main_key is None and v.tools)
+            or (v.system, v.tools) == main_key
+            or (bool(main_opening) and v.user_texts[:1] == (main_opening,))
+        ):
             main_key = main_key or (None if _blank(v) else (v.system, v.tools))
+            main_opening = main_opening or (
+                v.user_texts[0] if v.user_texts and len(v.user_texts[0]) >= MIN_MATCH else ""
+            )
             starts[record.id] = ChainLabel(record.id, Role.MAIN)
         else:
             starts[record.id] = ChainLabel(record.id, Role.OTHER)
         start_of[record.id] = record.id
     if not any(label.role is Role.MAIN for label in starts.values()):
+        # No root offered tools (a text-mode harness): the first other root is the main agent, and so is every
+        # other root of that agent (same system prompt, or same opening task), e.g. aider's rebuilt histories.
         first = next((label for label in starts.values() if label.role is Role.OTHER), None)
         if first is not None:
-            starts[first.capture_id] = ChainLabel(first.capture_id, Role.MAIN)
+            lead = views.get(first.capture_id, empty)
+            for label in list(starts.values()):
+                other = views.get(label.capture_id, empty)
+                same = other.system == lead.system or (
+                    bool(lead.user_texts)
+                    and len(lead.user_texts[0]) >= MIN_MATCH
+                    and other.user_texts[:1] == lead.user_texts[:1]
+                )
+                if label is first or (label.role is Role.OTHER and same):
+                    starts[label.capture_id] = ChainLabel(label.capture_id, Role.MAIN, label.link_id, label.compacted)
     return SessionRoles(starts, start_of)
+
+
+def _asks_summary(view: CallView) -> bool:
+    """Whether a call's request asks the model to summarise (its last user message or its system prompt)."""
+    return bool(_SUMMARISE.search(view.last_user) or _SUMMARISE.search(view.system))
 
 
 def _blank(view: CallView) -> bool:

@@ -122,3 +122,22 @@ def test_a_final_call_retry_trains_the_retry_not_the_dead_branch() -> None:
     trained = [lp for lp, m in zip(sample.logprobs, sample.loss_mask, strict=True) if m]
     assert trained == [*root.output_logprobs, *step.output_logprobs, *retry.output_logprobs]
     assert not set(dead.output_logprobs) & set(trained)
+
+
+def test_a_retry_no_witness_singles_out_is_masked_in_the_adapters_sample() -> None:
+    """Twins (same reply ids, other logprobs) the next call echoes alike: TRL's and verl's shared sample trains
+    the rest of the kept chain once and neither twin (the build names the reason, ``ambiguous_witness``)."""
+    tree = RecordTree()
+    root = tree.add(SYSTEM, [10, EOT])
+    step = [*tree.sequence(root), 70]
+    first = tree.add(step, [20, EOT], root)
+    second = tree.add(step, [20, EOT], root)
+    after = tree.add([*tree.sequence(second), 71], [30, EOT], second)
+
+    result = prefix_merge(tree.records)
+    sample = _sample(ROLLOUT, [_row(t) for t in result.traces], {}, 0, None)
+
+    trained = [lp for lp, m in zip(sample.logprobs, sample.loss_mask, strict=True) if m]
+    assert sample.trainable and trained == [*root.output_logprobs, *after.output_logprobs]
+    assert not set(first.output_logprobs + second.output_logprobs) & set(trained)
+    assert result.stats.untrained_tokens == {"ambiguous_witness": 4}

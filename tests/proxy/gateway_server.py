@@ -79,6 +79,9 @@ class GatewayServer:
         reply.raise_for_status()
         return reply.json()
 
+    def close_session(self, session_id: str) -> None:
+        httpx.post(f"{self.url}/v1/sessions/{session_id}/close", headers=self.control, timeout=10).raise_for_status()
+
     def captures(
         self, session_id: str, key: str | None = None, full_prompt: bool = True, requests: bool = False
     ) -> list[dict]:

@@ -101,8 +101,9 @@ def test_the_kept_chain_owns_the_prefix_it_shares_with_a_dead_branch() -> None:
     tree = RecordTree()
     root = tree.add(SYSTEM, [10, EOT])
     step = [*tree.sequence(root), 70]
-    first = tree.add(step, [20, EOT], root)
-    second = tree.add(step, [20, EOT], root)  # the same reply again: the harness continued this one
+    first = tree.add(step, [20, EOT], root, logprobs=[-0.25, -0.5])
+    # The same reply again, sampled alike (greedy): the harness continued this one, and either trains the same.
+    second = tree.add(step, [20, EOT], root, logprobs=[-0.25, -0.5])
     tree.add([*tree.sequence(second), 71], [30, EOT], second)
 
     dead_trace, kept_trace = prefix_merge(tree.records).traces
@@ -110,6 +111,24 @@ def test_the_kept_chain_owns_the_prefix_it_shares_with_a_dead_branch() -> None:
     assert dead_trace.capture_ids == (root.id, first.id) and dead_trace.n_loss_tokens == 0
     assert kept_trace.capture_ids[:2] == (root.id, second.id)
     assert kept_trace.n_loss_tokens == 6  # root, second and its child, each once
+
+
+@pytest.mark.parametrize("build", BUILDERS)
+def test_a_retry_the_echo_cannot_single_out_is_masked_not_guessed(build) -> None:
+    """Two generations of one call with the same reply ids but other logprobs: the next call's history echoes
+    both alike, so which one the harness kept is unknown. Both are masked with the reason; the rest trains."""
+    tree = RecordTree()
+    root = tree.add(SYSTEM, [10, EOT])
+    step = [*tree.sequence(root), 70]
+    first = tree.add(step, [20, EOT], root)
+    second = tree.add(step, [20, EOT], root)  # other logprobs (sampled): the twins would train differently
+    after = tree.add([*tree.sequence(second), 71], [30, EOT], second)
+
+    result = build(tree.records)
+
+    assert trained(result) == tokens(root, after)
+    assert result.stats.untrained_tokens == {"ambiguous_witness": len(first.output_ids) + len(second.output_ids)}
+    assert sum(t.kept for t in result.traces) == 1
 
 
 def test_stats_name_every_untrained_token_and_root_cause() -> None:

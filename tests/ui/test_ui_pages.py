@@ -207,3 +207,24 @@ def test_unknown_ids_are_404_pages_and_compare_needs_one_task(store):
     assert reply.status_code == 400 and "different tasks" in reply.text
     assert store.client.get("/ui/compare?a=x", headers=AUTH).status_code == 400
     assert store.client.get("/ui/compare?a=x&b=y", headers=AUTH).status_code == 404
+
+
+def test_the_token_record_is_served_by_the_api_and_shown_on_the_rollout_page(store):
+    """Every untrained token's reason, the trainable count after the filter and the root causes: the same numbers
+    from ``GET /v1/rollouts/{id}/stats`` (typed) and on the rollout page."""
+    with store.factory() as db:
+        stat = db.query(MergeStat).filter_by(rollout_id=store.long_id).one()
+        expected = (stat.sampled_tokens, stat.trainable_tokens, stat.untrained_tokens or {}, stat.root_causes or {})
+    reply = store.client.get(f"/v1/rollouts/{store.long_id}/stats", headers=AUTH)
+    assert reply.status_code == 200, reply.text
+    (build,) = reply.json()["builds"]
+    assert build["builder"] == "prefix_merge"
+    assert (build["sampled_tokens"], build["trainable_tokens"], build["untrained_tokens"], build["root_causes"]) == (
+        expected
+    )
+    assert expected[1] is not None
+    page = store.client.get(f"/ui/rollouts/{store.long_id}", headers=AUTH).text
+    assert f"{expected[1]} trained after it" in page
+    for reason, count in expected[2].items():
+        assert f"{reason} {count}" in page
+    assert store.client.get("/v1/rollouts/nope/stats", headers=AUTH).status_code == 404

@@ -147,6 +147,7 @@ def start_gateway(stack: ExitStack, tmp: Path, name: str, backend: Server, db_ur
     server.wait_ready()
     if os.environ.get("BENCH_PYSPY"):  # collapsed stacks of the gateway's threads, for profiling (py-spy)
         spy = [str(BIN / "py-spy"), "record", "-r", "500", "-f", "raw", "-o", os.environ["BENCH_PYSPY"], "--threads"]
+        spy += os.environ.get("BENCH_PYSPY_ARGS", "").split()
         proc = subprocess.Popen([*spy, "--pid", str(server.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         stack.callback(proc.wait)
         stack.callback(proc.send_signal, signal.SIGINT)

@@ -7,12 +7,16 @@ Both surfaces answer the same fixed reply at once, so what a proxy in front of i
   SSE chunk per token, as SGLang sends by default (the gateway always streams from its backend).
 - ``POST /v1/chat/completions``: the same reply as an OpenAI chat completion (or ``chat.completion.chunk``
   events when streamed).
-- ``GET /model_info`` (``max_context_length`` 65536), ``/v1/models``, ``/health``.
+- ``GET /model_info`` (``max_context_length`` 65536, or ``--context-length``), ``/v1/models``, ``/health``.
 - ``POST /bench/config`` ``{"reply": "tool" | "text" | "long", "stream_token_delay_ms": N}``: the reply is a bash
   tool call in the Hermes format (default), a short text answer or a text answer of 50 tokens; streamed tokens
   wait N ms each (default 0), to stand in for a decoding model when timing the first byte.
 
-    .venv/bin/python benchmarks/instant_backend.py --port 31000
+    .venv/bin/python benchmarks/instant_backend.py --port 31000 [--context-length N] [--tokenize-chat]
+
+``--tokenize-chat``: the chat route tokenizes the request's text (every message's content and the tool list)
+with the small tokenizer before it answers, as a real engine's tokenizer manager does for a text request; the
+direct arm of ``bench_agent_traffic.py`` pays that cost, which token-in moves into the gateway.
 """
 
 from __future__ import annotations
@@ -83,7 +87,19 @@ def _sse(payload: dict | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-def create_app() -> Starlette:
+def _chat_text(body: dict) -> str:
+    """The text a real engine would render and tokenize for a chat body: every message's content, the tool calls'
+    arguments and the tool list (a close stand-in for the template's output; the markers are a few ids)."""
+    parts: list[str] = [json.dumps(body["tools"])] if body.get("tools") else []
+    for message in body.get("messages", []):
+        content = message.get("content")
+        parts.append(content if isinstance(content, str) else json.dumps(content) if content else "")
+        for call in message.get("tool_calls") or []:
+            parts.append(json.dumps(call))
+    return "\n".join(parts)
+
+
+def create_app(tokenize_chat: bool = False) -> Starlette:
     tokenizer = load_tokenizer("small", get_settings().cache_dir)
     replies = {
         "tool": Reply.of(tokenizer, TOOL_CALL_TEXT),
@@ -123,7 +139,10 @@ def create_app() -> Starlette:
         created = int(time.time())
         cid = "chatcmpl-" + uuid.uuid4().hex[:24]
         model = body.get("model", MODEL)
-        n_prompt = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4  # a rough count
+        if tokenize_chat:
+            n_prompt = len(tokenizer.encode(_chat_text(body)))
+        else:
+            n_prompt = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4  # a rough count
         reply = replies[config["reply"]]
         if not body.get("stream") and config["reply"] == "tool":
             call = {
@@ -247,8 +266,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--context-length", type=int, default=65536)
+    parser.add_argument("--tokenize-chat", action="store_true", help="tokenize chat requests, as an engine does")
     args = parser.parse_args()
-    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="warning", access_log=False)
+    global CONTEXT_LENGTH  # read by the routes when they answer
+    CONTEXT_LENGTH = args.context_length
+    uvicorn.run(create_app(args.tokenize_chat), host=args.host, port=args.port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

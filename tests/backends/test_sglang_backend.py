@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from polar.backends.sglang import SGLangBackend, _ids_json, _json
+from polar.backends.sglang import IDS_SLICE, SGLangBackend, _body_json, _ids_json, _json
 from polar.errors import ContextLengthExceeded, InvalidRequest, UnknownSamplingParameter
 from polar.inference import (
     Backend,
@@ -363,3 +363,12 @@ async def test_pause_in_place_then_resume_completes(weights_client, prompt):
         final = chunk.final or final
     assert resumer is not None and resumer.done()  # the stream could only end after the resume
     assert final is not None and same_output(final, reference)
+
+
+@pytest.mark.parametrize("n", [0, 3, IDS_SLICE, IDS_SLICE + 1, 3 * IDS_SLICE + 7])
+def test_a_long_prompt_is_serialised_in_slices_to_the_same_bytes(n: int) -> None:
+    """The sliced body (the event loop free between slices) is byte for byte the one-call body, whatever the length
+    and wherever else ``input_ids`` appears."""
+    ids = _ids_json(array("i", [(i * 7919) % 151_000 for i in range(n)]))
+    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 4}, "rid": "r", "extra": {"input_ids": []}}
+    assert asyncio.run(_body_json(body)) == _json(body)

@@ -1,0 +1,446 @@
+"""The gateway on agent-sized traffic: 50k-token openings, ~2k tokens of tool output per turn, 100k+ contexts.
+
+    .venv/bin/python benchmarks/bench_agent_traffic.py [--seed 7] [--sessions 8,32] [--load-turns 6]
+        [--steady-context 80000] [--cold 10000,50000] [--big-cold 400000] [--memory-sessions 4]
+        [--postgres URL] [--workers-compare] [--only steady,cold,isolation,memory,load]
+
+Sessions are shaped like published Claude Code traces (391 sessions, as replayed by SkyRL's skyrl-capture): an
+opening drawn around 50k tokens, per-turn growth around 1.6k tokens (input p50 ~99k after a median of 31 turns),
+turn counts around 31, and a share of sessions fanning out a sub-agent whose answer comes back as a tool result.
+Everything is drawn from ``--seed``. Tool results are slices of this repository's own code and docs, so the
+tokenizer sees realistic bytes. The gateway (``polar gateway``, the tiny model's chat format and tokenizer) runs
+in a process of its own in front of ``instant_backend.py`` (context raised to ``--context``); the direct arm
+sends the same chat bodies to the backend's chat route, which tokenizes them (``--tokenize-chat``), as a real
+engine's tokenizer manager does.
+
+CPU is the gateway's own (``/proc/<pid>/task/*/schedstat``) and the floor is timed in this process's CPU time in
+the same run, so the ratios hold on a loaded machine. Sections:
+
+- steady: one session from its opening to ``--steady-context`` tokens; gateway CPU per turn at the last turns
+  against the floor (tokenize the turn's new text + ``orjson.loads`` the body once, median of 5).
+- cold: the first call of sessions opening at each ``--cold`` size against tokenizing the opening once.
+- isolation: another session's small call while a ``--big-cold`` token cold start runs (and its baseline).
+- memory: RSS growth per open session at ~100k tokens against its id array (4 bytes per token).
+- load: closed-loop sessions at each ``--sessions`` concurrency, direct and gateway: turns/s, p50/p90/p99 and
+  throughput kept, on SQLite and (``--postgres``) Postgres; ``--workers-compare`` adds ``--workers 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+import orjson
+import sqlalchemy as sa
+
+from benchmarks.gateway_support import Server, drop_schema, free_port, gateway_env, percentile, schema_url
+from polar.models.tiny import ensure_model_dir
+from polar.settings import get_settings
+from polar.tokens.tokenizer import ChatTokenizer, load_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CONTROL = "bench-agent"
+CHARS_PER_TOKEN = 3.3  # this repository's code and docs under the small tokenizer (measured at start)
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"{name}: run it in the repository and return what it prints",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+        },
+    }
+    for name in ("bash", "read_file", "edit_file", "grep", "run_tests")
+]
+
+
+# ---- realistic text ----------------------------------------------------------------------------------------
+
+
+class Corpus:
+    """This repository's Python and Markdown as one text; ``take`` cuts seeded slices of about n tokens."""
+
+    def __init__(self, tokenizer: ChatTokenizer):
+        files = sorted([*ROOT.glob("polar/**/*.py"), *ROOT.glob("docs/*.md"), *ROOT.glob("tests/**/*.py")])
+        self.text = "\n".join(f"$ cat {p.relative_to(ROOT)}\n{p.read_text(errors='replace')}" for p in files)
+        sample = self.text[:200_000]
+        self.chars_per_token = len(sample) / len(tokenizer.encode(sample))
+
+    def take(self, rng: random.Random, tokens: int) -> str:
+        n = int(tokens * self.chars_per_token)
+        if n >= len(self.text):
+            return (self.text * (n // len(self.text) + 1))[:n]
+        start = rng.randrange(0, len(self.text) - n)
+        return self.text[start : start + n]
+
+
+def lognormal(rng: random.Random, median: float, sigma: float, low: float, high: float) -> int:
+    return int(min(high, max(low, rng.lognormvariate(0, sigma) * median)))
+
+
+class Conversation:
+    """A session's messages as an agent harness keeps them: system + task opening, then tool round trips."""
+
+    def __init__(self, corpus: Corpus, rng: random.Random, opening_tokens: int):
+        self.corpus, self.rng = corpus, rng
+        system = "You are a coding agent working inside a git repository. Read, edit and test code.\n"
+        context = corpus.take(rng, opening_tokens)
+        self.messages: list[dict[str, Any]] = [
+            {"role": "system", "content": system + context},
+            {"role": "user", "content": f"Fix the failing test (task {uuid.uuid4().hex[:8]})."},
+        ]
+
+    def body(self) -> dict[str, Any]:
+        return {"model": "instant", "messages": self.messages, "tools": TOOLS, "max_tokens": 64}
+
+    def add_turn(self, reply: dict[str, Any], tool_tokens: int, result: str | None = None) -> str:
+        """The reply's assistant message and a tool result of ~``tool_tokens`` tokens; returns the new text."""
+        message = reply["choices"][0]["message"]
+        calls = message.get("tool_calls") or []
+        assistant = {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
+        call_id = calls[0]["id"] if calls else "call_none"
+        output = result if result is not None else self.corpus.take(self.rng, tool_tokens)
+        self.messages += [assistant, {"role": "tool", "tool_call_id": call_id, "content": output}]
+        return output
+
+
+# ---- servers -----------------------------------------------------------------------------------------------
+
+
+def start_backend(stack: ExitStack, tmp: Path, context: int) -> Server:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")} | {
+        "POLAR_CACHE": str(get_settings().cache_dir)
+    }
+    argv = [sys.executable, "benchmarks/instant_backend.py", "--port", str(port), "--context-length", str(context)]
+    server = Server("backend", [*argv, "--tokenize-chat"], env=env, log_dir=tmp, port=port, ready_path="/health")
+    stack.callback(server.stop)
+    server.wait_ready()
+    return server
+
+
+def start_gateway(stack: ExitStack, tmp: Path, name: str, backend: Server, db_url: str, workers: int = 1) -> Server:
+    cache = get_settings().cache_dir
+    (tmp / name).mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("POLAR_", "DATABASE_URL"))}
+    env |= gateway_env(tmp / name, cache, backend.url, db_url, CONTROL, ensure_model_dir("tiny", cache))
+    port = free_port()
+    argv = [str(BIN / "polar"), "gateway", "--port", str(port), *(["--workers", str(workers)] if workers > 1 else [])]
+    server = Server(name, argv, env=env, log_dir=tmp, port=port, ready_path="/health/live")
+    stack.callback(server.stop)
+    server.wait_ready()
+    if os.environ.get("BENCH_PYSPY"):  # collapsed stacks of the gateway's threads, for profiling (py-spy)
+        spy = [str(BIN / "py-spy"), "record", "-r", "500", "-f", "raw", "-o", os.environ["BENCH_PYSPY"], "--threads"]
+        spy += os.environ.get("BENCH_PYSPY_ARGS", "").split()
+        proc = subprocess.Popen([*spy, "--pid", str(server.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stack.callback(proc.wait)
+        stack.callback(proc.send_signal, signal.SIGINT)
+    return server
+
+
+async def open_session(client: httpx.AsyncClient, gateway: Server) -> str:
+    reply = await client.post(gateway.url + "/v1/sessions", json={}, headers={"Authorization": f"Bearer {CONTROL}"})
+    reply.raise_for_status()
+    return reply.json()["api_key"]
+
+
+async def call(client: httpx.AsyncClient, url: str, raw: bytes, key: str | None) -> dict[str, Any]:
+    headers = {"content-type": "application/json"} | ({"authorization": f"Bearer {key}"} if key else {})
+    reply = await client.post(url + "/v1/chat/completions", content=raw, headers=headers)
+    if reply.status_code != 200:
+        raise RuntimeError(f"{url}: {reply.status_code} {reply.text[:300]}")
+    return reply.json()
+
+
+def group_run_s(server: Server) -> float:
+    """CPU seconds of every process in the server's process group (``--workers N`` forks N workers)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != server.pid:  # field 5 of /proc/<pid>/stat: the process group
+                continue
+            for task in (stat.parent / "task").iterdir():
+                total += int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return total
+
+
+def cpu_median(fn: Any, repeat: int = 5) -> float:
+    """Median CPU seconds of this process (all threads) over ``repeat`` runs of ``fn``."""
+    took = []
+    for _ in range(repeat):
+        started = time.process_time()
+        fn()
+        took.append(time.process_time() - started)
+    return statistics.median(took)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:7.2f} ms"
+
+
+# ---- sections ----------------------------------------------------------------------------------------------
+
+
+async def section_steady(client: httpx.AsyncClient, gw: Server, tok: ChatTokenizer, corpus: Corpus, args) -> None:
+    rng = random.Random(args.seed)
+    key = await open_session(client, gw)
+    conv = Conversation(corpus, rng, args.opening)
+    context, rows = args.opening, []
+    reply = await call(client, gw.url, orjson.dumps(conv.body()), key)
+    while context < args.steady_context:
+        new = conv.add_turn(reply, args.delta)
+        context += args.delta
+        raw = orjson.dumps(conv.body())
+        floor = cpu_median(lambda: (tok.encode(new), orjson.loads(raw)))  # noqa: B023 (called at once)
+        before = gw.run_s()
+        reply = await call(client, gw.url, raw, key)
+        rows.append((context, gw.run_s() - before, floor))
+    last = rows[-5:]
+    cpu = statistics.median(r[1] for r in last)
+    floor = statistics.median(r[2] for r in last)
+    print(f"== steady turns: one session, {args.opening} -> {context} tokens, ~{args.delta}-token delta per turn ==")
+    print(f"gateway CPU per turn (median of the last 5, ~{last[0][0]}-{last[-1][0]} tokens): {ms(cpu)}")
+    print(f"floor (tokenize the new text + parse the body once):                 {ms(floor)}")
+    print(f"ratio to the floor: {cpu / floor:.2f}x (goal <= 1.5x)")
+    all_ratios = sorted(r[1] / r[2] for r in rows)
+    print(
+        f"all {len(rows)} turns: ratio quartiles {percentile(all_ratios, 25):.2f} / {percentile(all_ratios, 50):.2f} / "
+        f"{percentile(all_ratios, 75):.2f}x"
+    )
+
+
+async def section_cold(client: httpx.AsyncClient, gw: Server, tok: ChatTokenizer, corpus: Corpus, args) -> None:
+    print("== cold start by opening size: the first call of a session ==")
+    for size in args.cold:
+        took, floors = [], []
+        for rep in range(3):  # a different opening each time: nothing cached from an earlier session's
+            conv = Conversation(corpus, random.Random(args.seed + size + rep), size)
+            text = "\n".join(m["content"] for m in conv.messages) + orjson.dumps(TOOLS).decode()
+            floors.append(cpu_median(lambda: tok.encode(text), 3))  # noqa: B023
+            raw = orjson.dumps(conv.body())
+            key = await open_session(client, gw)
+            before = gw.run_s()
+            await call(client, gw.url, raw, key)
+            took.append(gw.run_s() - before)
+        cpu, floor = statistics.median(took), statistics.median(floors)
+        print(
+            f"opening {size:7d} tokens: gateway CPU {ms(cpu)}, tokenize once {ms(floor)}, "
+            f"ratio {cpu / floor:.2f}x (goal <= 1.3x at 50k)"
+        )
+
+
+async def section_isolation(client: httpx.AsyncClient, gw: Server, corpus: Corpus, args) -> None:
+    rng = random.Random(args.seed + 1)
+    small_key = await open_session(client, gw)
+    small = Conversation(corpus, rng, 200)
+    raw_small = orjson.dumps(small.body())
+    await call(client, gw.url, raw_small, small_key)
+
+    async def small_calls(until: asyncio.Event | None, n: int) -> list[float]:
+        took: list[float] = []
+        while (until is None and len(took) < n) or (until is not None and not until.is_set()):
+            started = time.perf_counter()
+            await call(client, gw.url, raw_small, small_key)  # same body: a retry of the same turn
+            took.append(time.perf_counter() - started)
+            await asyncio.sleep(0.005)
+        return took
+
+    baseline = await small_calls(None, 20)
+    big = Conversation(corpus, rng, args.big_cold)
+    raw_big = orjson.dumps(big.body())
+    big_key = await open_session(client, gw)
+    done = asyncio.Event()
+
+    async def big_call() -> float:
+        started = time.perf_counter()
+        try:
+            await call(client, gw.url, raw_big, big_key)
+        finally:
+            done.set()
+        return time.perf_counter() - started
+
+    big_took, loaded = await asyncio.gather(big_call(), small_calls(done, 0))
+    print(f"== isolation: a small call in one session while another session's {args.big_cold}-token cold start runs ==")
+    print(f"big cold start: {big_took * 1e3:.0f} ms wall ({len(raw_big) / 1e6:.1f} MB body)")
+    print(f"small call baseline: p50 {ms(statistics.median(baseline))}, max {ms(max(baseline))}")
+    if loaded:
+        added = max(loaded) - statistics.median(baseline)
+        print(
+            f"small call during it: {len(loaded)} calls, p50 {ms(statistics.median(loaded))}, max {ms(max(loaded))}; "
+            f"worst added delay {ms(added)} (goal <= 20 ms)"
+        )
+
+
+async def section_memory(client: httpx.AsyncClient, gw: Server, corpus: Corpus, tok: ChatTokenizer, args) -> None:
+    rng = random.Random(args.seed + 2)
+    warm = Conversation(corpus, rng, 2000)
+    await call(client, gw.url, orjson.dumps(warm.body()), await open_session(client, gw))
+    before = gw.rss_kib()
+    n_tokens = 0
+    for _ in range(args.memory_sessions):
+        conv = Conversation(corpus, rng, 95_000)
+        key = await open_session(client, gw)
+        reply = await call(client, gw.url, orjson.dumps(conv.body()), key)
+        conv.add_turn(reply, 5000)
+        await call(client, gw.url, orjson.dumps(conv.body()), key)
+        n_tokens += len(tok.encode("\n".join(str(m.get("content") or "") for m in conv.messages)))
+    grown = (gw.rss_kib() - before) * 1024 / args.memory_sessions
+    ids = n_tokens * 4 / args.memory_sessions
+    print(f"== memory: {args.memory_sessions} open sessions at ~{n_tokens // args.memory_sessions} tokens ==")
+    print(
+        f"RSS growth per open session {grown / 1024:.0f} KiB, its id array {ids / 1024:.0f} KiB: "
+        f"{grown / ids:.2f}x (goal <= 1.5x; RSS includes the allocator's high-water mark)"
+    )
+
+
+def draw_session(rng: random.Random, args) -> tuple[int, list[int], int | None]:
+    """(opening tokens, per-turn tool tokens, turn of a sub-agent fan-out or None), scaled by ``--load-scale``."""
+    s = args.load_scale
+    opening = lognormal(rng, 50_000 * s, 0.5, 2000 * s, args.context / 3)
+    turns = min(args.load_turns, lognormal(rng, 31, 0.6, 3, 200))
+    deltas = [lognormal(rng, 1600 * s, 0.9, 50, 30_000 * s) for _ in range(turns)]
+    fan = rng.randrange(1, turns) if turns > 1 and rng.random() < args.subagent_share else None
+    return opening, deltas, fan
+
+
+async def run_load(client: httpx.AsyncClient, url: str, gw: Server | None, corpus: Corpus, n: int, args):
+    """``n`` concurrent sessions; returns (latencies, wall s); a session that fails ends there (printed)."""
+    rng = random.Random(args.seed * 1000 + n)
+    shapes = [draw_session(rng, args) for _ in range(n)]
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    async def session(index: int, opening: int, deltas: list[int], fan: int | None) -> str:
+        srng = random.Random(args.seed * 7919 + index)
+        key = await open_session(client, gw) if gw else None
+        conv = Conversation(corpus, srng, opening)
+        reply: dict[str, Any] = {}
+        for turn, delta in enumerate([0, *deltas]):
+            if turn:
+                result = None
+                if fan == turn:  # a sub-agent: its own session, its answer the parent's tool result
+                    sub = [lognormal(srng, 1200 * args.load_scale, 0.8, 50, 8000) for _ in range(3)]
+                    result = await session(index + 10_000, opening // 5, sub, None)
+                conv.add_turn(reply, delta, result)
+            raw = orjson.dumps(conv.body())
+            started = time.perf_counter()
+            try:
+                reply = await call(client, url, raw, key)
+            except (httpx.HTTPError, RuntimeError) as exc:  # counted and printed; the session ends here
+                errors.append(f"{type(exc).__name__}: {str(exc)[:120]}")
+                break
+            latencies.append(time.perf_counter() - started)
+        return corpus.take(srng, 500)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(session(i, *shape) for i, shape in enumerate(shapes)))
+    wall = time.perf_counter() - started
+    if errors:
+        print(f"  {len(errors)} sessions ended on an error, first: {errors[0]}")
+    return latencies, wall
+
+
+async def section_load(client, backend: Server, gateways: dict[str, Server], corpus: Corpus, args) -> None:
+    print(
+        f"== load: closed-loop sessions (openings ~{int(50_000 * args.load_scale)} tokens, <= {args.load_turns} "
+        f"turns, {args.subagent_share:.0%} fan out a sub-agent) =="
+    )
+    for n in args.sessions:
+        lat, wall = await run_load(client, backend.url, None, corpus, n, args)
+        direct = len(lat) / wall
+        print(
+            f"{n:3d} sessions  direct          {direct:7.1f} turns/s  p50 {ms(percentile(lat, 50))}  "
+            f"p90 {ms(percentile(lat, 90))}  p99 {ms(percentile(lat, 99))}"
+        )
+        for name, gw in gateways.items():
+            cpu0 = group_run_s(gw)
+            glat, gwall = await run_load(client, gw.url, gw, corpus, n, args)
+            rate = len(glat) / gwall
+            print(
+                f"{n:3d} sessions  {name:15s} {rate:7.1f} turns/s  p50 {ms(percentile(glat, 50))}  "
+                f"p90 {ms(percentile(glat, 90))}  p99 {ms(percentile(glat, 99))}  kept {rate / direct:.0%}  "
+                f"p99 added {ms(percentile(glat, 99) - percentile(lat, 99))}  "
+                f"gateway CPU/turn {ms((group_run_s(gw) - cpu0) / len(glat))}"
+            )
+
+
+async def run(args) -> None:
+    tok = load_tokenizer("small", get_settings().cache_dir)
+    corpus = Corpus(tok)
+    print(
+        f"corpus: {len(corpus.text) / 1e6:.1f} MB of this repository's code and docs, "
+        f"{corpus.chars_per_token:.2f} chars per token; seed {args.seed}"
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="polar-bench-agent-"))
+    only = set(args.only.split(","))
+    with ExitStack() as stack:
+        backend = start_backend(stack, tmp, args.context)
+        gw = start_gateway(stack, tmp, "gateway-sqlite", backend, f"sqlite:///{tmp / 'gateway-sqlite' / 'polar.db'}")
+        async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=1000)) as client:
+            if "steady" in only:
+                await section_steady(client, gw, tok, corpus, args)
+            if "cold" in only:
+                await section_cold(client, gw, tok, corpus, args)
+            if "isolation" in only:
+                await section_isolation(client, gw, corpus, args)
+            if "memory" in only:
+                await section_memory(client, gw, corpus, tok, args)
+            if "load" in only:
+                gateways = {"gateway sqlite": gw}
+                if args.postgres:  # a schema of its own, dropped at the end
+                    schema = f"bench_agent_{uuid.uuid4().hex[:8]}"
+                    admin = sa.create_engine(args.postgres)
+                    with admin.begin() as db:
+                        db.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+                    stack.callback(admin.dispose)
+                    stack.callback(drop_schema, admin, schema)
+                    pg = schema_url(args.postgres, schema)
+                    gateways["gateway postgres"] = start_gateway(stack, tmp, "gateway-pg", backend, pg)
+                if args.workers_compare:
+                    db = f"sqlite:///{tmp / 'gateway-w2' / 'polar.db'}"
+                    gateways["gateway sqlite w2"] = start_gateway(stack, tmp, "gateway-w2", backend, db, workers=2)
+                await section_load(client, backend, gateways, corpus, args)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--context", type=int, default=450_000, help="the backend's context window")
+    p.add_argument("--opening", type=int, default=52_000, help="steady section: the opening's tokens")
+    p.add_argument("--delta", type=int, default=2_000, help="steady section: tool tokens added per turn")
+    p.add_argument("--steady-context", type=int, default=80_000)
+    p.add_argument("--cold", type=ints, default=[10_000, 50_000])
+    p.add_argument("--big-cold", type=int, default=400_000)
+    p.add_argument("--memory-sessions", type=int, default=4)
+    p.add_argument("--sessions", type=ints, default=[8, 32])
+    p.add_argument("--load-turns", type=int, default=4, help="turns per session in the load section (cap)")
+    p.add_argument("--load-scale", type=float, default=0.2, help="token sizes of the load section, x the traces'")
+    p.add_argument("--subagent-share", type=float, default=0.2)
+    p.add_argument("--postgres", default=os.environ.get("POLAR_TEST_POSTGRES_URL", ""), help="a Postgres URL")
+    p.add_argument("--workers-compare", action="store_true", help="also a gateway with --workers 2")
+    p.add_argument("--only", default="steady,cold,isolation,memory,load")
+    asyncio.run(run(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -236,7 +236,7 @@ def create_api(
             row = db.get(Rollout, rollout_id)
             if row is None:
                 raise NotFound(f"no rollout {rollout_id}", field="rollout_id")
-            return queries.rollout_view(row)
+            return {**queries.rollout_view(row), "evaluations": queries.evaluations_view(db, rollout_id)}
 
         return await read(one)
 

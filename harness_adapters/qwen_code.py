@@ -1,4 +1,4 @@
-"""Qwen Code (``@qwen-code/qwen-code`` 0.15.10): OpenAI Chat Completions through a ``modelProviders`` entry.
+"""Qwen Code (``@qwen-code/qwen-code`` 0.24.4): OpenAI Chat Completions through a ``modelProviders`` entry.
 
 OpenAI auth is preselected in ``settings.json`` (no login), the key comes from ``envKey``; auto-update, usage
 statistics, telemetry and folder trust are off.

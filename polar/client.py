@@ -85,6 +85,15 @@ class PolarClient:
         body = {"tasks": list(tasks)}
         return [t["task_id"] for t in self._call("POST", "/v1/tasks", json=body, headers=headers)["tasks"]]
 
+    def import_tasks(self, path: str, *, idempotency_key: str | None = None, **options: Any) -> list[dict[str, Any]]:
+        """Submit the benchmark tasks at ``path`` on the API's host (a Harbor task folder, a folder of them, or a
+        SWE-bench .jsonl file; ``options``: harness, samples, policies, image_template, repos, metadata); returns
+        each task's ``task_id``, ``name`` and ``rollout_ids``."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+        body = {"path": path, **options}
+        tasks: list[dict[str, Any]] = self._call("POST", "/v1/tasks/import", json=body, headers=headers)["tasks"]
+        return tasks
+
     def task(self, task_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/tasks/{task_id}")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the six agent CLIs that the gateway e2e tests drive, at versions pinned for Node 20.
+# Install the six agent CLIs that the gateway e2e tests drive, at their pinned versions.
 #
 #   scripts/install_harnesses.sh [DIR]      # default DIR: <repo>/.polar-tools
 #
@@ -7,8 +7,8 @@
 # DIR/<name>/<version>/node_modules/.bin/<bin>. A marker file (.installed) per version makes
 # reruns no-ops. tests/e2e reads the same layout (POLAR_TOOLS overrides DIR there).
 #
-# Pins (docs/harnesses.md): the newest Claude Code and Qwen Code need Node >= 22,
-# so they are pinned to the last releases that run on Node 20.
+# Pins (docs/harnesses.md): Claude Code 2.1.332 and Qwen Code 0.24.4 need Node >= 22 to run; npm here only
+# unpacks them (any Node), and they run on the tools folder's Node 22 (`polar harness install node`, from PyPI).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,14 +17,14 @@ DIR="${1:-${POLAR_TOOLS:-$ROOT/.polar-tools}}"
 # name  package  version  binary
 HARNESSES=(
   "codex        @openai/codex                  0.171.0  codex"
-  "claude       @anthropic-ai/claude-code      2.1.197  claude"
+  "claude       @anthropic-ai/claude-code      2.1.332  claude"
   "gemini       @google/gemini-cli             0.61.0   gemini"
-  "qwen         @qwen-code/qwen-code           0.15.10  qwen"
+  "qwen         @qwen-code/qwen-code           0.24.4   qwen"
   "opencode     opencode-ai                    1.18.33  opencode"
   "pi           @mariozechner/pi-coding-agent  0.73.1   pi"
 )
 
-command -v npm >/dev/null || { echo "npm not found: install Node 20 first" >&2; exit 1; }
+command -v npm >/dev/null || { echo "npm not found: install Node first" >&2; exit 1; }
 mkdir -p "$DIR"
 export npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false
 

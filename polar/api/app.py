@@ -30,6 +30,7 @@ from db.models import MergeStat, Rollout
 from polar import feed, metrics
 from polar.api import queries
 from polar.api.callbacks import deliver_due
+from polar.api.imports import TaskImport, import_requests
 from polar.api.runner import InlineDispatch, TaskRunner
 from polar.api.schemas import (
     ClaimRequest,
@@ -47,6 +48,7 @@ from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarErr
 from polar.export.filters import ExportFilter
 from polar.models.tiny import get_spec
 from polar.prefect_adapter import flow_run_states
+from polar.rollout.spec import TaskRequest
 from polar.rollout.submit import submit_tasks
 from polar.settings import Settings, TaskDispatch
 from polar.tokens.tokenizer import ChatTokenizer, load_tokenizer
@@ -59,6 +61,14 @@ log = logging.getLogger(__name__)
 MAX_ROW_ID = 2**63 - 1
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+def _scripted(field: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"{field}: scripted policies are for tests and demos and are refused here; "
+        "set POLAR_ALLOW_SCRIPTED_POLICIES=1 on the control API to accept them",
+        field=field,
+    )
 
 
 def _error(exc: PolarError) -> JSONResponse:
@@ -191,12 +201,24 @@ def create_api(
         if not settings.allow_scripted_policies:
             for index, request in enumerate(batch.tasks):
                 if request.policies:
-                    raise InvalidRequest(
-                        f"tasks.{index}.policies: scripted policies are for tests and demos and are refused here; "
-                        "set POLAR_ALLOW_SCRIPTED_POLICIES=1 on the control API to accept them",
-                        field=f"tasks.{index}.policies",
-                    )
-        submitted = await asyncio.to_thread(submit_tasks, factory, batch.tasks, idempotency_key=idempotency_key)
+                    raise _scripted(f"tasks.{index}.policies")
+        return await store(batch.tasks, idempotency_key)
+
+    @app.post("/v1/tasks/import", status_code=201, dependencies=v1)
+    async def submit_import(
+        body: TaskImport,
+        idempotency_key: str | None = Header(
+            None, max_length=255, description="a retry with the same key returns the same tasks, never duplicates"
+        ),
+    ) -> dict[str, Any]:
+        """Harbor task folders or a SWE-bench .jsonl file on this host (inside POLAR_COPY_ROOTS) as tasks."""
+        if body.policies and not settings.allow_scripted_policies:
+            raise _scripted("policies")
+        requests = await asyncio.to_thread(import_requests, body, settings)
+        return await store(requests, idempotency_key)
+
+    async def store(requests: list[TaskRequest], idempotency_key: str | None) -> dict[str, Any]:
+        submitted = await asyncio.to_thread(submit_tasks, factory, requests, idempotency_key=idempotency_key)
         wake.set()
         return {
             "tasks": [{"task_id": t.task_id, "name": t.name, "rollout_ids": list(t.rollout_ids)} for t in submitted]
@@ -229,7 +251,7 @@ def create_api(
             row = db.get(Rollout, rollout_id)
             if row is None:
                 raise NotFound(f"no rollout {rollout_id}", field="rollout_id")
-            return queries.rollout_view(row)
+            return {**queries.rollout_view(row), "evaluations": queries.evaluations_view(db, rollout_id)}
 
         return await read(one)
 

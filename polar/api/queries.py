@@ -12,9 +12,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from db.enums import RolloutStatus, TaskStatus
-from db.models import Rollout, Task, Trajectory
+from db.models import Evaluation, Rollout, Task, Trajectory
 from polar.api.runner import held_reason
 from polar.errors import NotFound
+from polar.evaluators.components import reward_components
 from polar.export.filters import ExportFilter, apply
 from polar.feed import versions
 
@@ -40,6 +41,21 @@ def rollout_view(row: Rollout) -> dict[str, Any]:
         "created_at": _iso(row.created_at),
         "finished_at": _iso(row.finished_at),
     }
+
+
+def evaluations_view(db: Session, rollout_id: str) -> list[dict[str, Any]]:
+    """The rollout's evaluations, each with its typed reward components beside the raw details."""
+    rows = db.scalars(sa.select(Evaluation).where(Evaluation.rollout_id == rollout_id).order_by(Evaluation.id))
+    return [
+        {
+            "evaluator": row.evaluator,
+            "reward": row.reward,
+            "duration_s": row.duration_s,
+            "components": reward_components(row.evaluator, row.reward, row.details).model_dump(),
+            "details": row.details,
+        }
+        for row in rows
+    ]
 
 
 def task_view(db: Session, task_id: str, max_async_level: int | None) -> dict[str, Any]:

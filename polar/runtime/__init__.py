@@ -29,7 +29,13 @@ class NoOptions(BaseModel):
 
 
 def _local(settings: Settings, key: str, env: Mapping[str, str], isolation: Isolation | None, options: Any) -> Runtime:
-    return LocalRuntime(key, settings.runtime_dir, env=env, isolation=isolation or settings.runtime_isolation)
+    return LocalRuntime(
+        key,
+        settings.runtime_dir,
+        env=env,
+        isolation=isolation or settings.runtime_isolation,
+        tools_dir=settings.tools_dir,
+    )
 
 
 def _docker(settings: Settings, key: str, env: Mapping[str, str], isolation: Isolation | None, options: Any) -> Runtime:

@@ -99,13 +99,23 @@ class LocalRuntime:
     kind = "local"
 
     def __init__(
-        self, key: str, base: Path, *, env: Mapping[str, str] | None = None, isolation: Isolation = Isolation.NONE
+        self,
+        key: str,
+        base: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        isolation: Isolation = Isolation.NONE,
+        tools_dir: Path | None = None,
     ):
         if not key or "/" in key or key.startswith("."):
             raise SandboxError(f"invalid runtime key {key!r}")
         self.key = key
         self.layout = RuntimeLayout.under(Path(base).expanduser().resolve() / key)
         self.env = dict(env or {})
+        # The tools folder's Node (harness_adapters.install: the version the pinned CLIs need) goes first on PATH
+        # when it is there, ahead of whatever Node this machine has.
+        node_bin = Path(tools_dir).expanduser().resolve() / "node" / "bin" if tools_dir else None
+        self.node_bin = node_bin if node_bin is not None and (node_bin / "node").is_file() else None
         if isolation is Isolation.AUTO:
             isolation = Isolation.BWRAP if bwrap_available() else Isolation.NONE
         if isolation is Isolation.BWRAP and not bwrap_available():
@@ -208,6 +218,8 @@ class LocalRuntime:
 
     def command_env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         interpreter_bin = str(Path(sys.executable).parent)
+        if self.node_bin is not None:
+            interpreter_bin = f"{interpreter_bin}:{self.node_bin}"
         env = {
             "PATH": f"{interpreter_bin}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
             "HOME": str(self.layout.home),

@@ -23,13 +23,16 @@ from polar.tasks.harbor import HarborTask, is_task_folder, load_harbor, read_tas
 from polar.tasks.swebench import SWEbenchInstance, load_swebench
 
 
-def load_benchmark(paths: Sequence[str | Path], *, image_template: str | None = None) -> list[Checkable]:
-    """Harbor tasks (folders) and SWE-bench instances (``.jsonl`` files), all checked before any is returned."""
+def load_benchmark(
+    paths: Sequence[str | Path], *, image_template: str | None = None, repos: str | Path | None = None
+) -> list[Checkable]:
+    """Harbor tasks (folders) and SWE-bench instances (``.jsonl`` files), all checked before any is returned;
+    ``repos``: local clones the instances' patches are applied in (``polar.tasks.patches``)."""
     tasks: list[Checkable] = []
     for given in paths:
         path = Path(given)
         if path.suffix == ".jsonl":
-            tasks.extend(load_swebench(path, template=image_template))
+            tasks.extend(load_swebench(path, template=image_template, repos=repos))
         else:
             tasks.extend(load_harbor([path]))
     return tasks

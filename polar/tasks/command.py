@@ -18,6 +18,10 @@ from polar.report.rollouts import RolloutRow
 from polar.rollout.spec import parse_task_request
 from polar.settings import Settings, get_settings
 
+REPOS_HELP = (
+    "local clones (a git repository, or a folder of <owner>/<name> or <name> clones): each instance's test patch "
+    "and gold patch must apply at its base commit there, or nothing is imported"
+)
 BatchRunner = Callable[[Settings, Sequence[dict[str, Any]], str], list[RolloutRow] | None]
 
 
@@ -47,7 +51,7 @@ def _import(args: argparse.Namespace) -> None:
         tasks = [
             instance
             for path in args.paths
-            for instance in load_swebench(path, template=args.image_template, dataset=args.dataset)
+            for instance in load_swebench(path, template=args.image_template, dataset=args.dataset, repos=args.repos)
         ]
     harness = harness_spec(args.harness, args.harness_config, args.model)
     requests = [task.request(harness, samples=args.samples) for task in tasks]
@@ -65,7 +69,7 @@ def _check(args: argparse.Namespace, runner: BatchRunner) -> None:
     from polar.tasks import load_benchmark
     from polar.tasks.check import check_requests, format_verdicts, judge
 
-    tasks = load_benchmark(args.paths, image_template=args.image_template)
+    tasks = load_benchmark(args.paths, image_template=args.image_template, repos=args.repos)
     for path in args.paths:
         allow_copy_root(Path(path) if Path(path).is_dir() else Path(path).resolve().parent)
     requests = check_requests(tasks)
@@ -97,6 +101,7 @@ def add_parsers(sub: Any, runner: BatchRunner) -> None:
         "--dataset", default="swebench", choices=sorted(IMAGE_TEMPLATES), help="image naming of instances without one"
     )
     swebench.add_argument("--image-template", help="override: e.g. 'myorg/sweb.{id_docker}:v1'")
+    swebench.add_argument("--repos", help=REPOS_HELP)
     for parser in (harbor, swebench):
         parser.add_argument(
             "--harness", default="mini_swe_agent", help="the harness that will run them (default: mini_swe_agent)"
@@ -109,4 +114,5 @@ def add_parsers(sub: Any, runner: BatchRunner) -> None:
     check = actions.add_parser("check", help="run each task's oracle and a no-op; exit 1 if any task is broken")
     check.add_argument("paths", nargs="+", help="Harbor task folders (or folders of them), SWE-bench .jsonl files")
     check.add_argument("--image-template", help="image naming of SWE-bench instances without an image field")
+    check.add_argument("--repos", help=REPOS_HELP)
     check.set_defaults(func=lambda args: _check(args, runner))

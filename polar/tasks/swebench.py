@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from polar.errors import InvalidRequest
 from polar.evaluators.swebench import SWEbenchConfig
+from polar.tasks.patches import check_patches
 
 ORACLE_PATCH = ".polar/oracle/gold.patch"
 
@@ -181,9 +182,10 @@ def read_instance(raw: Any, *, template: str | None = None, dataset: str = "sweb
 
 
 def load_swebench(
-    path: Path | str, *, template: str | None = None, dataset: str = "swebench"
+    path: Path | str, *, template: str | None = None, dataset: str = "swebench", repos: Path | str | None = None
 ) -> list[SWEbenchInstance]:
-    """Every instance of a JSONL file, all checked before any is returned."""
+    """Every instance of a JSONL file, all checked before any is returned; with ``repos`` (local clones, see
+    ``polar.tasks.patches``) each instance's test patch and gold patch must also apply at its base commit."""
     path = Path(path)
     if not path.is_file():
         raise InvalidRequest(f"{path}: no such file", field="path")
@@ -200,6 +202,8 @@ def load_swebench(
         if instance.instance_id in seen:
             raise InvalidRequest(f"instance {instance.instance_id}: appears twice in {path}", field="instance_id")
         seen.add(instance.instance_id)
+        if repos is not None:
+            check_patches(instance.raw, Path(repos))
         instances.append(instance)
     if not instances:
         raise InvalidRequest(f"{path}: no instances", field="path")

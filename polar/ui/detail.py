@@ -19,6 +19,7 @@ from db.models import Capture, Evaluation, MergeStat, Rollout, Task, Trajectory
 from db.request_json import full_request_json, is_delta
 from db.stage_results import Failure
 from polar.errors import NotFound
+from polar.evaluators.components import RewardComponents, reward_components
 from polar.trajectory.prefix_merge import link_kinds
 from polar.trajectory.store import load_capture_records
 from polar.ui.listing import STAGES
@@ -104,6 +105,7 @@ class RolloutDetail:
     harness: str | None
     stages: list[StageRow]
     evaluations: list[Evaluation]
+    components: list[RewardComponents]  # one per evaluation, in the same order
     failure: Failure | None
     previous_failures: list[dict[str, Any]]
     roots: list[CaptureNode]
@@ -215,14 +217,16 @@ def rollout_detail(db: Session, rollout_id: str) -> RolloutDetail:
         .options(*(defer(column) for column in _TOKEN_ARRAYS))
         .order_by(Trajectory.builder != (builder or ""), Trajectory.builder, Trajectory.chain_index)
     ).all()
+    evaluations = list(
+        db.scalars(sa.select(Evaluation).where(Evaluation.rollout_id == rollout_id).order_by(Evaluation.id))
+    )
     return RolloutDetail(
         rollout=row,
         task=task,
         harness=(task.harness or {}).get("name") if task is not None else None,
         stages=stage_rows(row),
-        evaluations=list(
-            db.scalars(sa.select(Evaluation).where(Evaluation.rollout_id == rollout_id).order_by(Evaluation.id))
-        ),
+        evaluations=evaluations,
+        components=[reward_components(e.evaluator, e.reward, e.details) for e in evaluations],
         failure=results.failure,
         previous_failures=[failure.model_dump(mode="json") for failure in results.previous_failures],
         roots=roots,

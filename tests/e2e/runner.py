@@ -30,7 +30,7 @@ from pathlib import Path
 
 from harness_adapters.npm_cli import fill, render
 from tests.e2e.dnslog import DnsLogger
-from tests.e2e.harnesses import COMMON_ENV, HARNESSES, Harness, placeholders
+from tests.e2e.harnesses import COMMON_ENV, HARNESSES, Harness, placeholders, tools_dir
 from tests.e2e.multiagent import SCENARIOS
 
 MODEL = "tiny-long"
@@ -49,7 +49,9 @@ def write_configs(harness: Harness, values: dict[str, str], home: Path) -> list[
 
 def harness_env(harness: Harness, values: dict[str, str], home: Path, tmp: Path) -> dict[str, str]:
     """A clean environment: nothing from the caller's (no stray API keys or proxies) but PATH basics."""
-    node = shutil.which("node")
+    # The tools folder's Node (polar harness install node: the version the pinned CLIs need) before the host's.
+    tools_node = tools_dir() / "node" / "bin" / "node"
+    node = str(tools_node) if tools_node.is_file() else shutil.which("node")
     path = (
         [str(harness.executable.parent)]
         + ([os.path.dirname(node)] if node else [])

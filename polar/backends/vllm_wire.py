@@ -65,6 +65,10 @@ class Accumulator:
     # how many ids had arrived when a weight update began during it (None: no update began).
     version_before: str | None = None
     held_at: int | None = None
+    # Top-k logprobs, when asked (k > 0): one row of k per output id.
+    top_k: int = 0
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_logprobs: list[list[float]] = field(default_factory=list)
 
 
 def http_error(
@@ -164,3 +168,43 @@ def span_of(entry: Any) -> VersionSpan:
 
 def misaligned(n_ids: int, n_logprobs: int) -> BackendProtocolError:
     return BackendProtocolError(f"vLLM returned {n_ids} token ids but {n_logprobs} logprobs")
+
+
+# ---- top-k logprobs ---------------------------------------------------------------------------------------
+# vLLM builds each position's logprobs as a dict {sampled id, rank-1 id, ..., rank-k id} (the sampled id first;
+# a sampled id inside the top k keeps its first slot and takes its top-k rank). The token-in ``generate`` route
+# then keeps the FIRST k entries (``_create_tokens_logprobs``): a sampled id outside the top k pushes rank k
+# out. So polar asks it for k + 1 and keeps ranks 1..k. ``/v1/completions`` keeps all k + 1 entries (the
+# OpenAI rule), keyed ``token_id:N`` with ``return_tokens_as_token_ids``, without ranks: the sampled id is
+# dropped when it is an extra entry, the rest sorted by logprob.
+
+
+def generate_top_k(entry: Any, k: int) -> tuple[list[int], list[float]]:
+    """The top ``k`` (ids, logprobs) in rank order from one ``logprobs.content[i]`` of the generate route."""
+    ranked: dict[int, tuple[int, float]] = {}
+    for candidate in field_of(entry, "top_logprobs", list):
+        rank = field_of(candidate, "rank", int, nullable=True)
+        if rank is not None and 1 <= rank <= k:
+            ranked[rank] = (token_id_of(field_of(candidate, "token_id", int)), field_of(candidate, "logprob", float))
+    if sorted(ranked) != list(range(1, k + 1)):
+        raise BackendProtocolError(
+            f"vLLM top_logprobs hold ranks {sorted(ranked)}, not 1..{k} (was the server's --max-logprobs below {k + 1}?)"
+        )
+    return [ranked[r][0] for r in range(1, k + 1)], [ranked[r][1] for r in range(1, k + 1)]
+
+
+def completion_top_k(top: Any, sampled: int, k: int) -> tuple[list[int], list[float]]:
+    """The top ``k`` (ids, logprobs) from one ``logprobs.top_logprobs[i]`` dict of ``/v1/completions``."""
+    if not isinstance(top, dict):
+        raise BackendProtocolError(f"vLLM top_logprobs entry is {top!r:.100}, expected an object")
+    pairs = []
+    for key, value in top.items():
+        if not isinstance(key, str) or not key.startswith("token_id:") or not key[9:].isdigit():
+            raise BackendProtocolError(f"vLLM top_logprobs key {key!r} is not token_id:N (return_tokens_as_token_ids)")
+        pairs.append((int(key[9:]), number_of(value, "top_logprobs")))
+    if len(pairs) == k + 1 and pairs[0][0] == sampled:
+        pairs = pairs[1:]  # the sampled id, outside the top k
+    if len(pairs) != k:
+        raise BackendProtocolError(f"vLLM top_logprobs entry holds {len(pairs)} ids, expected the top {k}")
+    pairs.sort(key=lambda pair: -pair[1])  # stable: equal logprobs keep vLLM's (rank) order
+    return [p[0] for p in pairs], [p[1] for p in pairs]

@@ -53,9 +53,9 @@ from polar.backends.base import (
 from polar.backends.vllm_wire import (
     Accumulator,
     completion_top_k,
-    generate_top_k,
     error_from_body,
     field_of,
+    generate_top_k,
     http_error,
     misaligned,
     number_of,

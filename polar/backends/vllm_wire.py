@@ -188,7 +188,7 @@ def generate_top_k(entry: Any, k: int) -> tuple[list[int], list[float]]:
             ranked[rank] = (token_id_of(field_of(candidate, "token_id", int)), field_of(candidate, "logprob", float))
     if sorted(ranked) != list(range(1, k + 1)):
         raise BackendProtocolError(
-            f"vLLM top_logprobs hold ranks {sorted(ranked)}, not 1..{k} (was the server's --max-logprobs below {k + 1}?)"
+            f"vLLM top_logprobs hold ranks {sorted(ranked)}, not 1..{k} (is the server's --max-logprobs below {k + 1}?)"
         )
     return [ranked[r][0] for r in range(1, k + 1)], [ranked[r][1] for r in range(1, k + 1)]
 

@@ -100,7 +100,7 @@ def test_completions_drop_the_extra_sampled_id_and_sort() -> None:
 
 
 @pytest.mark.parametrize("endpoint", ["generate", "completions"])
-async def test_backend_returns_top_k_and_sends_vllms_fields(serve, endpoint: str) -> None:  # noqa: F811
+async def test_backend_returns_top_k_and_sends_vllms_fields(serve, endpoint: str) -> None:
     path, body = (GEN_PATH, GENERATE) if endpoint == "generate" else (CMPL_PATH, COMPLETIONS)
     server = await serve({f"POST {path}": Reply(body)})
     backend = await VLLMBackend.connect(server.url, endpoint=endpoint)
@@ -119,7 +119,7 @@ async def test_backend_returns_top_k_and_sends_vllms_fields(serve, endpoint: str
         assert (sent["logprobs"], sent["return_tokens_as_token_ids"]) == (K, True)
 
 
-async def test_stream_chunks_carry_their_tokens_top_k(serve) -> None:  # noqa: F811
+async def test_stream_chunks_carry_their_tokens_top_k(serve) -> None:
     choice = json.loads(GENERATE)["choices"][0]
     first = {**choice, "finish_reason": None, "token_ids": [11], "weight_versions": None}
     first["logprobs"] = {"content": CONTENT[:1]}
@@ -137,7 +137,7 @@ async def test_stream_chunks_carry_their_tokens_top_k(serve) -> None:  # noqa: F
     assert final is not None and final.extras is not None and final.extras.top_ids.tolist() == WANT_IDS
 
 
-async def test_start_check_refuses_a_server_without_top_k_and_routed_experts(serve) -> None:  # noqa: F811
+async def test_start_check_refuses_a_server_without_top_k_and_routed_experts(serve) -> None:
     # A server (or a proxy) that ignores logprobs=k answers with the sampled id's entry only.
     bare = json.loads(GENERATE)
     for entry in bare["choices"][0]["logprobs"]["content"]:

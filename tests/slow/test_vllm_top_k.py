@@ -95,8 +95,8 @@ def test_top_k_through_the_gateway_equals_a_rescore(vllm_server, tmp_path, cache
                 "verify",
                 "--url",
                 settings.resolved_database_url,
-                "--rollout",
-                greedy["session_id"],
+                "--limit",
+                str(VERIFIED),
                 "--tolerance",
                 "1e-4",
             ]

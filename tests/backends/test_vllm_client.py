@@ -14,7 +14,6 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-import numpy as np
 import pytest
 
 from polar.backends.vllm import VLLMBackend
@@ -22,12 +21,10 @@ from polar.errors import (
     BackendError,
     BackendProtocolError,
     BackendUnavailable,
-    ConfigError,
     ContextLengthExceeded,
     InvalidRequest,
 )
 from polar.inference import (
-    ExtrasRequest,
     FinishReason,
     GenerateRequest,
     LogprobSemantics,
@@ -597,54 +594,3 @@ async def test_a_version_changed_by_someone_else_during_a_reply_is_unknown(serve
     result = await reply
     await backend.aclose()
     assert result.version_spans == (VersionSpan("unknown", 0, 1),)
-
-
-# §5 Top-k logprobs ------------------------------------------------------------------------------------
-
-# Captured with logprobs=3 (top-2 asked), temperature 1.0, seed 3: both sampled ids lie outside the top 3, so
-# vLLM lists the sampled token first and then ranks 1..2 only (its list is cut to the count asked).
-GENERATE_TOP = (
-    '{"request_id":"generate-tokens-1","model":"tiny","output_mode":"tokens","choices":[{"index":0,'
-    '"finish_reason":"length","stop_reason":null,"token_ids":[493,667],"routed_experts":null,'
-    '"weight_versions":[{"version":"default","start":0,"end":2}],"logprobs":{"content":['
-    '{"token_id":493,"logprob":-8.242992401123047,"rank":1221,"top_logprobs":[{"token_id":493,'
-    '"logprob":-8.242992401123047,"rank":1221},{"token_id":2066,"logprob":-7.761756420135498,"rank":1},'
-    '{"token_id":2285,"logprob":-7.818797588348389,"rank":2}]},{"token_id":667,"logprob":-8.137238502502441,'
-    '"rank":457,"top_logprobs":[{"token_id":667,"logprob":-8.137238502502441,"rank":457},{"token_id":1150,'
-    '"logprob":-7.795462131500244,"rank":1},{"token_id":3151,"logprob":-7.826480388641357,"rank":2}]}]}}]}'
-)
-
-
-async def test_top_k_asks_one_more_and_keeps_ranks_one_to_k(serve):
-    server = await serve({f"POST {GEN_PATH}": Reply(GENERATE_TOP)})
-    backend = await VLLMBackend.connect(server.url)
-    asked = GenerateRequest((17, 253, 9, 1404), SamplingParams(max_new_tokens=2), extras=ExtrasRequest(top_logprobs=2))
-    result = await backend.generate(asked)
-    [body] = server.posted(GEN_PATH)
-    assert body["sampling_params"]["logprobs"] == 3
-    assert result.output_ids == (493, 667)
-    assert result.extras.top_ids.tolist() == [[2066, 2285], [1150, 3151]]
-    assert result.extras.top_logprobs.dtype == np.float32
-    assert np.allclose(
-        result.extras.top_logprobs, [[-7.761756420135498, -7.818797588348389], [-7.795462131500244, -7.826480388641357]]
-    )
-    # A reply whose list lacks a rank is refused, not stored with a hole.
-    broken = GENERATE_TOP.replace('"rank":2}]},{"token_id":667', '"rank":5}]},{"token_id":667')
-    server.routes[f"POST {GEN_PATH}"] = Reply(broken)
-    with pytest.raises(BackendProtocolError, match=r"ranks \[1\], expected 1..2"):
-        await backend.generate(asked)
-    await backend.aclose()
-
-
-async def test_extras_vllm_cannot_give_are_refused_before_a_request(serve):
-    server = await serve({f"POST {GEN_PATH}": Reply(GENERATE_TOP)})
-    for endpoint, extras, message in (
-        ("completions", ExtrasRequest(top_logprobs=2), "generate endpoint"),
-        ("generate", ExtrasRequest(routed_experts=True), "routed experts"),
-        ("generate", ExtrasRequest(token_ids=(5,)), "chosen-id logprobs"),
-    ):
-        backend = await VLLMBackend.connect(server.url, endpoint=endpoint)
-        with pytest.raises(ConfigError, match=message):
-            await backend.generate(GenerateRequest((1, 2), SamplingParams(max_new_tokens=2), extras=extras))
-        await backend.aclose()
-    assert server.posted(GEN_PATH) == []

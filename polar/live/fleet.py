@@ -27,8 +27,8 @@ from polar.settings import Settings
 
 class GatewayState(StrEnum):
     """UP: a fresh heartbeat and it answers; DRAINING: it announced its shutdown (``gateways.draining_at``) and
-    finishes the calls it holds, or a fresh heartbeat but it no longer answers (unreachable from here); DOWN: silent past ``POLAR_GATEWAY_STALE_S``; STOPPED: it deregistered (shown for
-    one stale window after)."""
+    finishes the calls it holds, or a fresh heartbeat but it no longer answers (unreachable from here); DOWN:
+    silent past ``POLAR_GATEWAY_STALE_S``; STOPPED: it deregistered (shown for one stale window after)."""
 
     UP = "UP"
     DRAINING = "DRAINING"

@@ -1,7 +1,8 @@
 """A gateway replica's entry in the gateway registry (``db.gateways``): registered at start, a heartbeat every
-``POLAR_GATEWAY_HEARTBEAT_S`` while it serves, marked draining when it begins shutting down (``watch_drain``: the live view shows DRAINING while it finishes
-the calls it holds) and stopped at the end. The control API pushes new weights to
-every live entry. The URL is ``POLAR_GATEWAY_ADVERTISE_URL`` (how other hosts reach it), else host and port."""
+``POLAR_GATEWAY_HEARTBEAT_S`` while it serves, marked draining when it begins shutting down (``watch_drain``: the
+live view shows DRAINING while it finishes the calls it holds) and stopped at the end. The control API pushes new
+weights to every live entry. The URL is ``POLAR_GATEWAY_ADVERTISE_URL`` (how other hosts reach it), else host
+and port."""
 
 from __future__ import annotations
 

@@ -258,6 +258,10 @@ class Settings(BaseSettings):
     alarm_infra_error_share: float = Field(
         default=0.1, ge=0, le=1, description="alarm when more than this share of rollouts failed outside the agent"
     )
+    fleet_webhook_url: str = Field(
+        default="",
+        description="fleet alarms (a gateway silent past its heartbeat: no batch, no task) are POSTed here once each",
+    )
     alarm_min_rollouts: int = Field(default=4, ge=1, description="the share alarms need at least this many rollouts")
 
     # ---- runtimes and harness tools (docker, apptainer; polar harness install) ---------------------------

@@ -25,7 +25,7 @@ def register(factory: sessionmaker[Session], gateway_id: str, url: str, at: date
                 if row is None:
                     db.add(Gateway(id=gateway_id, url=url, started_at=at, heartbeat_at=at))
                 else:
-                    row.url, row.started_at, row.heartbeat_at, row.stopped_at = url, at, at, None
+                    row.url, row.started_at, row.heartbeat_at, row.stopped_at, row.draining_at = url, at, at, None, None
             return
         except sa.exc.IntegrityError:
             if attempt:
@@ -35,6 +35,17 @@ def register(factory: sessionmaker[Session], gateway_id: str, url: str, at: date
 def heartbeat(factory: sessionmaker[Session], gateway_id: str, at: datetime) -> None:
     with session_scope(factory) as db:
         db.execute(sa.update(Gateway).where(Gateway.id == gateway_id).values(heartbeat_at=at))
+
+
+def drain(factory: sessionmaker[Session], gateway_id: str, at: datetime) -> None:
+    """The replica began shutting down: it finishes the calls it holds and takes no new ones. It stays a row (and
+    keeps its heartbeat) until ``deregister``; it is no longer a weight target."""
+    with session_scope(factory) as db:
+        db.execute(
+            sa.update(Gateway)
+            .where(Gateway.id == gateway_id, Gateway.draining_at.is_(None))
+            .values(draining_at=at, heartbeat_at=at)
+        )
 
 
 def deregister(factory: sessionmaker[Session], gateway_id: str, at: datetime) -> None:
@@ -48,7 +59,11 @@ def live(factory: sessionmaker[Session], at: datetime, stale_after_s: float) -> 
     with factory() as db:
         rows = db.execute(
             sa.select(Gateway.id, Gateway.url)
-            .where(Gateway.stopped_at.is_(None), Gateway.heartbeat_at >= at - timedelta(seconds=stale_after_s))
+            .where(
+                Gateway.stopped_at.is_(None),
+                Gateway.draining_at.is_(None),
+                Gateway.heartbeat_at >= at - timedelta(seconds=stale_after_s),
+            )
             .order_by(Gateway.started_at, Gateway.id)
         ).all()
     return [(row.id, row.url) for row in rows]

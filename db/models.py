@@ -386,3 +386,4 @@ class Gateway(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    draining_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # it announced a shutdown

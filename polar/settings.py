@@ -247,13 +247,26 @@ class Settings(BaseSettings):
         default=3, ge=1, description="alarm when the rewards of at least this many groups are all 0 (or all 1)"
     )
     alarm_empty_patch_share: float = Field(
-        default=0.5, ge=0, le=1, description="alarm when more than this share of git rollouts changed nothing"
+        default=0.5, ge=0, le=1, description="a rising share of empty patches alarms only once over this share"
     )
     alarm_no_call_share: float = Field(
-        default=0.2, ge=0, le=1, description="alarm when more than this share of harness runs made no model call"
+        default=0.2, ge=0, le=1, description="a rising share of runs without a model call alarms only over this share"
+    )
+    alarm_rising_recent: int = Field(
+        default=8, ge=1, description="the rising-share alarms compare the last N rollouts (by finish) with those before"
+    )
+    alarm_rising_factor: float = Field(
+        default=2.0, ge=1, description="a share is rising when its recent value is at least this times the earlier one"
+    )
+    alarm_rising_min_count: int = Field(
+        default=2, ge=1, description="a rising-share alarm needs at least this many recent rollouts that show it"
     )
     alarm_infra_error_share: float = Field(
         default=0.1, ge=0, le=1, description="alarm when more than this share of rollouts failed outside the agent"
+    )
+    fleet_webhook_url: str = Field(
+        default="",
+        description="fleet alarms (a gateway silent past its heartbeat: no batch, no task) are POSTed here once each",
     )
     alarm_min_rollouts: int = Field(default=4, ge=1, description="the share alarms need at least this many rollouts")
 

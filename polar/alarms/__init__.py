@@ -8,7 +8,7 @@ also writes them as a Prefect artifact (``flows.alarms``). Thresholds are settin
 
 from polar.alarms.checks import Outcome, batch_alarms, evaluate, gateway_alarms, outcomes, recent_alarms
 from polar.alarms.kinds import Alarm, AlarmKind
-from polar.alarms.notify import count_alarms, notify_webhooks
+from polar.alarms.notify import count_alarms, notify_fleet, notify_webhooks
 
 __all__ = [
     "Alarm",
@@ -18,6 +18,7 @@ __all__ = [
     "count_alarms",
     "evaluate",
     "gateway_alarms",
+    "notify_fleet",
     "notify_webhooks",
     "outcomes",
     "recent_alarms",

@@ -7,16 +7,22 @@ window (rollouts finished in the last ``POLAR_LIVE_WINDOW_S``) plus the gateways
 
 - rewards: a scope (the batch or window, and each weight version in it) with at least ``alarm_min_groups``
   groups (tasks) with a reward, every reward 0 (``all_zero_reward``) or every reward 1 (``all_one_reward``);
-- shares, once at least ``alarm_min_rollouts`` rollouts count: git rollouts whose patch is empty (over
-  ``alarm_empty_patch_share``), harness runs that ended without a model call (``alarm_no_call_share``), and
-  finished rollouts that failed in a pipeline stage (a stage that failed for good after its retries, the
-  ``failure`` record: infrastructure, not the agent's work; over ``alarm_infra_error_share``);
+- rising shares, once at least ``alarm_min_rollouts`` rollouts count: git rollouts whose patch is empty
+  (``empty_patches``) and harness runs that ended without a model call (``no_model_call``). The rollouts are
+  ordered by finish; the last ``alarm_rising_recent`` are the recent window, those before the baseline (none
+  before: a baseline of 0, a batch that starts broken rose from nothing). It fires when at least
+  ``alarm_rising_min_count`` recent rollouts show it, the recent share is over the kind's floor
+  (``alarm_empty_patch_share``, ``alarm_no_call_share``) and at least ``alarm_rising_factor`` times the
+  baseline's: a steady share (a task set where half the patches are always empty) is the batch's normal, not
+  an alarm;
+- a fixed rate: finished rollouts that failed in a pipeline stage (a stage that failed for good after its
+  retries, the ``failure`` record: infrastructure, not the agent's work; over ``alarm_infra_error_share``);
 - ``gateway_silent``: a gateway registered and not stopped whose heartbeat is older than ``gateway_stale_s``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -45,6 +51,7 @@ class Outcome:
     git: bool  # postrun collected a git diff
     patch_bytes: int | None  # its size (None when postrun collected none)
     failed_stage: str | None  # a pipeline stage that failed for good
+    finished_at: datetime | None = None
 
 
 def _outcome(row: Any, calls: int) -> Outcome:
@@ -63,6 +70,7 @@ def _outcome(row: Any, calls: int) -> Outcome:
         git=git,
         patch_bytes=int(artifacts["diff_bytes"]) if git else None,
         failed_stage=results.failure.stage if results.failure is not None else None,
+        finished_at=row.finished_at,
     )
 
 
@@ -110,6 +118,36 @@ def _share_alarm(
     return [Alarm(kind, scope, message, round(share, 4), limit, tasks)]
 
 
+def _rising_alarm(
+    kind: AlarmKind,
+    scope: str,
+    hit: Callable[[Outcome], bool],
+    out_of: list[Outcome],
+    floor: float,
+    what: str,
+    settings: Settings,
+) -> list[Alarm]:
+    if len(out_of) < settings.alarm_min_rollouts:
+        return []
+    ordered = sorted(out_of, key=lambda o: (o.finished_at is None, o.finished_at or datetime.min, o.rollout_id))
+    recent, earlier = ordered[-settings.alarm_rising_recent :], ordered[: -settings.alarm_rising_recent]
+    hits = [o for o in recent if hit(o)]
+    share = len(hits) / len(recent)
+    baseline = sum(1 for o in earlier if hit(o)) / len(earlier) if earlier else 0.0
+    if len(hits) < settings.alarm_rising_min_count or share <= floor or share < baseline * settings.alarm_rising_factor:
+        return []
+    message = (
+        f"{scope}: {len(hits)} of the last {len(recent)} {what} ({share:.0%}, "
+        f"up from {baseline:.0%} over the {len(earlier)} before)"
+    )
+    tasks = tuple(sorted({o.task_id for o in hits if o.task_id}))
+    return [
+        Alarm(
+            kind, scope, message, round(share, 4), round(max(floor, baseline * settings.alarm_rising_factor), 4), tasks
+        )
+    ]
+
+
 def evaluate(items: Sequence[Outcome], settings: Settings, scope: str = "batch") -> list[Alarm]:
     """The alarms a set of finished rollouts raises (each weight version in it judged on its own too)."""
     items = list(items)
@@ -118,22 +156,20 @@ def evaluate(items: Sequence[Outcome], settings: Settings, scope: str = "batch")
     if len(versions) > 1:
         for version in versions:
             alarms += _reward_alarms(f"version {version}", [o for o in items if o.version == version], settings)
-    git = [o for o in items if o.git]
-    alarms += _share_alarm(
+    alarms += _rising_alarm(
         AlarmKind.EMPTY_PATCHES,
         scope,
-        [o for o in git if o.patch_bytes == 0],
-        git,
+        lambda o: o.patch_bytes == 0,
+        [o for o in items if o.git],
         settings.alarm_empty_patch_share,
         "git rollouts changed nothing",
         settings,
     )
-    ran = [o for o in items if o.ran]
-    alarms += _share_alarm(
+    alarms += _rising_alarm(
         AlarmKind.NO_MODEL_CALL,
         scope,
-        [o for o in ran if o.calls == 0],
-        ran,
+        lambda o: o.calls == 0,
+        [o for o in items if o.ran],
         settings.alarm_no_call_share,
         "harness runs made no model call",
         settings,

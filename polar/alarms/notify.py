@@ -55,3 +55,27 @@ def notify_webhooks(factory: sessionmaker[Session], alarms: Sequence[Alarm]) -> 
                 except httpx.HTTPError as exc:
                     log.warning("alarm %s: webhook of task %s failed: %s", alarm.kind.value, task_id, exc)
     return delivered
+
+
+_posted: set[tuple[str, str, str]] = set()
+
+
+def notify_fleet(url: str, alarms: Sequence[Alarm]) -> int:
+    """POST each fleet alarm (one about no task: a silent gateway) to ``POLAR_FLEET_WEBHOOK_URL`` once per process
+    (``{"event": "fleet_alarm", ...}``, ``X-Polar-Event: fleet_alarm``; the live view re-evaluates on every refresh
+    and a silence keeps its message while it lasts); returns how many arrived. Blocking; tried once."""
+    delivered = 0
+    with httpx.Client(timeout=TIMEOUT_S) as client:
+        for alarm in alarms:
+            key = (alarm.kind.value, alarm.scope, alarm.message)
+            if key in _posted:
+                continue
+            _posted.add(key)
+            try:
+                reply = client.post(
+                    url, json={"event": "fleet_alarm", **alarm.as_json()}, headers={"X-Polar-Event": "fleet_alarm"}
+                )
+                delivered += 200 <= reply.status_code < 300
+            except httpx.HTTPError as exc:
+                log.warning("alarm %s: fleet webhook failed: %s", alarm.kind.value, exc)
+    return delivered

@@ -27,9 +27,9 @@ from polar.settings import Settings
 
 
 class GatewayState(StrEnum):
-    """UP: a fresh heartbeat and it answers; DRAINING: a fresh heartbeat but it no longer answers (shutting down,
-    or unreachable from here); DOWN: silent past ``POLAR_GATEWAY_STALE_S``; STOPPED: it deregistered (shown for
-    one stale window after)."""
+    """UP: a fresh heartbeat and it answers; DRAINING: it announced its shutdown (``gateways.draining_at``) and
+    finishes the calls it holds, or a fresh heartbeat but it no longer answers (unreachable from here); DOWN:
+    silent past ``POLAR_GATEWAY_STALE_S``; STOPPED: it deregistered (shown for one stale window after)."""
 
     UP = "UP"
     DRAINING = "DRAINING"
@@ -45,6 +45,7 @@ class GatewayEntry:
     silent_s: float
     stopped: bool
     started_at: datetime
+    draining: bool = False  # it announced its shutdown
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ def gateway_entries(db: Session, at: datetime, stale_s: float) -> list[GatewayEn
             silent_s=max(0.0, (at - row.heartbeat_at).total_seconds()),
             stopped=row.stopped_at is not None,
             started_at=row.started_at,
+            draining=row.draining_at is not None,
         )
         for row in rows
     ]
@@ -117,7 +119,7 @@ def state_of(entry: GatewayEntry, stale_s: float, answered: bool) -> GatewayStat
         return GatewayState.STOPPED
     if entry.silent_s > stale_s:
         return GatewayState.DOWN
-    return GatewayState.UP if answered else GatewayState.DRAINING
+    return GatewayState.UP if answered and not entry.draining else GatewayState.DRAINING
 
 
 def failure_cause(status: RolloutStatus, failed_stage: str | None) -> str:

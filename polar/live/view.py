@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from polar.alarms import Alarm, AlarmKind, count_alarms, recent_alarms
+from polar.alarms import Alarm, AlarmKind, count_alarms, notify_fleet, recent_alarms
 from polar.clock import now
 from polar.live.curves import Curves, learning_curves
 from polar.live.fleet import FleetState, GatewayEntry, GatewayState, fleet_state, state_of
@@ -57,5 +57,8 @@ class LiveView:
         gateways = [
             GatewayView(g, state_of(g, stale, loads.get(g.id) is not None), loads.get(g.id)) for g in fleet.gateways
         ]
-        count_alarms([a for a in alarms if a.kind is AlarmKind.GATEWAY_SILENT], once=True)
+        silent = [a for a in alarms if a.kind is AlarmKind.GATEWAY_SILENT]
+        count_alarms(silent, once=True)
+        if silent and self.settings.fleet_webhook_url:  # no batch, no task: the fleet's own webhook
+            await asyncio.to_thread(notify_fleet, self.settings.fleet_webhook_url, silent)
         return LiveSnapshot(fleet, gateways, alarms, learned)

@@ -1,6 +1,8 @@
 """A gateway replica's entry in the gateway registry (``db.gateways``): registered at start, a heartbeat every
-``POLAR_GATEWAY_HEARTBEAT_S`` while it serves, marked stopped at the end. The control API pushes new weights to
-every live entry. The URL is ``POLAR_GATEWAY_ADVERTISE_URL`` (how other hosts reach it), else host and port."""
+``POLAR_GATEWAY_HEARTBEAT_S`` while it serves, marked draining when it begins shutting down (``watch_drain``: the
+live view shows DRAINING while it finishes the calls it holds) and stopped at the end. The control API pushes new
+weights to every live entry. The URL is ``POLAR_GATEWAY_ADVERTISE_URL`` (how other hosts reach it), else host
+and port."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import contextlib
 import hashlib
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -58,3 +60,18 @@ async def registered(factory: sessionmaker[Session], settings: Settings, host: s
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await asyncio.to_thread(gateways.deregister, factory, gateway_id, now())
+
+
+async def watch_drain(
+    factory: sessionmaker[Session], gateway_id: str, shutting_down: Callable[[], bool], poll_s: float = 0.1
+) -> None:
+    """Waits until ``shutting_down()`` (uvicorn's ``should_exit``, set by SIGTERM or SIGINT) and announces the drain
+    in the registry. Polling a flag, not a signal handler of our own, keeps uvicorn's handling (and its graceful
+    wait for in-flight calls) as it is. Run it as a task for the server's life; cancel it after."""
+    while not shutting_down():
+        await asyncio.sleep(poll_s)
+    try:
+        await asyncio.to_thread(gateways.drain, factory, gateway_id, now())
+        log.info("gateway %s: draining", gateway_id)
+    except Exception:
+        log.warning("gateway %s: could not announce the drain", gateway_id, exc_info=True)

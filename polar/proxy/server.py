@@ -8,6 +8,8 @@ the store and settles the control token once, then starts the workers and stops 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import signal
 import socket
@@ -21,7 +23,7 @@ from db.engine import describe_database, normalize_url
 from polar.auth import control_token, where
 from polar.proxy.gateway import Gateway
 from polar.proxy.http.app import create_app
-from polar.proxy.registration import registered
+from polar.proxy.registration import registered, watch_drain
 from polar.settings import Settings
 
 
@@ -66,15 +68,22 @@ async def serve_gateway(settings: Settings, host: str, port: int, *, reuse_port:
         f"control routes need the token from {where(settings)}",
         flush=True,
     )
-    async with registered(gateway.factory, settings, host, port):  # the control API pushes weights to it
-        if reuse_port:
-            sock = _shared_socket(host, port)
-            try:
-                await uvicorn.Server(config).serve(sockets=[sock])
-            finally:
-                sock.close()
-        else:
-            await uvicorn.Server(config).serve()
+    server = uvicorn.Server(config)
+    async with registered(gateway.factory, settings, host, port) as gateway_id:  # the control API pushes weights
+        drain = asyncio.create_task(watch_drain(gateway.factory, gateway_id, lambda: server.should_exit))
+        try:
+            if reuse_port:
+                sock = _shared_socket(host, port)
+                try:
+                    await server.serve(sockets=[sock])
+                finally:
+                    sock.close()
+            else:
+                await server.serve()
+        finally:
+            drain.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await drain
 
 
 def run_workers(settings: Settings, host: str, port: int, workers: int, extra_args: list[str]) -> int:

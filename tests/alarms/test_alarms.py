@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from fastapi import FastAPI, Request
 from prometheus_client import REGISTRY
 
 from polar.alarms import AlarmKind, batch_alarms, count_alarms, notify_webhooks
+from polar.alarms.checks import evaluate, outcomes
 from polar.rollout import drive_rollouts, process_limiter, submit_tasks
 from polar.serving import ServerThread
 from tests.rollout.helpers import FAIL, SOLVE, answer_task
@@ -69,9 +72,39 @@ def test_a_harness_that_never_calls_the_model(context):
     alarms = {alarm.kind: alarm for alarm in alarms_of(context, ids)}
     assert set(alarms) == {AlarmKind.NO_MODEL_CALL, AlarmKind.EMPTY_PATCHES, AlarmKind.ALL_ZERO_REWARD}
     assert alarms[AlarmKind.NO_MODEL_CALL].value == 1.0  # every run, none over the gateway
-    assert "4 of 4 harness runs made no model call" in alarms[AlarmKind.NO_MODEL_CALL].message
-    assert "4 of 4 git rollouts changed nothing" in alarms[AlarmKind.EMPTY_PATCHES].message
+    assert (
+        "4 of the last 4 harness runs made no model call (100%, up from 0%" in alarms[AlarmKind.NO_MODEL_CALL].message
+    )
+    assert "4 of the last 4 git rollouts changed nothing" in alarms[AlarmKind.EMPTY_PATCHES].message
     assert "all 4 rewards over 2 groups are 0" in alarms[AlarmKind.ALL_ZERO_REWARD].message
+
+
+def test_a_share_that_rises_after_a_healthy_start_fires_and_a_steady_one_does_not(context, healthy):
+    ids = run_batch(context, [answer_task(name=f"stops-{i}", samples=2, harness=SILENT_HARNESS) for i in range(2)])
+    rising = {a.kind: a for a in alarms_of(context, [*healthy, *ids], alarm_rising_recent=4)}
+    assert "4 of the last 4 harness runs made no model call (100%, up from 0% over the 6 before)" in (
+        rising[AlarmKind.NO_MODEL_CALL].message
+    )
+    # The same rollouts with the silent ones first: the recent window is healthy, the share fell.
+    with context.factory() as db:
+        items = outcomes(db, rollout_ids=[*healthy, *ids])
+    early = min(o.finished_at for o in items if o.finished_at) - timedelta(hours=1)
+    flipped = [replace(o, finished_at=early) if o.rollout_id in ids else o for o in items]
+    settings = context.settings.model_copy(update={"alarm_min_groups": 2, "alarm_min_rollouts": 2})
+    assert AlarmKind.NO_MODEL_CALL not in kinds(
+        evaluate(flipped, settings.model_copy(update={"alarm_rising_recent": 4}))
+    )
+    # A steady share: silent runs spread over the batch (2 of the 6 before, 2 of the last 4): 50% is over the
+    # floor, but not twice the baseline's 33%, so no alarm (a fixed threshold would have fired).
+    silent = [o for o in items if o.rollout_id in ids]
+    working = [o for o in items if o.rollout_id not in ids]
+    assert len(silent) == 4 and len(working) == 6
+    order = [working[0], silent[0], working[1], working[2], silent[1], working[3], silent[2], working[4], silent[3]]
+    order += [working[5]]
+    spaced = [replace(o, finished_at=early + timedelta(seconds=i)) for i, o in enumerate(order)]
+    assert AlarmKind.NO_MODEL_CALL not in kinds(
+        evaluate(spaced, settings.model_copy(update={"alarm_rising_recent": 4}))
+    )
 
 
 def test_an_evaluator_that_always_fails_is_an_infrastructure_error(context, healthy):

@@ -46,6 +46,8 @@ class TaskImport(_Body):
 
 
 def _inside(value: str, field: str, settings: Settings) -> Path:
+    if "\x00" in value:  # no file system path holds one (the OS refuses it: a 500 if it got that far)
+        raise InvalidRequest(f"{field}: a path has no NUL character", field=field)
     try:
         path = allowed_source(value, settings.copy_root_paths)
     except PrepareFailed as exc:

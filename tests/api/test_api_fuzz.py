@@ -80,3 +80,11 @@ def test_a_row_id_past_64_bits_is_a_400_naming_it(fuzz_app):
         response = client.get(f"/v1/trajectories/{trajectory_id}/extras", headers=CONTROL)
         assert response.status_code == 400, response.text
         assert response.json()["error"]["field"] == "path.trajectory_id"
+
+
+def test_an_import_path_with_a_nul_is_a_400_naming_it(fuzz_app):
+    """Found by the fuzzer: the OS refused the path and the route answered 500."""
+    client = TestClient(fuzz_app)
+    response = client.post("/v1/tasks/import", json={"path": "tasks/\u0000x"}, headers=CONTROL)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["field"] == "path"

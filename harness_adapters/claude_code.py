@@ -1,4 +1,4 @@
-"""Claude Code (``@anthropic-ai/claude-code`` 2.1.332): Anthropic Messages at ``ANTHROPIC_BASE_URL``.
+"""Claude Code (``@anthropic-ai/claude-code`` 2.1.197): Anthropic Messages at ``ANTHROPIC_BASE_URL``.
 
 ``-p`` needs no login when ``ANTHROPIC_API_KEY`` is set. Non-essential traffic (metrics, feature flags),
 telemetry, the auto-updater and error reporting are off. ``acceptEdits`` lets ``Write``/``Edit`` run and

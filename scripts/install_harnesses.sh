@@ -7,7 +7,7 @@
 # DIR/<name>/<version>/node_modules/.bin/<bin>. A marker file (.installed) per version makes
 # reruns no-ops. tests/e2e reads the same layout (POLAR_TOOLS overrides DIR there).
 #
-# Pins (docs/harnesses.md): Claude Code 2.1.332 and Qwen Code 0.24.4 need Node >= 22 to run; npm here only
+# Pins (docs/harnesses.md): Qwen Code 0.24.4 needs Node >= 22 to run; npm here only
 # unpacks them (any Node), and they run on the tools folder's Node 22 (`polar harness install node`, from PyPI).
 set -euo pipefail
 
@@ -17,7 +17,7 @@ DIR="${1:-${POLAR_TOOLS:-$ROOT/.polar-tools}}"
 # name  package  version  binary
 HARNESSES=(
   "codex        @openai/codex                  0.171.0  codex"
-  "claude       @anthropic-ai/claude-code      2.1.332  claude"
+  "claude       @anthropic-ai/claude-code      2.1.197  claude"
   "gemini       @google/gemini-cli             0.61.0   gemini"
   "qwen         @qwen-code/qwen-code           0.24.4   qwen"
   "opencode     opencode-ai                    1.18.33  opencode"

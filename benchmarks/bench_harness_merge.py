@@ -28,10 +28,10 @@ from benchmarks.bench_trajectories import throughput
 from db import make_engine, make_session_factory, session_scope
 from harness_adapters import ADAPTERS
 from polar.settings import get_settings
-from polar.trajectory import get_builder, load_capture_records
+from polar.trajectory import CaptureRecord, get_builder, load_capture_records
 from polar.trajectory.call_views import load_call_views
 from polar.trajectory.choices import BuilderOptions, select_roles
-from polar.trajectory.roles import label_session
+from polar.trajectory.roles import SessionRoles, label_session
 from tests.e2e.harnesses import HARNESSES
 from tests.e2e.multiagent import SCENARIOS
 from tests.e2e.sandbox import isolation
@@ -64,13 +64,45 @@ def record(name: str, runs: Path, cache: Path) -> dict:
     return result
 
 
+def load_session(name: str, result: dict) -> tuple[list[CaptureRecord], SessionRoles]:
+    """The captures of one recorded session and their roles, labelled with the CLI's adapter hints (if any)."""
+    engine = make_engine(result["database_url"])
+    try:
+        with session_scope(make_session_factory(engine)) as session:
+            records = load_capture_records(session, result["session_id"])
+            views = load_call_views(session, result["session_id"])
+    finally:
+        engine.dispose()
+    cli = (ALL[name].tool or name) if name in ALL else name
+    adapter = ADAPTERS.get(ADAPTER_OF.get(cli, cli))
+    return records, label_session(records, views, adapter.role_hints if adapter is not None else None)
+
+
+def add_selection_args(parser: argparse.ArgumentParser) -> None:
+    """The harness-selection options shared by the benchmarks that record e2e sessions."""
+    parser.add_argument("--harnesses", default=",".join(MAIN))
+    parser.add_argument("--runs-dir", type=Path, default=None)
+    parser.add_argument("--no-multiagent", action="store_true", help="skip the sub-agent and compaction scenarios")
+
+
+def record_selected(args: argparse.Namespace, prefix: str) -> tuple[Path, list[tuple[str, dict]]]:
+    """Run every selected harness (and the multi-agent scenarios) once; the runs folder and (name, result) pairs."""
+    names = [n for n in args.harnesses.split(",") if n]
+    if not args.no_multiagent:
+        names += [n for n in MULTIAGENT if n not in names]
+    missing = [n for n in names if not ALL[n].installed]
+    if missing:
+        raise SystemExit(f"not installed: {missing}; run scripts/install_harnesses.sh")
+    from polar.models.tiny import ensure_model_dir
+
+    cache = get_settings().cache_dir
+    ensure_model_dir("tiny-long", cache)
+    runs = args.runs_dir or Path(tempfile.mkdtemp(prefix=prefix))
+    return runs, [(name, record(name, runs, cache)) for name in names]
+
+
 def merge_row(name: str, result: dict) -> dict:
-    factory = make_session_factory(make_engine(result["database_url"]))
-    with session_scope(factory) as session:
-        records = load_capture_records(session, result["session_id"])
-        views = load_call_views(session, result["session_id"])
-    cli = ALL[name].tool or name
-    roles = label_session(records, views, ADAPTERS[ADAPTER_OF.get(cli, cli)].role_hints)
+    records, roles = load_session(name, result)
     per_request = get_builder("per_request")(records, roles=roles)
     merged = get_builder("prefix_merge")(records, roles=roles)
     stats = merged.stats
@@ -98,22 +130,10 @@ def merge_row(name: str, result: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--harnesses", default=",".join(MAIN))
-    parser.add_argument("--runs-dir", type=Path, default=None)
-    parser.add_argument("--no-multiagent", action="store_true", help="skip the sub-agent and compaction scenarios")
+    add_selection_args(parser)
     args = parser.parse_args()
-    names = [n for n in args.harnesses.split(",") if n]
-    if not args.no_multiagent:
-        names += [n for n in MULTIAGENT if n not in names]
-    missing = [n for n in names if not ALL[n].installed]
-    if missing:
-        raise SystemExit(f"not installed: {missing}; run scripts/install_harnesses.sh")
-    from polar.models.tiny import ensure_model_dir
-
-    cache = get_settings().cache_dir
-    ensure_model_dir("tiny-long", cache)
-    runs = args.runs_dir or Path(tempfile.mkdtemp(prefix="polar-harness-merge-"))
-    rows = [merge_row(name, record(name, runs, cache)) for name in names]
+    runs, recorded = record_selected(args, "polar-harness-merge-")
+    rows = [merge_row(name, result) for name, result in recorded]
     print(f"sessions recorded under {runs}")
     print(
         f"{'harness':<18} {'captures':>8} {'per_request':>11} {'merged':>6} {'ratio':>6} {'exact':>6} {'roots':>5} "

@@ -19,35 +19,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.bench_harness_merge import ADAPTER_OF, ALL, MAIN, MULTIAGENT, record
-from db import make_engine, make_session_factory, session_scope
-from harness_adapters import ADAPTERS
-from polar.settings import get_settings
-from polar.trajectory import load_capture_records
-from polar.trajectory.call_views import load_call_views
+from benchmarks.bench_harness_merge import ALL, add_selection_args, load_session, record_selected
 from polar.trajectory.choices import BuilderOptions, select_roles
 from polar.trajectory.prefix_merge import prefix_merge
-from polar.trajectory.roles import label_session
 
 TRAINED = "trained"
 
 
 def token_record(name: str, result: dict) -> Counter[str]:
     """Sampled tokens of one recorded session by fate: ``trained`` or the reason they are not."""
-    engine = make_engine(result["database_url"])
-    try:
-        with session_scope(make_session_factory(engine)) as session:
-            records = load_capture_records(session, result["session_id"])
-            views = load_call_views(session, result["session_id"])
-    finally:
-        engine.dispose()
-    cli = (ALL[name].tool or name) if name in ALL else name
-    adapter = ADAPTERS.get(ADAPTER_OF.get(cli, cli))
-    roles = label_session(records, views, adapter.role_hints if adapter is not None else None)
+    records, roles = load_session(name, result)
     merged = prefix_merge(records, roles=roles)
     out: Counter[str] = Counter(merged.stats.untrained_tokens or {})
     before = {t.chain_index: t.n_loss_tokens for t in merged.traces}
@@ -70,26 +54,13 @@ def _results(root: Path) -> list[tuple[str, dict]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--harnesses", default=",".join(MAIN))
-    parser.add_argument("--runs-dir", type=Path, default=None)
+    add_selection_args(parser)
     parser.add_argument("--from-runs", type=Path, default=None, help="read result.json files under this folder")
-    parser.add_argument("--no-multiagent", action="store_true")
     args = parser.parse_args()
     if args.from_runs is not None:
         runs = _results(args.from_runs)
     else:
-        names = [n for n in args.harnesses.split(",") if n]
-        if not args.no_multiagent:
-            names += [n for n in MULTIAGENT if n not in names]
-        missing = [n for n in names if not ALL[n].installed]
-        if missing:
-            raise SystemExit(f"not installed: {missing}; run scripts/install_harnesses.sh")
-        from polar.models.tiny import ensure_model_dir
-
-        cache = get_settings().cache_dir
-        ensure_model_dir("tiny-long", cache)
-        where = args.runs_dir or Path(tempfile.mkdtemp(prefix="polar-token-record-"))
-        runs = [(name, record(name, where, cache)) for name in names]
+        where, runs = record_selected(args, "polar-token-record-")
         print(f"sessions recorded under {where}")
     rows = [(name, token_record(name, result)) for name, result in runs]
     reasons = sorted({k for _, r in rows for k in r if k != TRAINED})

@@ -61,6 +61,9 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None  # on tool results
     name: str | None = None  # tool name on tool results, when the protocol gives it
+    # Ids of the provider items this message was echoed as (Responses: its message, reasoning and function-call
+    # items), beside the tool-call ids: a witness of which earlier reply a harness echoed. Never compared.
+    item_ids: tuple[str, ...] = field(default=(), compare=False)
 
 
 def system(text: str) -> Message:

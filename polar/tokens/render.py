@@ -62,6 +62,7 @@ class PriorCall:
     prompt_ids: Sequence[int]  # the full prompt; may be lazy (len() without materialising it)
     output_ids: Sequence[int]  # as the backend returned them (end-of-turn included when sampled)
     ref: Any = None  # the caller's handle (a capture id)
+    minted: frozenset[str] = frozenset()  # the ids its reply went out with (its id, its tool calls')
 
     @property
     def sequence_length(self) -> int:

@@ -11,11 +11,14 @@
   **dead branch**, never trained. When more than one member was continued, each continued one stays live (the
   harness did go on from each).
 - **Witnesses**: "continued" is what the harness echoed: the gateway links a call to the earlier reply whose
-  content (text, reasoning, tool calls) its history repeats. When a continued member's reply is the same token
-  for token as another member's but the two differ in what would train (their logprobs), the echo cannot tell
-  which one the harness really kept (the link chose one among equals): the shape is **ambiguous**, and every
-  member of the group is masked with that reason rather than guessed. Identical replies with identical logprobs
-  are no ambiguity (whichever was kept trains the same tokens with the same weights).
+  content (text, reasoning, tool calls) its history repeats, and, among siblings whose replies it repeats alike,
+  to the one whose minted ids (tool-call ids, reply item ids: unique per capture) it echoed; such a link is
+  *witnessed* (the child's admission cause ``echoed_ids``, ``polar.proxy.session.witness``). When a continued
+  member's reply is the same token for token as another member's but the two differ in what would train (their
+  logprobs), and no witnessed link names it, the echo cannot tell which one the harness really kept (the link
+  chose one among equals): the shape is **ambiguous**, and every member of the group is masked with that reason
+  rather than guessed. Identical replies with identical logprobs are no ambiguity (whichever was kept trains the
+  same tokens with the same weights).
 - **Terminal**: the latest live, unpoisoned call by ``seq`` (of the main agent, when roles are known): the one the
   session ended on. The chain through it
   is the chain the harness kept (``terminal_path``); builders give shared prefixes to it.
@@ -30,6 +33,8 @@ from enum import StrEnum
 
 from db.enums import Admission, CaptureStatus
 from polar.trajectory.tree import CaptureTree
+
+ECHOED_IDS = "echoed_ids"  # a match's cause: its parent was singled out by the ids it echoed (the gateway's)
 
 
 class Untrained(StrEnum):
@@ -67,10 +72,13 @@ def judge(tree: CaptureTree, main: Callable[[int], bool] | None = None) -> Liven
     poisoned: set[int] = set()
     parent_of: dict[int, int | None] = {}
     groups: dict[tuple[int | None, int, tuple[int, ...]], list[int]] = {}
+    witnessed: set[int] = set()  # parents a child singled out by the ids it echoed
     for record in tree.ok:  # seq order: parents before children
         link = tree.link(record)
         parent = link.parent.id if link.parent is not None else None
         parent_of[record.id] = parent
+        if parent is not None and record.admission_cause == ECHOED_IDS and not link.through_failed:
+            witnessed.add(parent)
         if record.admission == Admission.UNRESOLVED.value or (parent is not None and parent in poisoned):
             poisoned.add(record.id)
         groups.setdefault((parent, link.prefix_len, tuple(link.delta)), []).append(record.id)
@@ -83,7 +91,8 @@ def judge(tree: CaptureTree, main: Callable[[int], bool] | None = None) -> Liven
             continue
         live = [m for m in members if m in continued] or [max(members, key=seq.__getitem__)]
         dead.update(m for m in members if m not in live)
-        if any(_twins(tree, m, other) for m in live if m in continued for other in members if other != m):
+        unwitnessed = [m for m in live if m in continued and m not in witnessed]
+        if any(_twins(tree, m, other) for m in unwitnessed for other in members if other != m):
             ambiguous.update(members)
     candidates = [r for r in tree.ok if r.id not in poisoned and r.id not in dead and r.id not in ambiguous]
     mains = [r for r in candidates if main(r.id)] if main is not None else []
@@ -117,10 +126,10 @@ def untrained_tokens(tree: CaptureTree, liveness: Liveness) -> dict[str, int]:
 
 def root_causes(tree: CaptureTree) -> dict[str, int]:
     """OK roots and unresolved calls by the cause the gateway recorded (the first call's ``first_call``
-    excluded: only the roots that need a reason)."""
+    excluded: only the roots that need a reason; a match's ``echoed_ids`` is no root)."""
     out: Counter[str] = Counter()
     for record in tree.ok:
         cause = record.admission_cause
-        if cause is not None and cause != "first_call":
+        if cause is not None and cause != "first_call" and record.admission != Admission.MATCH.value:
             out[cause] += 1
     return dict(sorted(out.items()))

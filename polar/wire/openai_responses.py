@@ -173,11 +173,14 @@ class _History:
         self._text: str | None = None
         self._calls: list[ToolCall] = []
         self._open = False
+        self._ids: list[str] = []  # echoed item ids of the open reply
 
     def item(self, raw: Any, path: str) -> None:
         kind = raw.get("type", "message") if isinstance(raw, dict) else None
         if kind == "message" or kind is None:
             self._message(validate(MessageItem, raw, prefix=path), path)
+            if isinstance(raw, dict) and raw.get("role") == "assistant":
+                self._item_id(raw)
         elif kind in ("function_call", "custom_tool_call"):
             call: FunctionCallItem | CustomToolCallItem
             if kind == "function_call":
@@ -187,6 +190,7 @@ class _History:
                 call = validate(CustomToolCallItem, raw, prefix=path)
                 arguments = _custom_arguments(call.input)
             self._call(ToolCall(flat_name(call.name, call.namespace), arguments, call.call_id))
+            self._item_id(raw)
         elif kind in ("local_shell_call", "shell_call"):
             shell = validate(ShellCallItem, raw, prefix=path)
             name = "local_shell" if kind == "local_shell_call" else "shell"
@@ -203,6 +207,7 @@ class _History:
             self._result(text, shell_out.call_id)
         elif kind == "reasoning":
             self._reason(_reasoning_text(validate(ReasoningItem, raw, prefix=path), path))
+            self._item_id(raw)
         elif kind == "additional_tools":
             self.tools.add_all(validate(AdditionalToolsItem, raw, prefix=path).tools, f"{path}.tools")
         else:
@@ -226,6 +231,12 @@ class _History:
             self.flush()
             self.messages.append(Message(Role.USER if item.role == "user" else Role.SYSTEM, text))
 
+    def _item_id(self, raw: dict[str, Any]) -> None:
+        """Keep an echoed output item's id (``msg_``/``rs_``/``fc_``...): a witness of the reply it came from."""
+        item_id = raw.get("id")
+        if isinstance(item_id, str) and item_id:
+            self._ids.append(item_id)
+
     def _call(self, call: ToolCall) -> None:
         self._open = True
         self._calls.append(call)
@@ -246,8 +257,16 @@ class _History:
     def flush(self) -> None:
         if self._open:
             calls = tuple(self._calls)
-            self.messages.append(Message(Role.ASSISTANT, self._text or "", reasoning=self._reasoning, tool_calls=calls))
-        self._reasoning, self._text, self._calls, self._open = None, None, [], False
+            self.messages.append(
+                Message(
+                    Role.ASSISTANT,
+                    self._text or "",
+                    self._reasoning,
+                    calls,
+                    item_ids=tuple(self._ids) if self._ids else (),
+                )
+            )
+        self._reasoning, self._text, self._calls, self._open, self._ids = None, None, [], False, []
 
 
 def _custom_arguments(text: str) -> str:

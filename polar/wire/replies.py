@@ -96,3 +96,41 @@ def reply_from_response(protocol: str, body: Any) -> Message:
     if reader is None or not isinstance(body, dict):
         return Message(Role.ASSISTANT)
     return reader(body)
+
+
+def _ids_in(value: Any, keys: tuple[str, ...]) -> set[str]:
+    """Every string under one of ``keys`` in ``value`` (dicts and lists, walked)."""
+    out: set[str] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if key in keys and isinstance(inner, str) and inner:
+                    out.add(inner)
+                elif isinstance(inner, dict | list):
+                    stack.append(inner)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return out
+
+
+# Where each protocol's reply names what the gateway minted: the reply's id, its items' and its tool calls'.
+_ID_KEYS: dict[str, tuple[str, ...]] = {
+    "openai_chat": ("id",),  # chatcmpl-..., choices[].message.tool_calls[].id
+    "openai_responses": ("id", "call_id"),  # resp_..., msg_/rs_/fc_ items, call_ids
+    "anthropic_messages": ("id",),  # msg_..., tool_use ids
+    "gemini": ("responseId", "id"),  # functionCall ids
+}
+
+
+def minted_ids(protocol: str, body: Any) -> frozenset[str]:
+    """The ids the gateway minted for the reply stored in ``body`` (``captures.response_json``): the reply's own id
+    and its items' and tool calls' ids, exactly as the harness received them. Each is unique to its capture (drawn
+    at random per call: ``polar.ids``), and read here from the record, never from a re-parse of the sampled ids, so
+    every gateway process and every builder derives the same set. A harness that echoes one of them in a later call
+    says which reply it continued (the witness of ``polar.proxy.session.witness``). Empty for an unknown protocol."""
+    keys = _ID_KEYS.get(protocol)
+    if keys is None or not isinstance(body, dict):
+        return frozenset()
+    return frozenset(_ids_in(body, keys))

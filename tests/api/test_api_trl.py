@@ -17,6 +17,7 @@ from examples.trl_grpo.loop import INSTRUCTION, train
 from polar.client import PolarClient
 from polar.errors import GroupFailed, TokenizerMismatch
 from polar.integrations.trl import PolarRolloutFunc
+from tests.api.retry_task import check_kept_chain, retry_task
 
 # TRL 1.16 sets transformers' renamed gradient-checkpointing options; and rollout_func is "experimental" in TRL.
 pytestmark = [
@@ -116,3 +117,24 @@ def test_a_mismatched_tokenizer_refuses_to_start(api, tiny_model_dir):
         tokenizer.add_tokens(["<not-in-polar>"])
         with pytest.raises(TokenizerMismatch, match="is not the one Polar serves"):
             PolarRolloutFunc(client, tokenizer, {"harness": {"name": "agent"}, "instruction": INSTRUCTION})
+
+
+def test_trl_trains_the_chain_the_harness_kept_after_a_final_call_retry(api, tiny_model_dir, tmp_path):
+    """Each rollout retried its last call: TRL gets (and trains on) the kept chain, not the dead twin."""
+    with PolarClient(api.url) as client:
+        (result,) = train(
+            client,
+            tiny_model_dir,
+            steps=1,
+            prompts=1,
+            generations=2,
+            lr=5e-2,
+            output_dir=tmp_path,
+            task=retry_task,
+            log=lambda _: None,
+        )
+        for sample in result.record.samples:
+            assert sample.trainable and sample.chains == 2
+            check_kept_chain(client, sample.rollout_id, sample.completion_ids, sample.loss_mask)
+        assert result.trained_tokens == sum(map(sum, (s.loss_mask for s in result.record.samples))) > 0
+        assert result.max_logprob_gap < 1e-5  # TRL's logprobs of what it trained are the sampled ones

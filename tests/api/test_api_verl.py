@@ -19,6 +19,7 @@ import pytest
 
 from examples.grpo.toy import toy_task
 from polar.client import PolarClient
+from tests.api.retry_task import check_kept_chain, retry_task
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / ".verl-site"
@@ -34,9 +35,8 @@ def verl_site() -> Path:
     return SITE
 
 
-def test_polar_agent_loop_returns_verls_agent_loop_output(api, tiny_model_dir, verl_site):
-    task = {**toy_task(step=0, group=0, samples=1), "instruction": "Write a few words using only a to m."}
-    task["metadata"] = {"toy": "first-half"}  # no admission step: verl, not the feed, owns the weights here
+def probe(api, tiny_model_dir, verl_site, task) -> dict:
+    """verl's ``AgentLoopOutput`` of one sample of ``task``, as the probe reports it."""
     env = {**os.environ, "PYTHONPATH": f"{verl_site}{os.pathsep}{ROOT}"}
     run = subprocess.run(
         [sys.executable, "-m", "tests.api.verl_probe", api.url, str(tiny_model_dir), json.dumps(task)],
@@ -48,7 +48,13 @@ def test_polar_agent_loop_returns_verls_agent_loop_output(api, tiny_model_dir, v
     )
     lines = [line for line in run.stdout.splitlines() if line.startswith("PROBE ")]
     assert run.returncode == 0 and lines, run.stderr[-3000:]
-    out = json.loads(lines[-1].removeprefix("PROBE "))
+    return json.loads(lines[-1].removeprefix("PROBE "))
+
+
+def test_polar_agent_loop_returns_verls_agent_loop_output(api, tiny_model_dir, verl_site):
+    task = {**toy_task(step=0, group=0, samples=1), "instruction": "Write a few words using only a to m."}
+    task["metadata"] = {"toy": "first-half"}  # no admission step: verl, not the feed, owns the weights here
+    out = probe(api, tiny_model_dir, verl_site, task)
     assert out["type"] == "verl.experimental.agent_loop.agent_loop.AgentLoopOutput"
 
     extra = out["extra_fields"]
@@ -71,3 +77,14 @@ def test_polar_agent_loop_returns_verls_agent_loop_output(api, tiny_model_dir, v
     assert tensors["rm_scores"][:-1] == [0.0] * 7 and tensors["rm_scores"][-1] == pytest.approx(rollout["reward"])
     # A tokenizer other than Polar's refuses to start, through verl's instantiate.
     assert out["mismatch"] is not None and "TokenizerMismatch" in out["mismatch"]
+
+
+def test_polar_agent_loop_trains_the_chain_the_harness_kept_after_a_final_call_retry(api, tiny_model_dir, verl_site):
+    """The rollout retried its last call: verl's output is the kept chain (cut at its response length), and the
+    dead twin trains nowhere."""
+    out = probe(api, tiny_model_dir, verl_site, retry_task("Write a few words using only a to m."))
+    extra = out["extra_fields"]
+    assert extra["polar_status"] == "COMPLETED" and extra["polar_masked_reason"] is None
+    with PolarClient(api.url) as client:
+        check_kept_chain(client, extra["polar_rollout_id"], out["response_ids"], out["response_mask"])
+    assert out["as_dict"]["response_mask"] == out["response_mask"]

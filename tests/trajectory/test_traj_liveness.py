@@ -145,3 +145,24 @@ def test_stats_name_every_untrained_token_and_root_cause() -> None:
     assert stats.token_line() == (
         "sampled 10, trainable 6, untrained: dead_branch 2, poisoned 2; root causes: history_edited 1, tools_changed 1"
     )
+
+
+@pytest.mark.parametrize("build", BUILDERS)
+@pytest.mark.parametrize("witnessed", ["first", "second"])
+def test_a_retry_the_echoed_ids_single_out_trains_that_twin_and_marks_the_other_dead(build, witnessed) -> None:
+    """The same twins, but the next call echoed the ids the gateway minted for one of them (its tool-call ids:
+    the gateway linked it there with the cause ``echoed_ids``): that one trains, the other is a dead branch."""
+    tree = RecordTree()
+    root = tree.add(SYSTEM, [10, EOT])
+    step = [*tree.sequence(root), 70]
+    first = tree.add(step, [20, EOT], root)
+    second = tree.add(step, [20, EOT], root)  # other logprobs (sampled)
+    kept, dead = (first, second) if witnessed == "first" else (second, first)
+    after = tree.add([*tree.sequence(kept), 71], [30, EOT], kept, admission="match", admission_cause="echoed_ids")
+
+    result = build(tree.records)
+
+    assert trained(result) == tokens(root, kept, after)
+    assert result.stats.untrained_tokens == {"dead_branch": len(dead.output_ids)}
+    assert result.stats.root_causes == {}  # a witnessed match is no root
+    assert [t.capture_ids[-1] for t in result.traces if t.kept] == [after.id]  # the chain the harness kept

@@ -4,7 +4,9 @@ The prompt builder (``polar.tokens.render``) finds the earlier call a request ex
 request's history against what the session's captures really produced, so that nothing is absorbed silently:
 
 - ``match``: the request extends a committed call (``found``) and every assistant message after that call's echo
-  is explained by another known call's reply made in that very context (a merge claims that history);
+  is explained by another known call's reply made in that very context (a merge claims that history). Its cause
+  is ``echoed_ids`` when retried siblings' replies were echoed alike and the ids the harness echoed picked the
+  parent (``polar.proxy.session.witness``), else none;
 - ``unresolved``: the request holds assistant content no capture of the session produced in that context: an
   edited reply, an edited message before a reply, a reply whose commit failed and which the client kept. It is
   served (a harness must not break) but its chain is poisoned from it on (``polar.trajectory.liveness``). A
@@ -33,6 +35,9 @@ from polar.tokens.matching import echo_length, same_message, same_tools
 from polar.tokens.messages import Message, Role, ToolSpec
 from polar.tokens.render import PriorCall
 
+# A match's cause when several siblings' replies were echoed alike and the ids the gateway minted for one of them
+# (its tool-call ids, its item ids) singled it out as the parent (``polar.proxy.session.witness``).
+ECHOED_IDS = "echoed_ids"
 MIN_ARGUMENT_CHARS = 16  # a tool-call string argument shorter than this is too common to link a sub-agent
 
 
@@ -49,18 +54,22 @@ def admit(
     known: Callable[[], Sequence[PriorCall]],
     *,
     first: bool = False,
+    witnessed: bool = False,
 ) -> Verdict:
     """The verdict on a request (``messages``, ``tools``) whose parent search gave ``found``; ``known()`` gives the
     session's known calls (the committed, acknowledged ones), read only when needed; ``first``: the session has
     made no call at all before (not even a failed one). Only a first call may hold assistant messages no capture
-    made (a harness's own examples): after a failed or unacknowledged call they may be a reply the store lost."""
+    made (a harness's own examples): after a failed or unacknowledged call they may be a reply the store lost.
+    ``witnessed``: ``found`` was singled out among equal siblings by the ids the request echoed (cause
+    ``echoed_ids`` on the match)."""
     if found is not None:
         start = found[1]
+        matched = Verdict(Admission.MATCH, ECHOED_IDS if witnessed else None)
         if not any(m.role is Role.ASSISTANT for m in messages[start:-1]):
-            return Verdict(Admission.MATCH)  # the steady state: nothing to look up
+            return matched  # the steady state: nothing to look up
         if _unexplained(messages, start, known(), in_context=True) is not None:
             return Verdict(Admission.UNRESOLVED, "history_edited")
-        return Verdict(Admission.MATCH)
+        return matched
     calls = known()
     if not calls and first:
         return Verdict(Admission.ROOT, "first_call")

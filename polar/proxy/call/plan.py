@@ -21,6 +21,7 @@ from polar.proxy.call.cost import message_chars, surely_too_long
 from polar.proxy.call.policy import Policy, PolicyContext
 from polar.proxy.session.history import HistoryCache, SessionHistory
 from polar.proxy.session.sessions import SessionInfo
+from polar.proxy.session.witness import single_out
 from polar.proxy.store_wait import in_store
 from polar.settings import RenderMode
 from polar.slices import in_thread
@@ -117,6 +118,10 @@ class Planner:
         started: float | None,
     ) -> CallPlan:
         """The prompt ids (tokenizing: a whole conversation when no earlier call is extended) and the plan."""
+        witnessed = False
+        if found is not None:  # a retry's siblings echoed alike: the ids the harness sent back pick one
+            same_depth = history.same_depth(len(found[0].messages))
+            found, witnessed = single_out(found, request.messages, request.tools, same_depth)
         prompt = self.builder.build_on(
             found, request.messages, request.tools, self.render_mode, had_candidates=bool(history.nodes)
         )
@@ -134,7 +139,7 @@ class Planner:
         )
         started = time.perf_counter() if started is None else started
         first = history.next_seq == 0 and not history.ahead and not history.nodes
-        verdict = admit(request.messages, request.tools, found, history.prior_calls, first=first)
+        verdict = admit(request.messages, request.tools, found, history.prior_calls, first=first, witnessed=witnessed)
         return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started, verdict)
 
     async def plan(

@@ -29,6 +29,7 @@ from polar.proxy.store_wait import in_store
 from polar.slices import turn
 from polar.tokens.messages import Message, Role
 from polar.wire.canonical import Completion
+from polar.wire.replies import minted_ids
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class CallRecorder:
                 tools=plan.request.tools,
                 reply=reply,
                 seq=stored.seq,
+                minted=minted_ids(plan.codec.name, response),
             ),
             plan.prompt.ids,
         )

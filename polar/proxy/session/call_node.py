@@ -77,6 +77,7 @@ class CallNode:
         "tools",
         "reply",
         "seq",
+        "minted",
         "line",
         "_delta",
         "_output",
@@ -95,10 +96,12 @@ class CallNode:
         tools: tuple[ToolSpec, ...],
         reply: Message,
         seq: int = -1,
+        minted: frozenset[str] = frozenset(),  # the ids its reply went out with (polar.wire.replies.minted_ids)
     ):
         self.id, self.parent_id, self.prefix_len, self.n_prompt = id, parent_id, prefix_len, n_prompt
         self.n_output = len(output_ids)
         self.messages, self.tools, self.reply, self.seq = messages, tools, reply, seq
+        self.minted = minted
         self.line: Line | None = None  # set by ``Line.extend``: the ids live there from then on
         self._delta, self._output = prompt_delta_ids, output_ids
 

@@ -46,6 +46,7 @@ from polar.proxy.session.call_node import CallNode, LazyPrompt, Line
 from polar.tokens.messages import Message
 from polar.tokens.render import PriorCall
 from polar.wire.canonical import ChatRequest
+from polar.wire.replies import minted_ids
 
 
 @dataclass(eq=False)
@@ -161,6 +162,7 @@ class SessionHistory:
             prompt if prompt is not None else LazyPrompt(node.n_prompt, functools.partial(self.full_prompt, node.id)),
             node.output_ids,
             ref=node.id,
+            minted=node.minted,
         )
 
     def candidates(self, n_messages: int) -> Iterator[PriorCall]:
@@ -169,6 +171,15 @@ class SessionHistory:
         end = bisect.bisect_left(self.by_depth, (n_messages, -1, -1))
         for i in range(end - 1, -1, -1):
             node = self.nodes.get(self.by_depth[i][2])
+            if node is not None:
+                yield self._prior(node)
+
+    def same_depth(self, n_messages: int) -> Iterator[PriorCall]:
+        """Earlier calls made with exactly ``n_messages`` messages (a retry's siblings share one depth)."""
+        start = bisect.bisect_left(self.by_depth, (n_messages, -1, -1))
+        end = bisect.bisect_left(self.by_depth, (n_messages + 1, -1, -1))
+        for _, _, node_id in self.by_depth[start:end]:
+            node = self.nodes.get(node_id)
             if node is not None:
                 yield self._prior(node)
 
@@ -295,6 +306,7 @@ class HistoryCache:
             tools=request.tools,
             reply=self._parse_reply(row.output_ids, row.prompt_delta_ids),
             seq=row.seq,
+            minted=minted_ids(row.protocol, row.response_json),  # from the record: the ids the harness got
         )
 
     def add(self, session_id: str, node: CallNode, prompt_ids: Sequence[int] | None = None) -> None:

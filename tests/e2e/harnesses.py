@@ -71,6 +71,11 @@ class Harness:
     dns_allowed: tuple[str, ...] = ()  # names the CLI may try to resolve with every switch off (see notes)
     websocket_first: bool = False  # tries a WebSocket upgrade before POSTing (Codex's built-in provider)
     tool: str = ""  # its pin in harness_adapters.install.TOOLS (the install folder); default: name
+    # Deferred tools the script loads with a tool search before calling them (Claude Code's ToolSearch): the
+    # search's result names each in a tool_reference block, and the calls after it declare the tool.
+    loads_tools: tuple[str, ...] = ()
+    # The variable that tells the CLI the model's context window (the adapter's CliSpec.context_env).
+    context_env: str = ""
     notes: str = ""
 
     @property
@@ -148,6 +153,7 @@ CLAUDE = Harness(
         ),
         reply("Now I check it.", "Bash", {"command": SHELL_CHECK, "description": "Show hello.txt"}),
     ],
+    context_env=claude_code.SPEC.context_env,
 )
 
 GEMINI = Harness(
@@ -288,6 +294,22 @@ CODEX_CODE_MODE = replace(
 # thinking {type: enabled, budget_tokens}, and folds the agent list into the user turn (41k tokens).
 CLAUDE_SONNET = replace(CLAUDE, name="claude-sonnet", tool="claude", model="claude-sonnet-4-5")
 
+# Claude Code 2.1.332 defers some tools: their names are listed in the system prompt, their schemas are not sent
+# (a DeferredToolPlaceholder tool stands in). ToolSearch "select:CronList" loads one: its tool_result holds a
+# tool_reference block, the calls after it declare CronList, and the model calls it (no arguments, no side effect).
+CLAUDE_TOOL_SEARCH = replace(
+    CLAUDE,
+    name="claude-tool-search",
+    tool="claude",
+    replies=[
+        CLAUDE.replies[0],
+        reply("I will load the cron tool.", "ToolSearch", {"query": "select:CronList"}),
+        reply("Listing the jobs.", "CronList", {}),
+        CLAUDE.replies[1],
+    ],
+    loads_tools=("CronList",),
+)
+
 # No -m: "auto" routing. Before the first turn a tool-free, non-streaming, JSON-mode router call picks the
 # model; the scripted tool-free reply is a schema-valid routing decision. The router call is its own root.
 GEMINI_AUTO = replace(
@@ -367,6 +389,7 @@ HARNESSES: dict[str, Harness] = {
         CODEX_OPENAI,
         CODEX_CODE_MODE,
         CLAUDE_SONNET,
+        CLAUDE_TOOL_SEARCH,
         GEMINI_AUTO,
         OPENCODE_ANTHROPIC,
         OPENCODE_OPENAI,

@@ -238,6 +238,9 @@ def run_harness(args, harness: Harness, settings, backend, dns, result: dict, di
             startup_s=round(time.monotonic() - result["t0"], 2),
         )
         env = harness_env(harness, values, home, tmp)
+        result["context_length"] = session.get("context_length")
+        if harness.context_env and result["context_length"]:  # as the adapter does (CliSpec.context_env)
+            env[harness.context_env] = str(result["context_length"])
         argv_filled = fill(harness.argv, values)
         result["argv"] = argv_filled
         result.update(run_cli(harness, argv_filled, env, work, run_dir, args.timeout))

@@ -165,6 +165,13 @@ def test_cli_long_calls_through_an_idle_cutting_load_balancer(
     assert all(c.latency_s >= REPLY_DELAY_S > LB_IDLE_S for c in calls), [c.latency_s for c in calls]
 
 
+def _results(call: Call) -> list[dict]:
+    """The blocks inside the ``tool_result`` blocks of an Anthropic request's last message."""
+    content = call.request_json["messages"][-1]["content"]
+    results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+    return [part for b in results if isinstance(b.get("content"), list) for part in b["content"]]
+
+
 def run_and_check(
     name: str,
     harness: Harness,
@@ -229,6 +236,9 @@ def run_and_check(
     assert FINAL in (run_dir / "cli.stdout").read_text(errors="replace"), (
         "the final reply did not reach the CLI's output"
     )
+    if harness.context_env:  # Claude Code's JSON output reports the window it worked with (1,000,000 untold)
+        usage = json.loads((run_dir / "cli.stdout").read_text())["modelUsage"]
+        assert {u["contextWindow"] for u in usage.values()} == {result["context_length"]}, usage
 
     # -- the gateway saw only well-formed calls (a WebSocket attempt is refused before any POST)
     requests = requests_in_log(run_dir / "gateway.log")
@@ -296,6 +306,9 @@ def run_and_check(
         assert parsed.content.strip() == expected.content.strip()
         assert (parsed.reasoning or "").strip() == (expected.reasoning or "").strip()
     assert reader.parse(main[-1].output_ids).content.strip() == FINAL
+    for tool in harness.loads_tools:  # not declared until the search loaded it; then declared and called
+        (search,) = [i for i, c in enumerate(main) if {"type": "tool_reference", "tool_name": tool} in _results(c)]
+        assert tool not in main[search - 1].tools and all(tool in c.tools for c in main[search:])
     last_prompt = reader.decode(main[-1].prompt_ids)
     assert MARKER in last_prompt, "the shell tool's output is missing from the last prompt"
     assert MARKER in json.dumps(main[-1].request_json), "the shell tool's output is missing from the last request"

@@ -6,8 +6,9 @@ telemetry, the auto-updater and error reporting are off. ``acceptEdits`` lets ``
 
 A model name it does not know makes 2.1.332 assume a 1,000,000-token context window (its auto-compaction point
 and the ``contextWindow`` it reports); ``CLAUDE_CODE_MAX_CONTEXT_TOKENS`` gets the served model's real window
-from the gateway session (``CliSpec.context_env``). Sub-agents (the ``Agent`` tool) run in the background by
-default in 2.1.332: the main agent's calls go on while the sub-agent's chain runs.
+from the gateway session (``CliSpec.context_env``). A name it knows (``claude-sonnet-4-5``) keeps that model's
+own window: 2.1.332 reads the variable only for names it does not know. Sub-agents (the ``Agent`` tool) run in
+the background by default in 2.1.332: the main agent's calls go on while the sub-agent's chain runs.
 """
 
 from __future__ import annotations

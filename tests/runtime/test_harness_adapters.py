@@ -75,6 +75,15 @@ def test_claude_code_is_told_the_models_context_window():
     assert known.rebased("http://127.0.0.1:9", "http://127.0.0.1:7").context_length == 65536
 
 
+def test_qwen_code_background_memory_agents_are_off():
+    """Qwen Code 0.24.4's memory extraction and dream (on by default) and auto-skill review send calls of their
+    own after a turn; the adapter turns them off (tests/e2e/test_harnesses.py checks a run sends none)."""
+    adapter = get_adapter("qwen_code")
+    (text,) = adapter.launch(adapter.Config(), CTX, SESSION).files.values()
+    memory = json.loads(text)["memory"]
+    assert memory["enableManagedAutoMemory"] is memory["enableManagedAutoDream"] is memory["enableAutoSkill"] is False
+
+
 def test_a_session_seen_through_a_tunnel_keeps_its_paths():
     moved = SESSION.rebased("http://127.0.0.1:9", "http://127.0.0.1:7")
     assert moved.base_urls == {

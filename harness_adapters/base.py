@@ -48,11 +48,13 @@ class HarnessContext:
 
 @dataclass(frozen=True)
 class SessionAccess:
-    """The harness's gateway session: its id, its secret key and the base URL per client family."""
+    """The harness's gateway session: its id, its secret key, the base URL per client family and the served
+    model's context window in tokens (None when the gateway did not say: an older gateway)."""
 
     session_id: str
     api_key: str
     base_urls: Mapping[str, str]  # "openai" (…/v1), "anthropic" and "gemini" (the gateway root)
+    context_length: int | None = None
 
     def rebased(self, root: str, new_root: str) -> SessionAccess:
         """The same session seen at ``new_root`` instead of ``root`` (the gateway's address inside a runtime)."""
@@ -61,7 +63,7 @@ class SessionAccess:
         urls = {
             name: new_root + url[len(root) :] if url.startswith(root) else url for name, url in self.base_urls.items()
         }
-        return SessionAccess(self.session_id, self.api_key, urls)
+        return SessionAccess(self.session_id, self.api_key, urls, self.context_length)
 
     def provider_env(self) -> dict[str, str]:
         """The variables most model clients read, all pointing at the session."""

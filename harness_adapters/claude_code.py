@@ -1,8 +1,14 @@
-"""Claude Code (``@anthropic-ai/claude-code`` 2.1.197): Anthropic Messages at ``ANTHROPIC_BASE_URL``.
+"""Claude Code (``@anthropic-ai/claude-code`` 2.1.332): Anthropic Messages at ``ANTHROPIC_BASE_URL``.
 
 ``-p`` needs no login when ``ANTHROPIC_API_KEY`` is set. Non-essential traffic (metrics, feature flags),
 telemetry, the auto-updater and error reporting are off. ``acceptEdits`` lets ``Write``/``Edit`` run and
 ``--allowedTools Bash`` the shell (``--dangerously-skip-permissions`` is refused as root).
+
+A model name it does not know makes 2.1.332 assume a 1,000,000-token context window (its auto-compaction point
+and the ``contextWindow`` it reports); ``CLAUDE_CODE_MAX_CONTEXT_TOKENS`` gets the served model's real window
+from the gateway session (``CliSpec.context_env``). A name it knows (``claude-sonnet-4-5``) keeps that model's
+own window: 2.1.332 reads the variable only for names it does not know. Sub-agents (the ``Agent`` tool) run in
+the background by default in 2.1.332: the main agent's calls go on while the sub-agent's chain runs.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ SPEC = CliSpec(
         sub_agent_tools={"Agent": "prompt", "Task": "prompt"},
         compaction_markers=("detailed summary of the conversation so far",),
     ),
+    context_env="CLAUDE_CODE_MAX_CONTEXT_TOKENS",
 )
 
 ADAPTER = NpmCliHarness("claude_code", SPEC)

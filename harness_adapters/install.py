@@ -49,7 +49,7 @@ TOOLS: dict[str, ToolPin] = {
     pin.name: pin
     for pin in (
         ToolPin("codex", "@openai/codex", "0.171.0", "codex"),
-        ToolPin("claude", "@anthropic-ai/claude-code", "2.1.197", "claude"),
+        ToolPin("claude", "@anthropic-ai/claude-code", "2.1.332", "claude"),
         ToolPin("gemini", "@google/gemini-cli", "0.61.0", "gemini"),
         ToolPin("qwen", "@qwen-code/qwen-code", "0.24.4", "qwen"),
         ToolPin("opencode", "opencode-ai", "1.18.33", "opencode"),

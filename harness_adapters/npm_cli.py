@@ -10,7 +10,9 @@ A CLI module declares its pinned tool (``install.TOOLS``), the config files it r
 
 Config files are rendered with real serialisers (``json``, ``tomli_w``) and, since they hold the session's
 base URL, are written at launch. The key goes in the environment (``POLAR_SESSION_KEY`` or the CLI's own
-variable), never in a file. Every CLI also gets ``COMMON_ENV`` and XDG folders inside its ``HOME``, so
+variable), never in a file. ``context_env`` names the variable that gets the served model's context window
+(``SessionAccess.context_length``, from the gateway) when the session knows it; a task's ``config.env`` may
+still override it. Every CLI also gets ``COMMON_ENV`` and XDG folders inside its ``HOME``, so
 telemetry, update checks and login flows stay off and nothing is read from the host user's config.
 """
 
@@ -73,6 +75,7 @@ class CliSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     files: Mapping[str, tuple[Literal["json", "toml"], Any]] = field(default_factory=dict)
     role_hints: RoleHints = field(default_factory=RoleHints)
+    context_env: str = ""  # the variable that gets the model's context window in tokens (none: not told)
 
 
 class NpmCliHarness:
@@ -94,6 +97,12 @@ class NpmCliHarness:
 
     def setup_files(self, config: CliConfig, ctx: HarnessContext) -> Mapping[str, str]:
         return {}
+
+    def context_env(self, session: SessionAccess) -> dict[str, str]:
+        """``{context_env: window}`` when the CLI takes the window from a variable and the session knows it."""
+        if not self.spec.context_env or not session.context_length:
+            return {}
+        return {self.spec.context_env: str(session.context_length)}
 
     def launch(self, config: CliConfig, ctx: HarnessContext, session: SessionAccess) -> LaunchSpec:
         if not ctx.tools_dir:
@@ -119,6 +128,7 @@ class NpmCliHarness:
             "XDG_CACHE_HOME": f"{ctx.home}/.cache",
             "XDG_STATE_HOME": f"{ctx.home}/.local/state",
             **fill(dict(self.spec.env), values),
+            **self.context_env(session),
             **config.env,
         }
         argv = [fill(part, values) for part in self.spec.argv]

@@ -17,7 +17,7 @@ DIR="${1:-${POLAR_TOOLS:-$ROOT/.polar-tools}}"
 # name  package  version  binary
 HARNESSES=(
   "codex        @openai/codex                  0.171.0  codex"
-  "claude       @anthropic-ai/claude-code      2.1.197  claude"
+  "claude       @anthropic-ai/claude-code      2.1.332  claude"
   "gemini       @google/gemini-cli             0.61.0   gemini"
   "qwen         @qwen-code/qwen-code           0.24.4   qwen"
   "opencode     opencode-ai                    1.18.33  opencode"

@@ -35,7 +35,13 @@ class GatewayClient:
                 f"the gateway refused a session for rollout {rollout_id}: {reply.status_code} {reply.text[:300]}"
             )
         body = reply.json()
-        return SessionAccess(session_id=body["session_id"], api_key=body["api_key"], base_urls=body["base_urls"])
+        window = body.get("context_length")  # an older gateway does not send it
+        return SessionAccess(
+            session_id=body["session_id"],
+            api_key=body["api_key"],
+            base_urls=body["base_urls"],
+            context_length=window if isinstance(window, int) and window > 0 else None,
+        )
 
     async def close_session(self, session_id: str) -> None:
         """Close the session (idempotent); a session that never opened is fine too."""

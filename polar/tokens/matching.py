@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
+from polar.tokens.messages import Message, Role, ToolCall, ToolSpec, shown_tools
 
 
 def _same_calls(a: Sequence[ToolCall], b: Sequence[ToolCall]) -> bool:
@@ -63,6 +63,8 @@ def same_message(a: Message, b: Message) -> bool:
 
 
 def same_tools(a: Sequence[ToolSpec], b: Sequence[ToolSpec]) -> bool:
+    """The same tools listed up front (deferred ones are shown where a tool search loads them, in a message)."""
+    a, b = shown_tools(a), shown_tools(b)
     return len(a) == len(b) and all(
         x.name == y.name and x.description == y.description and x.parameters == y.parameters
         for x, y in zip(a, b, strict=True)

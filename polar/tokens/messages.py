@@ -7,6 +7,7 @@ value so that re-serialised echoes (``{"a":1}`` vs ``{"a": 1}``) still compare e
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -40,17 +41,28 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A function the model may call. ``parameters`` is a JSON schema."""
+    """A function the model may call. ``parameters`` is a JSON schema.
+
+    ``deferred``: declared (the model may call it, its calls parse) but not listed with the other tools at the
+    top of the prompt: a tool search loads it, and the search's result shows its definition where it was loaded
+    (Anthropic's ``defer_loading`` with ``tool_reference`` blocks). So loading one mid-conversation leaves the
+    prompt so far unchanged, and the next call still extends the last."""
 
     name: str
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=dict, hash=False)
+    deferred: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
+
+
+def shown_tools(tools: Sequence[ToolSpec]) -> tuple[ToolSpec, ...]:
+    """The tools a prompt lists up front: all but the deferred ones."""
+    return tuple(tool for tool in tools if not tool.deferred)
 
 
 @dataclass(frozen=True)

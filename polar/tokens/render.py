@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from polar.settings import RenderMode
 from polar.tokens.matching import extension_start
-from polar.tokens.messages import Message, ToolSpec
+from polar.tokens.messages import Message, ToolSpec, shown_tools
 from polar.tokens.template import ChatTemplate
 from polar.tokens.tokenizer import ChatTokenizer, int32
 
@@ -123,6 +123,7 @@ class PromptBuilder:
         return self.chat_format is None or self.chat_format.prefix_stable
 
     def canonical_ids(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> array[int]:
+        tools = shown_tools(tools)  # a deferred tool's definition is in the message that loaded it
         if self.chat_format is not None:
             return int32(self.chat_format.render_ids(messages, tools))
         return int32(self.tokenizer.encode(self.template.render(messages, tools)))
@@ -189,7 +190,7 @@ class PromptBuilder:
         self, fmt: FamilyRenderer, messages: Sequence[Message], tools: Sequence[ToolSpec], parent: PriorCall, start: int
     ) -> Prompt:
         prompt_ids, output_ids = parent.prompt_ids, parent.output_ids
-        extended = fmt.extend(prompt_ids, output_ids, messages[start:], tools)
+        extended = fmt.extend(prompt_ids, output_ids, messages[start:], shown_tools(tools))
         if extended is None:
             ids = self.canonical_ids(messages, tools)
             reason = f"the {fmt.family} chat format cannot extend the sampled ids exactly here; rendered canonically"

@@ -12,10 +12,12 @@ Request -> ChatRequest. Unknown fields are ignored; wrong types and missing requ
 - An assistant message: text blocks -> content ("\\n"-joined), ``thinking`` -> reasoning (the client's
   signature is ignored), ``redacted_thinking`` is skipped, ``tool_use`` -> ToolCall with
   ``json.dumps(input)`` as its arguments.
-- ``tool_reference`` blocks in a tool result (a tool search loading a deferred tool) become
-  ``[tool loaded: NAME]``; server-tool blocks (``server_tool_use``, ``*_tool_result``, ``container_upload``) are
-  skipped in assistant turns and a placeholder in user turns. Every block type the pinned SDK defines is
-  accepted (a test compares them).
+- Tools with ``defer_loading: true`` become deferred ToolSpecs (declared, not listed up front); a
+  ``tool_reference`` block in a tool result (a tool search loading one: Claude Code's ToolSearch) becomes
+  ``[tool loaded: NAME]`` followed by that tool's definition as JSON when it is a declared deferred tool, as
+  Anthropic expands the reference in place (so loading a tool changes no earlier token); server-tool blocks
+  (``server_tool_use``, ``*_tool_result``, ``container_upload``) are skipped in assistant turns and a placeholder
+  in user turns. Every block type the pinned SDK defines is accepted (a test compares them).
 - Image, document, search-result and browser-state blocks (Claude Code's Read returns images and PDFs as tool
   results) become a placeholder text, ``[image omitted: this model cannot see images]``, rather than a 400: the
   model reads text only, and a 400 would end the agent's loop. The OpenAI codecs do the same.
@@ -93,8 +95,8 @@ class _Media(_Wire):
 
 
 class _ToolReference(_Wire):
-    """A deferred tool loaded by a tool search (Claude Code's ``ToolSearch``): the tool is declared in ``tools``
-    already (every declared tool is rendered), so the model reads which one the search loaded."""
+    """A deferred tool loaded by a tool search (Claude Code's ``ToolSearch``): the model reads which one, and
+    its definition when the request declares it deferred (not listed up front)."""
 
     type: Literal["tool_reference"]
     tool_name: str
@@ -102,6 +104,12 @@ class _ToolReference(_Wire):
     @property
     def placeholder(self) -> str:
         return f"[tool loaded: {self.tool_name}]"
+
+    def text(self, tools: Mapping[str, ToolSpec]) -> str:
+        tool = tools.get(self.tool_name)
+        if tool is None or not tool.deferred:
+            return self.placeholder
+        return f"{self.placeholder}\n{json.dumps(tool.as_json(), ensure_ascii=False)}"
 
 
 class _ServerBlock(_Wire):
@@ -151,6 +159,7 @@ class _Tool(_Wire):
     type: str | None = None  # absent or "custom" for client tools; a versioned name for server tools
     description: str | None = None
     input_schema: dict[str, Any] | None = None
+    defer_loading: bool = False
 
 
 class _ToolChoice(_Wire):
@@ -205,22 +214,27 @@ def _system_text(system: str | list[_Text]) -> str:
     return "\n".join(text for text in kept if text)
 
 
-def _plain_text(content: str | list[Any], path: str, role: str) -> str:
-    """Content that holds text only (system messages, tool results), "\\n"-joined; media as placeholders."""
+def _plain_text(
+    content: str | list[Any], path: str, role: str, tools: Mapping[str, ToolSpec] = MappingProxyType({})
+) -> str:
+    """Content that holds text only (system messages, tool results), "\\n"-joined; media as placeholders,
+    loaded tools as their definitions (``tools``: the declared ones by name)."""
     if isinstance(content, str):
         return content
     texts = []
     for j, block in enumerate(content):
         if isinstance(block, _Text):
             texts.append(block.text)
-        elif isinstance(block, _Media | _ToolReference) and role != "system":
+        elif isinstance(block, _ToolReference) and role != "system":
+            texts.append(block.text(tools))
+        elif isinstance(block, _Media) and role != "system":
             texts.append(block.placeholder)
         else:
             raise _misplaced(block, f"{path}[{j}].type", role)
     return "\n".join(texts)
 
 
-def _user(content: str | list[Any], path: str) -> list[Message]:
+def _user(content: str | list[Any], path: str, tools: Mapping[str, ToolSpec]) -> list[Message]:
     if isinstance(content, str):
         return [Message(Role.USER, content)]
     results: list[Message] = []
@@ -231,7 +245,7 @@ def _user(content: str | list[Any], path: str) -> list[Message]:
         elif isinstance(block, _Media | _ServerBlock):
             texts.append(block.placeholder)
         elif isinstance(block, _ToolResult):
-            text = _plain_text(block.content, f"{path}[{j}].content", "tool_result")
+            text = _plain_text(block.content, f"{path}[{j}].content", "tool_result", tools)
             text = TOOL_ERROR_PREFIX + text if block.is_error else text
             results.append(Message(Role.TOOL, text, tool_call_id=block.tool_use_id))
         else:
@@ -266,7 +280,7 @@ def _tools(tools: list[_Tool]) -> tuple[ToolSpec, ...]:
             if tool.type not in (None, "custom"):
                 continue  # a server tool (web search, code execution): Anthropic runs those, we cannot
             raise InvalidRequest(f"tools[{j}].input_schema: Field required", field=f"tools[{j}].input_schema")
-        specs.append(ToolSpec(tool.name, tool.description or "", tool.input_schema))
+        specs.append(ToolSpec(tool.name, tool.description or "", tool.input_schema, deferred=tool.defer_loading))
     return tuple(specs)
 
 
@@ -276,12 +290,14 @@ def _translate(request: _Request) -> ChatRequest:
         field = "thinking.budget_tokens"
         raise InvalidRequest(f"{field}: must be less than max_tokens ({request.max_tokens})", field=field)
     messages: list[Message] = []
+    tools = _tools(request.tools or [])
+    by_name = {tool.name: tool for tool in tools}
     if request.system is not None and (system := _system_text(request.system)):
         messages.append(Message(Role.SYSTEM, system))
     for i, message in enumerate(request.messages):
         path = f"messages[{i}].content"
         if message.role == "user":
-            messages.extend(_user(message.content, path))
+            messages.extend(_user(message.content, path, by_name))
         elif message.role == "assistant":
             messages.append(_assistant(message.content, path))
         else:
@@ -289,7 +305,7 @@ def _translate(request: _Request) -> ChatRequest:
     return ChatRequest(
         model=request.model,
         messages=tuple(messages),
-        tools=_tools(request.tools or []),
+        tools=tools,
         max_tokens=request.max_tokens,
         sampling=not_none(
             temperature=request.temperature, top_p=request.top_p, top_k=request.top_k, stop=request.stop_sequences

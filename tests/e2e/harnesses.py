@@ -17,7 +17,7 @@ Everything here is data. Strings may hold placeholders that the runner fills in 
 
 Config files are written with the adapters' serialisers (``npm_cli.render``: ``json``, ``tomli_w``).
 Every switch is explained in docs/harnesses.md and the adapters in harness_adapters/. Versions are those
-scripts/install_harnesses.sh pins (the newest that run on Node 20).
+scripts/install_harnesses.sh pins (they run on the tools folder's Node 22: `polar harness install node`).
 
 Every script is: turn 1 writes {workdir}/hello.txt (with reasoning), turn 2 runs a shell command whose
 output proves it ran, turn 3 is the final text.
@@ -71,6 +71,10 @@ class Harness:
     dns_allowed: tuple[str, ...] = ()  # names the CLI may try to resolve with every switch off (see notes)
     websocket_first: bool = False  # tries a WebSocket upgrade before POSTing (Codex's built-in provider)
     tool: str = ""  # its pin in harness_adapters.install.TOOLS (the install folder); default: name
+    # Deferred tools its script loads with a tool search (Claude Code's ToolSearch: tool_reference results).
+    loads_tools: tuple[str, ...] = ()
+    # The variable that tells the CLI the model's context window (the adapter's CliSpec.context_env).
+    context_env: str = ""
     notes: str = ""
 
     @property
@@ -148,6 +152,7 @@ CLAUDE = Harness(
         ),
         reply("Now I check it.", "Bash", {"command": SHELL_CHECK, "description": "Show hello.txt"}),
     ],
+    context_env=claude_code.SPEC.context_env,
 )
 
 GEMINI = Harness(
@@ -288,6 +293,22 @@ CODEX_CODE_MODE = replace(
 # thinking {type: enabled, budget_tokens}, and folds the agent list into the user turn (41k tokens).
 CLAUDE_SONNET = replace(CLAUDE, name="claude-sonnet", tool="claude", model="claude-sonnet-4-5")
 
+# Claude Code 2.1.332 defers some tools: their names are listed in the system prompt, their schemas are not sent
+# (a DeferredToolPlaceholder tool stands in). ToolSearch "select:CronList" loads one: its tool_result holds a
+# tool_reference block, the calls after it declare CronList, and the model calls it (no arguments, no side effect).
+CLAUDE_TOOL_SEARCH = replace(
+    CLAUDE,
+    name="claude-tool-search",
+    tool="claude",
+    replies=[
+        CLAUDE.replies[0],
+        reply("I will load the cron tool.", "ToolSearch", {"query": "select:CronList"}),
+        reply("Listing the jobs.", "CronList", {}),
+        CLAUDE.replies[1],
+    ],
+    loads_tools=("CronList",),
+)
+
 # No -m: "auto" routing. Before the first turn a tool-free, non-streaming, JSON-mode router call picks the
 # model; the scripted tool-free reply is a schema-valid routing decision. The router call is its own root.
 GEMINI_AUTO = replace(
@@ -350,6 +371,10 @@ def _pi(api: str, base: str, protocol: str) -> Harness:
     return replace(PI, name=f"pi-{api}", tool="pi", protocol=protocol, files=files)
 
 
+# A turn that ends at once (the first call gets the final text): Qwen Code 0.24.4 runs its background memory
+# extraction and dream after such a turn unless the adapter's settings turn them off; none may reach the gateway.
+QWEN_ANSWER = replace(QWEN, name="qwen-answer", tool="qwen", replies=[])
+
 PI_ANTHROPIC = _pi("anthropic-messages", "{gateway}", "anthropic_messages")  # Pi appends /v1/messages
 PI_RESPONSES = _pi("openai-responses", "{gateway}/v1", "openai_responses")
 PI_GEMINI = _pi("google-generative-ai", "{gateway}/v1beta", "gemini")
@@ -367,6 +392,7 @@ HARNESSES: dict[str, Harness] = {
         CODEX_OPENAI,
         CODEX_CODE_MODE,
         CLAUDE_SONNET,
+        CLAUDE_TOOL_SEARCH,
         GEMINI_AUTO,
         OPENCODE_ANTHROPIC,
         OPENCODE_OPENAI,
@@ -375,3 +401,6 @@ HARNESSES: dict[str, Harness] = {
         PI_GEMINI,
     )
 }
+
+# Runs with checks of their own (not the tool loop's): the runner accepts their names too.
+OTHER_RUNS: dict[str, Harness] = {h.name: h for h in (QWEN_ANSWER,)}

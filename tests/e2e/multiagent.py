@@ -19,8 +19,13 @@ SUB_PROMPT = "Run the check command and report what it printed."
 SUB_CHECK = "printf ' sub-%d\\n' 7"
 SUB_MARKER = "sub-7"
 
-# Turn 1 (main) launches a sub-agent with the Task tool; the sub-agent's own calls run the shell check and
-# answer; then the main agent writes the file and finishes.
+# Turn 1 (main) launches a sub-agent with the Agent tool; the sub-agent's own calls run the shell check and
+# answer; then the main agent writes the file and finishes. Claude Code 2.1.332 runs sub-agents in the background
+# by default: the main agent's next call (right after "Async agent launched") then races the sub-agent's first,
+# and the scripted policy's cursor is the session's (each call offering tools takes the next reply, whichever
+# chain it is on), so the replies would reach the two chains in either order. The script asks for the
+# foreground (``run_in_background: false``, the Agent tool's own argument): the main agent waits for the
+# sub-agent's report, as every sub-agent ran before 2.1.332, and the calls come in one order.
 CLAUDE_SUBAGENT = replace(
     CLAUDE,
     name="claude-subagent",
@@ -30,7 +35,12 @@ CLAUDE_SUBAGENT = replace(
         reply(
             "I will delegate the check.",
             "Agent",
-            {"description": "Check hello", "prompt": SUB_PROMPT, "subagent_type": "general-purpose"},
+            {
+                "description": "Check hello",
+                "prompt": SUB_PROMPT,
+                "subagent_type": "general-purpose",
+                "run_in_background": False,
+            },
             reasoning=THINK,
         ),
         reply("Running it.", "Bash", {"command": SUB_CHECK, "description": "Run the check"}),

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from harness_adapters.npm_cli import fill, render
 from tests.e2e.dnslog import DnsLogger
-from tests.e2e.harnesses import COMMON_ENV, HARNESSES, Harness, placeholders, tools_dir
+from tests.e2e.harnesses import COMMON_ENV, HARNESSES, OTHER_RUNS, Harness, placeholders, tools_dir
 from tests.e2e.multiagent import SCENARIOS
 
 MODEL = "tiny-long"
@@ -120,7 +120,7 @@ def probe_dns(dns: DnsLogger) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--harness", required=True, choices=sorted(HARNESSES | SCENARIOS))
+    parser.add_argument("--harness", required=True, choices=sorted(HARNESSES | SCENARIOS | OTHER_RUNS))
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--cache", required=True, type=Path, help="POLAR_CACHE: built tokenizers and models")
     parser.add_argument("--timeout", type=float, default=180.0)
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     t0 = time.monotonic()
-    harness = {**HARNESSES, **SCENARIOS}[args.harness]
+    harness = {**HARNESSES, **SCENARIOS, **OTHER_RUNS}[args.harness]
     run_dir = args.run_dir.resolve()
     home, work, tmp, gwdir = (run_dir / n for n in ("home", "work", "tmp", "gateway"))
     for d in (home, work, tmp, gwdir):
@@ -238,6 +238,9 @@ def run_harness(args, harness: Harness, settings, backend, dns, result: dict, di
             startup_s=round(time.monotonic() - result["t0"], 2),
         )
         env = harness_env(harness, values, home, tmp)
+        result["context_length"] = session.get("context_length")
+        if harness.context_env and result["context_length"]:  # as the adapter does (CliSpec.context_env)
+            env[harness.context_env] = str(result["context_length"])
         argv_filled = fill(harness.argv, values)
         result["argv"] = argv_filled
         result.update(run_cli(harness, argv_filled, env, work, run_dir, args.timeout))

@@ -139,6 +139,9 @@ def test_claude_code_sub_agent(isolated, long_model_cache, tmp_path) -> None:
     assert SUB_MARKER in json.dumps(
         session.views[sub_calls[1]].user_texts + session.views[sub_calls[1]].assistant_texts
     ) or (SUB_MARKER in session.views[sub_calls[1]].reply_text)
+    # run_in_background: false (the script's): the main agent's next call waits for the sub-agent's report.
+    main_calls = traces["main"].capture_ids
+    assert len(main_calls) == 3 and main_calls[1] > max(sub_calls), main_calls
     trained = session.trained()
     assert trained["main"] > 0 and trained["sub_agent"] > 0, trained
     assert (session.workdir / "hello.txt").read_text() == "hi"

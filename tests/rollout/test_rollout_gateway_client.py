@@ -27,6 +27,7 @@ async def test_reopening_a_session_replaces_its_key(context, sqlite_gateway):
     client = GatewayClient(sqlite_gateway.url, control_token=TEST_CONTROL_TOKEN)
     first = await client.open_session(rollout_id)
     assert first.session_id == rollout_id and chat(first).status_code == 200
+    assert first.context_length and first.context_length > 0  # the served model's window (adapters pass it on)
     await client.close_session(rollout_id)
     await client.close_session(rollout_id)  # idempotent
     assert chat(first).status_code == 403

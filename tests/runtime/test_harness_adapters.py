@@ -61,6 +61,29 @@ def test_the_registry_lists_every_harness_and_rejects_unknown_names():
         get_adapter("cursor")
 
 
+def test_claude_code_is_told_the_models_context_window():
+    """An unknown model name makes Claude Code 2.1.332 assume 1,000,000 tokens: the session's window goes in
+    CLAUDE_CODE_MAX_CONTEXT_TOKENS; a session that does not know it sets nothing; a task's env still wins."""
+    adapter = get_adapter("claude_code")
+    known = dataclasses.replace(SESSION, context_length=65536)
+    assert adapter.launch(adapter.Config(), CTX, known).env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "65536"
+    assert "CLAUDE_CODE_MAX_CONTEXT_TOKENS" not in adapter.launch(adapter.Config(), CTX, SESSION).env
+    own = adapter.Config.model_validate({"env": {"CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32000"}})
+    assert adapter.launch(own, CTX, known).env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "32000"
+    other = get_adapter("qwen_code")
+    assert not any("CONTEXT" in name for name in other.launch(other.Config(), CTX, known).env)
+    assert known.rebased("http://127.0.0.1:9", "http://127.0.0.1:7").context_length == 65536
+
+
+def test_qwen_code_background_memory_agents_are_off():
+    """Qwen Code 0.24.4's memory extraction and dream (on by default) and auto-skill review send calls of their
+    own after a turn; the adapter turns them off (tests/e2e/test_harnesses.py checks a run sends none)."""
+    adapter = get_adapter("qwen_code")
+    (text,) = adapter.launch(adapter.Config(), CTX, SESSION).files.values()
+    memory = json.loads(text)["memory"]
+    assert memory["enableManagedAutoMemory"] is memory["enableManagedAutoDream"] is memory["enableAutoSkill"] is False
+
+
 def test_a_session_seen_through_a_tunnel_keeps_its_paths():
     moved = SESSION.rebased("http://127.0.0.1:9", "http://127.0.0.1:7")
     assert moved.base_urls == {

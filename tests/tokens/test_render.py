@@ -119,6 +119,21 @@ def test_changed_tools_fall_back(small_tokenizer):
     assert builder.build(messages + [reply, user("r")], more_tools, [prior]).mode is RenderMode.CANONICAL
 
 
+def test_a_deferred_tool_loaded_mid_conversation_still_appends(small_tokenizer):
+    """A tool search loads a deferred tool: the next request declares it, but it is not listed up front (its
+    definition is in the search's result), so the prompt so far is unchanged and the call extends the last."""
+    builder = PromptBuilder(small_tokenizer)
+    search = assistant("Loading.", tool_calls=(ToolCall("ToolSearch", '{"query":"select:cron"}', "call_1"),))
+    messages = [user("q")]
+    prior = call(messages, search, builder)
+    cron = ToolSpec("cron", "List cron jobs", {"type": "object"}, deferred=True)
+    follow = messages + [search, tool_result("[tool loaded: cron]", "call_1")]
+    prompt = builder.build(follow, TOOLS + (cron,), [prior])
+    assert prompt.mode is RenderMode.APPEND and prompt.parent is prior
+    assert prompt.ids == builder.canonical_ids(follow, TOOLS) == builder.canonical_ids(follow, TOOLS + (cron,))
+    assert "List cron jobs" not in small_tokenizer.decode(list(prompt.ids))
+
+
 @pytest.mark.parametrize(
     "echo",
     [

@@ -3,6 +3,7 @@ a block type the gateway would refuse fails this test), and a tool search's ``to
 
 from __future__ import annotations
 
+import json
 import typing
 from typing import Any
 
@@ -68,3 +69,15 @@ def test_a_tool_search_result_with_tool_references_decodes() -> None:
     messages = CODEC.parse_request(body).messages
     assert messages[-1].role is Role.TOOL and messages[-1].content == "[tool loaded: NotebookEdit]"
     assert messages[-1].tool_call_id == "toolu_1"
+    # Declared with defer_loading (Claude Code 2.1.332 after the search): a deferred tool, shown where it loaded.
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+    body["tools"] = [{"name": "NotebookEdit", "description": "Edit a notebook", "input_schema": schema}]
+    body["tools"][0]["defer_loading"] = True
+    request = CODEC.parse_request(body)
+    (tool,) = request.tools
+    assert tool.deferred and tool.parameters == schema
+    loaded = request.messages[-1].content
+    assert loaded.startswith("[tool loaded: NotebookEdit]\n") and json.loads(loaded.split("\n", 1)[1]) == {
+        "type": "function",
+        "function": {"name": "NotebookEdit", "description": "Edit a notebook", "parameters": schema},
+    }

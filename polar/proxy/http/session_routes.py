@@ -104,6 +104,7 @@ def add_session_routes(
                 "session_id": info.id,
                 "api_key": key,
                 "base_urls": {"openai": f"{base}/v1", "anthropic": base, "gemini": base},
+                "context_length": gw.calls.context_length,
             },
             status_code=201,
         )

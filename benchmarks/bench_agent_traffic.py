@@ -142,6 +142,8 @@ def start_gateway(stack: ExitStack, tmp: Path, name: str, backend: Server, db_ur
     env |= gateway_env(tmp / name, cache, backend.url, db_url, CONTROL, ensure_model_dir("tiny", cache))
     port = free_port()
     argv = [str(BIN / "polar"), "gateway", "--port", str(port), *(["--workers", str(workers)] if workers > 1 else [])]
+    if os.environ.get("BENCH_PROFILE_WRAPPER"):  # e.g. a script running the CLI under cProfile
+        argv = [sys.executable, os.environ["BENCH_PROFILE_WRAPPER"], *argv[1:]]
     server = Server(name, argv, env=env, log_dir=tmp, port=port, ready_path="/health/live")
     stack.callback(server.stop)
     server.wait_ready()

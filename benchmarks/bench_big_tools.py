@@ -115,6 +115,8 @@ def main() -> None:
         "POLAR_DEFAULT_MAX_TOKENS": "2",
     }
     argv = [str(Path(sys.executable).parent / "polar"), "gateway", "--port", str(port)]
+    if os.environ.get("BENCH_PROFILE_WRAPPER"):  # e.g. a script running the CLI under a profiler
+        argv = [sys.executable, os.environ["BENCH_PROFILE_WRAPPER"], *argv[1:]]
     server = Server("gateway", argv, env=env, log_dir=home, port=port, ready_path="/health/live")
     try:
         server.wait_ready()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import signal
 import socket
 import subprocess
@@ -51,7 +52,11 @@ def tune_runtime() -> None:
       (5,000, 5) they take 20-45 ms and the worst lag is 100 ms, with the same CPU per call at 64 in flight.
     - Threads (the capture writer, store reads, long renders) hand the interpreter back every 1 ms, not 5: the
       loop waits for it after each socket write it makes while they run, and a hundred writes held it 0.25-0.5 s.
+    - The tokenizer encodes in the thread that calls it (``TOKENIZERS_PARALLELISM=false`` unless set): its thread
+      pool would spread a long render over every core, and on a small host the event loop then waits for a core
+      (bench_agent_traffic's isolation section); each render runs in one thread, and other sessions' calls keep one.
     """
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     gc.collect()
     gc.freeze()
     gc.set_threshold(5_000, 5, 1000)

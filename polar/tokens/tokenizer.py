@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 import threading
+import unicodedata
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -87,7 +88,23 @@ class ChatTokenizer:
         self._eos_ids = frozenset(eos_ids) if eos_ids is not None else None
 
     def encode(self, text: str) -> list[int]:
+        fast = self._fast
+        if fast is not None and unicodedata.is_normalized("NFC", text):
+            return fast.encode_batch_fast([text], add_special_tokens=False)[0].ids
         return self._tok.encode(text, add_special_tokens=False).ids
+
+    @cached_property
+    def _fast(self) -> Tokenizer | None:
+        """The same tokenizer without its normaliser, when that is exactly NFC and the library encodes without
+        offsets (``encode_batch_fast``): for text already in NFC (``unicodedata.is_normalized``, a few microseconds),
+        NFC changes nothing, nor in any piece the added tokens cut it into (a substring of an NFC string is NFC:
+        cutting can only separate characters, never make two compose or reorder), so the ids are the same and the
+        normaliser's and the offsets' bookkeeping (about a fifth of an encode) is skipped. None otherwise."""
+        if not hasattr(self._tok, "encode_batch_fast") or type(self._tok.normalizer) is not normalizers.NFC:
+            return None
+        fast = Tokenizer.from_str(self._tok.to_str())
+        fast.normalizer = None
+        return fast
 
     def encode_rendered(self, text: str) -> list[int]:
         """``encode(text)`` for a rendered chat, with the text between its special markers (``<|im_start|>``,
@@ -102,6 +119,9 @@ class ChatTokenizer:
         return _SegmentCache.for_tokenizer(self)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        fast = self._fast
+        if fast is not None and all(unicodedata.is_normalized("NFC", text) for text in texts):
+            return [e.ids for e in fast.encode_batch_fast(list(texts), add_special_tokens=False)]
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:

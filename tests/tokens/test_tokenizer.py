@@ -77,3 +77,43 @@ def test_rendered_text_encodes_piecewise_exactly_as_whole(name, cache_dir):
     texts = ["".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 16))) for _ in range(1500)]
     for text in texts + texts:
         assert tokenizer.encode_rendered(text) == tokenizer.encode(text), repr(text)
+
+
+@pytest.mark.parametrize("name", ["small", "qwen"])
+def test_fast_path_gives_the_ids_of_a_full_encode(name, cache_dir):
+    """``encode`` skips the NFC normaliser and the offsets for text already in NFC; the ids stay those of the
+    tokenizer's own ``encode``, whether or not the text is NFC, combining marks beside added tokens included."""
+    import random
+    import unicodedata
+
+    tokenizer = load_tokenizer(name, cache_dir)
+    assert tokenizer._fast is not None
+    pieces = ["<|im_start|>", "<|im_end|>", ">", "a", "e", "é", "\u0301", "\u0338", "\u0327", "\u212b", "\u1100"]
+    pieces += ["\u1161", "\u11a8", "\uac00", " ", "\n", "<tool_call>", "🙂", "\u200d", "def f(x):\n    return x"]
+    rnd = random.Random(7)
+    texts = ["".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 14))) for _ in range(3000)]
+    assert any(unicodedata.is_normalized("NFC", t) for t in texts)
+    assert not all(unicodedata.is_normalized("NFC", t) for t in texts)
+    full = [tokenizer._tok.encode(text, add_special_tokens=False).ids for text in texts]
+    assert [tokenizer.encode(text) for text in texts] == full
+    assert tokenizer.encode_batch(texts[:200]) == full[:200]
+
+
+def test_collector_paused_nests_and_restores():
+    import gc
+
+    from polar.collector import collector_paused
+
+    assert gc.isenabled()
+    with collector_paused():
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # off before, off after
+    finally:
+        gc.enable()

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from polar.collector import collector_paused
 from polar.errors import PolarError
 from polar.proxy.call.cost import MIN_TOOL_CHARS, message_chars, tool_chars
 from polar.proxy.call.plan import INLINE_CHARS, Planner
@@ -82,6 +83,18 @@ class Intake:
             self.planner.refuse_surely_too_long(codec.count_tools(value) * MIN_TOOL_CHARS)
 
         def decode() -> Decoded:
+            if not big:
+                return decode_body()
+            # Likely refused: its million containers are freed, by reference counting, before the collector is
+            # back (polar.collector); the refusal leaves without the frames that held them.
+            with collector_paused():
+                try:
+                    return decode_body()
+                except PolarError as exc:
+                    exc.__traceback__ = None
+                    raise exc from None
+
+        def decode_body() -> Decoded:
             checked = prior[1] if prior is not None else None
             body, strict = parse_json_after(raw, self.limits, checked, count_tools if big else None)
             if count and isinstance(body, dict):

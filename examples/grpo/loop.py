@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     from flows.dispatch import run_inline
     from polar.api.server import build_app
     from polar.models.tiny import ensure_model_dir
+    from polar.proxy.embedded import start_embedded
     from polar.rollout.context import close_contexts
     from polar.serving import ServerThread
     from polar.settings import get_settings
@@ -140,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         f"POLAR_HOME={home}; model {settings.model}; {args.steps} steps x {args.groups} groups x {args.samples} samples"
     )
     try:
-        with ServerThread(build_app(settings, run_inline), lifespan="on") as api, PolarClient(api.url) as client:
+        with (
+            ServerThread(build_app(settings, run_inline, start_embedded), lifespan="on") as api,
+            PolarClient(api.url) as client,
+        ):
             records = run_closed_loop(client, trainer, steps=args.steps, groups=args.groups, samples=args.samples)
     finally:
         close_contexts()

@@ -10,8 +10,9 @@ Names and labels (docs/gateway.md lists them):
 - ``polar_gateway_tokens_total{direction}``: prompt (``in``) and sampled (``out``) tokens.
 - ``polar_capture_commit_batch_size`` and ``polar_capture_commit_seconds``: the group commit's rows per
   transaction and its duration; ``polar_capture_commit_wait_seconds``: a call's wait for its commit.
-- ``polar_backend_in_flight{backend}``, ``polar_backend_queued{backend}``: calls generating and waiting for a
-  slot; ``polar_backend_overloaded_total{backend}``: calls refused after waiting.
+- ``polar_backend_in_flight{backend, server}``, ``polar_backend_queued{backend, server}``: calls generating and
+  waiting for a slot on each inference server (``backend``: its kind, ``server``: its URL, or the kind for the
+  in-process model); ``polar_backend_overloaded_total{backend, server}``: calls refused after waiting.
 - ``polar_event_loop_lag_seconds{server}``: how late a 10 ms timer fires on the server's event loop (a hundred
   samples a second: a p99 over a few seconds is not just the worst one).
 - ``polar_store_errors_total{server}``, ``polar_backend_errors_total{type}``.
@@ -41,9 +42,9 @@ COMMIT_BATCH = Histogram(
 )
 COMMIT_SECONDS = Histogram("polar_capture_commit_seconds", "One group commit", buckets=_FAST)
 COMMIT_WAIT = Histogram("polar_capture_commit_wait_seconds", "A call's wait for its capture commit", buckets=_FAST)
-IN_FLIGHT = Gauge("polar_backend_in_flight", "Calls generating on the inference server", ["backend"])
-QUEUED = Gauge("polar_backend_queued", "Calls waiting for an in-flight slot", ["backend"])
-OVERLOADED = Counter("polar_backend_overloaded", "Calls refused after waiting for a slot", ["backend"])
+IN_FLIGHT = Gauge("polar_backend_in_flight", "Calls generating on the inference server", ["backend", "server"])
+QUEUED = Gauge("polar_backend_queued", "Calls waiting for an in-flight slot", ["backend", "server"])
+OVERLOADED = Counter("polar_backend_overloaded", "Calls refused after waiting for a slot", ["backend", "server"])
 LOOP_LAG = Histogram("polar_event_loop_lag_seconds", "Event-loop lag", ["server"], buckets=_FAST)
 STORE_ERRORS = Counter("polar_store_errors", "Store failures", ["server"])
 BACKEND_ERRORS = Counter("polar_backend_errors", "Backend failures", ["type"])
@@ -55,10 +56,10 @@ def observe_commit(batch_size: int, seconds: float) -> None:
     COMMIT_SECONDS.observe(seconds)
 
 
-def track(backend: str, in_flight: Callable[[], float], queued: Callable[[], float]) -> None:
-    """Read the in-flight and queued counts of ``backend`` at each scrape."""
-    IN_FLIGHT.labels(backend).set_function(in_flight)
-    QUEUED.labels(backend).set_function(queued)
+def track(backend: str, server: str, in_flight: Callable[[], float], queued: Callable[[], float]) -> None:
+    """Read the in-flight and queued counts of inference server ``server`` (of kind ``backend``) at each scrape."""
+    IN_FLIGHT.labels(backend, server).set_function(in_flight)
+    QUEUED.labels(backend, server).set_function(queued)
 
 
 def exposition() -> tuple[bytes, str]:

@@ -131,7 +131,7 @@ class Settings(BaseSettings):
         "stream) so idle-cutting proxies keep it; 0: never",
     )
     backend_max_in_flight: int = Field(
-        default=512, ge=0, description="calls generating at once on the inference server; 0: no bound"
+        default=512, ge=0, description="calls generating at once on each inference server; 0: no bound"
     )
     backend_queue_timeout_s: float = Field(
         default=30.0, gt=0, description="how long a call waits for an in-flight slot before its overload error"

@@ -211,8 +211,16 @@ class FleetBackend:
 
     def ranking(self, request: GenerateRequest) -> list[Member]:
         """The servers in the order this request tries them: rendezvous hashing on its session (else request) id."""
-        key = (request.session_id or request.request_id or "").encode()
-        return sorted(self.members, key=lambda m: _score(key, m.url), reverse=True)
+        return self._ranked(request.session_id or request.request_id or "")
+
+    def _ranked(self, key: str) -> list[Member]:
+        raw = key.encode()
+        return sorted(self.members, key=lambda m: _score(raw, m.url), reverse=True)
+
+    def server_for(self, key: str) -> str:
+        """The URL a request with session (else request) id ``key`` goes to now: the first in its ranking that is
+        not skipped after a failure (the gateway counts its in-flight slot there)."""
+        return self._candidates(self._ranked(key))[0].url
 
     def _candidates(self, ranked: Sequence[Member]) -> list[Member]:
         """The members not skipped after a failure, in order; when every one is, all of them (a last try beats

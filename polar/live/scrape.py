@@ -1,5 +1,6 @@
 """Each gateway's load, read from its own ``/metrics`` (Prometheus text, the control token as Bearer): calls in
-flight and queued per backend, calls per second and error rate since the previous scrape, and event-loop lag.
+flight and queued per inference server URL (the ``server`` label), calls per second and error rate since the
+previous scrape, and event-loop lag.
 
 Rates need two scrapes: ``Scraper`` keeps each gateway's last totals, so the first look at a gateway shows its
 totals since it started, and each later one the rates over the time in between. A gateway that does not answer
@@ -30,7 +31,7 @@ class Totals:
 
 @dataclass(frozen=True)
 class GatewayLoad:
-    in_flight: dict[str, float]  # per backend
+    in_flight: dict[str, float]  # per inference server URL
     queued: dict[str, float]
     calls_per_s: float | None  # None on the first scrape
     error_rate: float | None  # failed / finished calls since the previous scrape (or since start)
@@ -50,9 +51,9 @@ def parse(text: str, at: float) -> tuple[Totals, dict[str, float], dict[str, flo
                 if labels.get("outcome") != "ok":
                     errors += sample.value
             elif sample.name == "polar_backend_in_flight":
-                in_flight[labels.get("backend", "")] = sample.value
+                in_flight[labels.get("server") or labels.get("backend", "")] = sample.value
             elif sample.name == "polar_backend_queued":
-                queued[labels.get("backend", "")] = sample.value
+                queued[labels.get("server") or labels.get("backend", "")] = sample.value
             elif sample.name == "polar_event_loop_lag_seconds_sum" and labels.get("server") == "gateway":
                 lag_sum += sample.value
             elif sample.name == "polar_event_loop_lag_seconds_count" and labels.get("server") == "gateway":

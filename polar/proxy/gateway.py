@@ -17,7 +17,7 @@ from polar.inference import Backend
 from polar.models.engine import LocalEngine
 from polar.proxy.call.generation import Generation
 from polar.proxy.call.intake import Intake
-from polar.proxy.call.limits import InFlightLimit
+from polar.proxy.call.limits import ServerLimits, servers_of
 from polar.proxy.call.plan import Planner
 from polar.proxy.call.policy import BackendPolicy, Policy, ScriptedPolicy
 from polar.proxy.call.record import CallRecorder
@@ -83,8 +83,10 @@ class Gateway:
             max_token_chars=max(len(tokenizer.id_to_token(i) or "") for i in range(tokenizer.vocab_size)),
             store_timeout_s=store_timeout_s,
         )
-        limit = InFlightLimit(backend.name, settings.backend_max_in_flight, settings.backend_queue_timeout_s)
-        metrics.track(backend.name, lambda: limit.in_flight, lambda: limit.queued)
+        servers, route = servers_of(backend, settings.backend_url)
+        limit = ServerLimits(
+            backend.name, servers, route, settings.backend_max_in_flight, settings.backend_queue_timeout_s
+        )
         self.calls = CallService(
             intake=Intake(self.sessions, self.histories, planner, self.limits, store_timeout_s=store_timeout_s),
             planner=planner,

@@ -53,8 +53,8 @@ def test_gateway_metrics_count_calls_latency_tokens_commits_and_loop_lag(gateway
     assert grew("polar_capture_commit_batch_size_count") >= 1
     assert grew("polar_capture_commit_wait_seconds_count") == 2
     assert after[("polar_event_loop_lag_seconds_count", (("server", "gateway"),))] >= 1
-    assert ("polar_backend_in_flight", (("backend", "local"),)) in after
-    assert ("polar_backend_queued", (("backend", "local"),)) in after
+    assert ("polar_backend_in_flight", (("backend", "local"), ("server", "local"))) in after
+    assert ("polar_backend_queued", (("backend", "local"), ("server", "local"))) in after
 
 
 def test_a_caller_hanging_up_mid_body_is_counted_as_client_closed_not_an_internal_error(gateway, caplog):

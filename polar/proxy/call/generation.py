@@ -14,7 +14,7 @@ from polar.capture_extras import extras_request
 from polar.chat.protocol import ChatFormat
 from polar.errors import BackendTimeout
 from polar.inference import GenerateChunk, GenerateRequest, GenerateResult
-from polar.proxy.call.limits import InFlightLimit
+from polar.proxy.call.limits import ServerLimits
 from polar.proxy.call.output_check import OutputCheck
 from polar.proxy.call.plan import CallPlan
 from polar.slices import turn
@@ -24,30 +24,31 @@ from polar.wire.canonical import Completion, Usage
 
 @dataclass
 class Generation:
-    """``limit``: the inference server's in-flight slots (None: unbounded); ``deadline_s``: the whole
+    """``limit``: the inference servers' in-flight slots (None: unbounded); ``deadline_s``: the whole
     generation's; ``vocab_size``: what an output id must be below."""
 
     chat_format: ChatFormat  # the model family's: parses sampled ids, whatever the family
     vocab_size: int
     deadline_s: float = 900.0
-    limit: InFlightLimit | None = None
+    limit: ServerLimits | None = None
 
     async def slot(self, plan: CallPlan) -> Callable[[], None]:
-        """Take one of the inference server's in-flight slots (scripted policies need none); returns its
+        """Take an in-flight slot of the inference server the call routes to (scripted policies need none); returns its
         release, which may be called more than once. In its turn: a burst of plans each opening a backend call
         in one iteration would hold the loop for all of them."""
         await turn()
         limit = self.limit
         if limit is None or plan.policy.scripted:
             return _nothing
-        await limit.acquire()
+        server = limit.of(plan.session.id or plan.meta.completion_id)
+        await server.acquire()
         released = False
 
         def release() -> None:
             nonlocal released
             if not released:
                 released = True
-                limit.release()
+                server.release()
 
         return release
 

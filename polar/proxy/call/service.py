@@ -25,7 +25,7 @@ from typing import Any
 from polar.proxy.call.complete import complete
 from polar.proxy.call.generation import Generation
 from polar.proxy.call.intake import BodyReader, Intake
-from polar.proxy.call.limits import InFlightLimit
+from polar.proxy.call.limits import ServerLimits
 from polar.proxy.call.plan import CallPlan, Planner
 from polar.proxy.call.policy import Policy
 from polar.proxy.call.record import CallRecorder
@@ -86,7 +86,7 @@ class CallService:
         return await open_stream(plan, self.generation, self.recorder)
 
     @property
-    def limit(self) -> InFlightLimit | None:
+    def limit(self) -> ServerLimits | None:
         return self.generation.limit
 
     @property

@@ -28,6 +28,8 @@ from polar.models.engine import LocalEngine
 from polar.rollout.context import store_factory
 from polar.serving import ServerThread, create_app
 from tests.rollout.helpers import test_settings
+from tests.ui.browser import chromium_path
+from tests.ui.conftest import screenshot
 from tests.ui.live_fleet import STALE_S, fleet_env, start_gateways
 
 TOKEN = os.environ["POLAR_CONTROL_TOKEN"]
@@ -123,10 +125,12 @@ def test_calls_in_flight_and_queued_show_per_inference_server(tmp_path, cache_di
             app = create_api(settings, store_factory(settings), run_inline=run_inline)
             with ServerThread(app) as api, httpx.Client(follow_redirects=True, timeout=30) as browser:
                 page = browser.get(f"{api.url}/ui/live?token={TOKEN}&fragment=fleet")
-            assert page.status_code == 200
-            row = page.text.split(f'data-gateway="{gateway.registry_id}"', 1)[1].split("</tr>", 1)[0]
-            for url in urls:
-                assert f'<li data-server="{url}" data-in-flight="1" data-queued="1">' in row, row
+                assert page.status_code == 200
+                row = page.text.split(f'data-gateway="{gateway.registry_id}"', 1)[1].split("</tr>", 1)[0]
+                for url in urls:
+                    assert f'<li data-server="{url}" data-in-flight="1" data-queued="1">' in row, row
+                if chromium_path():
+                    in_chromium(api.url, gateway.registry_id, urls)
             release.set()
             replies = [call.result(timeout=60) for call in calls]
         assert [r.status_code for r in replies] == [200] * 4, [r.text for r in replies]
@@ -135,3 +139,21 @@ def test_calls_in_flight_and_queued_show_per_inference_server(tmp_path, cache_di
         if gateway.proc.poll() is None:
             gateway.proc.terminate()
             gateway.proc.wait(timeout=30)
+
+
+def in_chromium(api_url: str, gateway_id: str, urls: list[str]) -> None:
+    """The page itself in Debian's Chromium: the gateway's row names both servers, one in flight and one queued."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1500, "height": 700})
+        page.goto(f"{api_url}/ui/live?token={TOKEN}")
+        shown = page.evaluate(
+            """(id) => [...document.querySelectorAll(`tr.gateway[data-gateway="${id}"] li[data-server]`)]
+                 .map(li => [li.dataset.server, li.dataset.inFlight, li.dataset.queued, li.innerText])""",
+            gateway_id,
+        )
+        assert sorted(shown) == [[u, "1", "1", f"{u} 1 / 1"] for u in sorted(urls)], shown
+        screenshot(page.locator("main"), "ui-live-servers")
+        browser.close()

@@ -60,9 +60,9 @@ def test_trl_closed_loop_versions_masks_and_logprobs(api, api_engine, tiny_model
             assert result.max_logprob_gap < 1e-5
 
 
-def one_step(client: PolarClient, model_dir: Any, output_dir: Any, task: Any) -> None:
-    """One GRPO step of one prompt with two generations, each made by ``task``."""
-    train(
+def one_step(client: PolarClient, model_dir: Any, output_dir: Any, task: Any) -> list[Any]:
+    """One GRPO step of one prompt with two generations, each made by ``task``; the step's results."""
+    return train(
         client,
         model_dir,
         steps=1,
@@ -122,17 +122,7 @@ def test_a_mismatched_tokenizer_refuses_to_start(api, tiny_model_dir):
 def test_trl_trains_the_chain_the_harness_kept_after_a_final_call_retry(api, tiny_model_dir, tmp_path):
     """Each rollout retried its last call: TRL gets (and trains on) the kept chain, not the dead twin."""
     with PolarClient(api.url) as client:
-        (result,) = train(
-            client,
-            tiny_model_dir,
-            steps=1,
-            prompts=1,
-            generations=2,
-            lr=5e-2,
-            output_dir=tmp_path,
-            task=retry_task,
-            log=lambda _: None,
-        )
+        (result,) = one_step(client, tiny_model_dir, tmp_path, retry_task)
         for sample in result.record.samples:
             assert sample.trainable and sample.chains == 2
             check_kept_chain(client, sample.rollout_id, sample.completion_ids, sample.loss_mask)

@@ -21,6 +21,7 @@ from polar.proxy.call.limits import ServerLimits, servers_of
 from polar.proxy.call.plan import Planner
 from polar.proxy.call.policy import BackendPolicy, Policy, ScriptedPolicy
 from polar.proxy.call.record import CallRecorder
+from polar.proxy.call.screen import BodyScreen
 from polar.proxy.call.service import CallService
 from polar.proxy.capture.writer import CaptureWriter
 from polar.proxy.session.history import HistoryCache
@@ -87,8 +88,11 @@ class Gateway:
         limit = ServerLimits(
             backend.name, servers, route, settings.backend_max_in_flight, settings.backend_queue_timeout_s
         )
+        self.screen = BodyScreen()  # over-size bodies decoded in a child process (started on the first)
         self.calls = CallService(
-            intake=Intake(self.sessions, self.histories, planner, self.limits, store_timeout_s=store_timeout_s),
+            intake=Intake(
+                self.sessions, self.histories, planner, self.limits, store_timeout_s=store_timeout_s, screen=self.screen
+            ),
             planner=planner,
             generation=Generation(chat_format, tokenizer.vocab_size, settings.backend_deadline_s, limit),
             recorder=CallRecorder(self.writer, self.histories, store_timeout_s=store_timeout_s),
@@ -192,5 +196,6 @@ class Gateway:
             self._rechecking.cancel()
             await asyncio.gather(self._rechecking, return_exceptions=True)
         self.writer.close()
+        await self.screen.aclose()
         if self._owns_backend:
             await self.backend.aclose()

@@ -21,6 +21,8 @@ def test_huge_requests_get_a_400_while_other_sessions_and_health_go_on(tmp_path,
     with GatewayServer(settings_for(tmp_path, cache_dir, default_max_tokens=2), backend=LocalBackend(engine)) as gw:
         keys = [gw.session()["api_key"] for _ in range(10)]
         asyncio.run(_scenario(gw.url, keys, gw.gateway.calls.max_token_chars))
+        # both refusals came from the screening process: the gateway's own process decoded neither body
+        assert gw.gateway.screen.screened == 2 and gw.gateway.screen.failed == 0
 
 
 async def _scenario(url: str, keys: list[str], max_token_chars: int) -> None:

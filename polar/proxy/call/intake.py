@@ -2,7 +2,9 @@
 decoded into a ChatRequest, with the cost bound applied before any tokenization.
 
 An unauthenticated call's body is never read. A large body is decoded in a worker thread, so one big body does
-not hold up the event loop (and with it every other session's calls). The session's previous request, when it
+not hold up the event loop (and with it every other session's calls); one over the cost bound's byte limit (likely
+refused) is first screened in a process of its own (``polar.proxy.call.screen``), whose refusal costs the
+gateway's process no decoding at all. The session's previous request, when it
 went the strict way, spares the next one the work on what it repeats (``parse_json_after``, ``parse_after``).
 """
 
@@ -16,6 +18,7 @@ from polar.collector import collector_paused
 from polar.errors import PolarError
 from polar.proxy.call.cost import MIN_TOOL_CHARS, message_chars, tool_chars
 from polar.proxy.call.plan import INLINE_CHARS, Planner
+from polar.proxy.call.screen import BodyScreen, ScreenRules
 from polar.proxy.session.history import HistoryCache
 from polar.proxy.session.sessions import SessionInfo, SessionStore
 from polar.proxy.store_wait import in_store
@@ -45,12 +48,14 @@ class Intake:
         limits: JsonLimits,
         *,
         store_timeout_s: float = 30.0,
+        screen: BodyScreen | None = None,
     ):
         self.sessions = sessions
         self.histories = histories
         self.planner = planner  # the cost bound: refusals before any tokenization
         self.limits = limits
         self.store_timeout_s = store_timeout_s
+        self.screen = screen  # None: over-size bodies are decoded here too (in a worker thread)
 
     async def session(self, key: str | None) -> SessionInfo:
         """The key's open session: from the process's short-lived cache, else checked against the store."""
@@ -78,6 +83,17 @@ class Intake:
         prior = None if count else self._prior(session, codec)
         bound = self.planner.bound_bytes()
         big = bool(bound) and len(raw) > bound
+        if big and self.screen is not None:
+            rules = ScreenRules(
+                codec.name,
+                self.limits,
+                self.planner.max_token_chars,
+                self.planner.context_length,
+                model,
+                False if count else stream,
+                count,
+            )
+            await self.screen.check(raw, rules)  # raises its refusal; else this process decodes it below
 
         def count_tools(value: Any) -> None:  # before the body is walked: 100,000 tools are refused at once
             self.planner.refuse_surely_too_long(codec.count_tools(value) * MIN_TOOL_CHARS)

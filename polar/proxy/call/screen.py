@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import pickle
 import signal
 import struct
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from polar.collector import collector_paused
@@ -122,8 +124,16 @@ class BodyScreen:
 
     async def _started(self) -> asyncio.subprocess.Process:
         if self._child is None or self._child.returncode is not None:
+            # the child imports this package from where the gateway did (a checkout on PYTHONPATH, or installed)
+            root = str(Path(__file__).resolve().parents[3])
+            path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
             self._child = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", __name__, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+                sys.executable,
+                "-m",
+                __name__,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                env={**os.environ, "PYTHONPATH": path},
             )
         return self._child
 

@@ -28,7 +28,7 @@ from db.engine import describe_database, normalize_url
 from db.models import Rollout
 from flows.prefect_server import prepare_prefect_environment
 from polar.auth import token_path
-from polar.report.rollouts import RolloutRow, format_rollouts, format_totals, rollout_rows
+from polar.report.rollouts import RolloutRow, format_groups, format_rollouts, format_totals, rollout_rows
 from polar.rollout.context import close_contexts, get_store
 from polar.settings import Settings
 
@@ -150,6 +150,9 @@ async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, titl
     rows = rollout_rows(factory, list(summary["tasks"]))
     print(f"\nbatch finished in {time.monotonic() - started:.1f} s\n")
     print(format_rollouts(rows))
+    if any(r.sample > 0 for r in rows):  # groups of samples: each task's group at a glance
+        print()
+        print(format_groups(rows))
     print()
     print(format_totals(rows))
     not_run = summary.get("not_run") or {}

@@ -44,4 +44,15 @@ def temporary_server(settings: Settings) -> Iterator[str | None]:
     try:
         yield server.api_url
     finally:
+        _drain_workers()
         server.stop()
+
+
+def _drain_workers(timeout_s: float = 10.0) -> None:
+    """Send what Prefect's background workers still hold (run logs, events) while its server is up: drained only at
+    interpreter exit, after the server stopped, they failed with "--- Error logging to API ---"."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        worker.drain_all(timeout=timeout_s)

@@ -98,12 +98,39 @@ def format_rollouts(rows: Sequence[RolloutRow]) -> str:
     return "\n".join(lines)
 
 
+def _scored(rows: Sequence[RolloutRow]) -> list[float]:
+    # ERROR rollouts (infrastructure failures, or a harness that crashed) are not scores: left out of the mean.
+    return [r.reward for r in rows if r.reward is not None and r.status != "ERROR"]
+
+
+def format_groups(rows: Sequence[RolloutRow]) -> str:
+    """One line per task (its group of samples, in the order first seen): samples, how many were scored and how
+    many ended ERROR, the mean reward and its spread over the scored ones, and how many scored 1. A group whose
+    scores do not spread (all 0, all 1) gives GRPO no advantage, which is what this table shows at a glance."""
+    groups: dict[str, list[RolloutRow]] = {}
+    for r in rows:
+        groups.setdefault(r.task, []).append(r)
+    width = min(28, max([len("task"), *map(len, groups)]))
+    lines = [f"{'task':<{width}} {'samples':>7} {'scored':>6} {'errors':>6} {'mean':>5} {'spread':>6} {'solved':>6}"]
+    for name, group in groups.items():
+        scores = _scored(group)
+        mean = sum(scores) / len(scores) if scores else None
+        spread = (sum((x - mean) ** 2 for x in scores) / len(scores)) ** 0.5 if mean is not None else None
+        errors = sum(1 for r in group if r.status == "ERROR")
+        solved = sum(1 for x in scores if x >= 1.0)
+        lines.append(
+            f"{name[:width]:<{width}} {len(group):>7} {len(scores):>6} {errors:>6} "
+            f"{'-' if mean is None else f'{mean:.2f}':>5} {'-' if spread is None else f'{spread:.2f}':>6} "
+            f"{f'{solved}/{len(scores)}':>6}"
+        )
+    return "\n".join(lines)
+
+
 def format_totals(rows: Sequence[RolloutRow]) -> str:
     statuses: dict[str, int] = {}
     for r in rows:
         statuses[r.status] = statuses.get(r.status, 0) + 1
-    # ERROR rollouts (infrastructure failures, or a harness that crashed) are not scores: left out of the mean.
-    rewards = [r.reward for r in rows if r.reward is not None and r.status != "ERROR"]
+    rewards = _scored(rows)
     mean = sum(rewards) / len(rewards) if rewards else 0.0
     solved = sum(1 for value in rewards if value >= 1.0)
     by_status = ", ".join(f"{name} {count}" for name, count in sorted(statuses.items()))

@@ -29,7 +29,7 @@ from polar.backends.extras import ExtrasReader, loads_without_experts
 from polar.backends.sglang_wire import OutputReader
 from polar.capture_extras import CaptureOptions, apply_extras
 from polar.inference import ExtrasRequest, GenerateExtras, GenerateRequest
-from polar.models.moe import MoEShape
+from polar.models.moe_shape import MoEShape
 
 LAYERS, TOP_EXPERTS, EXPERTS, K = 48, 8, 128, 8
 SHAPE = MoEShape(LAYERS, TOP_EXPERTS, EXPERTS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import grimp
@@ -76,3 +78,14 @@ def test_no_module_is_over_400_lines() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     }
     assert long == {}
+
+
+def test_a_gateway_in_front_of_an_engine_server_loads_no_torch() -> None:
+    """torch (a second and 200 MB per process) is loaded only by what runs or scores a local model: the gateway's
+    server, its backends' registry and the model checks import none of it at start."""
+    probe = (
+        "import sys, polar.proxy.server, polar.backends.registry, polar.models.check, polar.backends.sglang; "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

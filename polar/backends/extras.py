@@ -32,7 +32,7 @@ import pybase64
 
 from polar.errors import BackendProtocolError, ConfigError, PolarError
 from polar.inference import Backend, ExtrasRequest, GenerateExtras, GenerateRequest, SamplingParams
-from polar.models.moe import MoEShape
+from polar.models.moe_shape import MoEShape
 
 
 def sglang_request_fields(extras: ExtrasRequest | None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from polar.settings import BackendKind, Settings
 
 if TYPE_CHECKING:
     from polar.models.engine import LocalEngine
-    from polar.models.moe import MoEShape
+    from polar.models.moe_shape import MoEShape
 
 
 async def _local(settings: Settings) -> Backend:
@@ -52,7 +52,7 @@ async def _check_extras(backend: Backend, settings: Settings) -> None:
 async def _routing_shape(settings: Settings) -> MoEShape | None:
     """The MoE routing shape of the served model (its folder's config.json), when routed experts are captured."""
     from polar.capture_extras import verified_options
-    from polar.models.moe import moe_shape
+    from polar.models.moe_shape import moe_shape
     from polar.models.resolve import ModelChoice, resolve_model_folder
 
     if not verified_options(settings.capture_extras).routed_experts:

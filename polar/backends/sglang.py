@@ -59,7 +59,7 @@ from polar.inference import (
     GenerateResult,
     WeightUpdate,
 )
-from polar.models.moe import MoEShape
+from polar.models.moe_shape import MoEShape
 
 PAUSE_MODES = ("abort", "retract", "in_place")
 

@@ -10,43 +10,17 @@ a trajectory's stored routing and top-k must equal.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from polar.inference import LogprobSemantics
+from polar.models.moe_shape import MoEShape, moe_shape
 
 # A router whose logits spread over several units: top-k choices then have clear margins, so a decode step
 # (one position, cached keys) and a whole-sequence forward choose the same experts despite float rounding.
 ROUTER_INIT_STD = 0.4
-
-
-@dataclass(frozen=True)
-class MoEShape:
-    """What a routed-experts array holds per position: ``layers`` x ``top_k`` ids below ``num_experts``."""
-
-    layers: int
-    top_k: int
-    num_experts: int
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The narrowest unsigned type that holds every expert id (uint8 up to 256 experts)."""
-        return np.dtype(np.uint8) if self.num_experts <= 256 else np.dtype(np.uint16)
-
-
-def moe_shape(config: dict[str, Any] | Any) -> MoEShape | None:
-    """The routing shape a model config declares (Qwen-MoE's ``num_experts``, DeepSeek's ``n_routed_experts``),
-    or None for a dense model."""
-    get = config.get if isinstance(config, dict) else lambda key, default=None: getattr(config, key, default)
-    experts = get("num_experts") or get("n_routed_experts") or get("num_local_experts")
-    top_k = get("num_experts_per_tok")
-    layers = get("num_hidden_layers")
-    if not experts or not top_k or not layers:
-        return None
-    return MoEShape(int(layers), int(top_k), int(experts))
 
 
 def moe_model(config_kwargs: dict[str, Any], *, num_experts: int, top_k: int, seed: int) -> Any:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -14,7 +14,6 @@ from db import make_engine, make_session_factory, migrate
 from polar import metrics
 from polar.chat import ChatFormat, chat_format_for
 from polar.inference import Backend
-from polar.models.engine import LocalEngine
 from polar.proxy.call.generation import Generation
 from polar.proxy.call.intake import Intake
 from polar.proxy.call.limits import ServerLimits, servers_of
@@ -36,6 +35,9 @@ from polar.wire.base import parse_after
 from polar.wire.canonical import ChatRequest
 from polar.wire.json_guard import JsonLimits
 from polar.wire.policy import ScriptedPolicySpec
+
+if TYPE_CHECKING:  # torch, imported by the engine, is not loaded by a gateway that never scores
+    from polar.models.engine import LocalEngine
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import pytest
 from polar.backends.extras import ExtrasReader, loads_without_experts, sglang_request_fields
 from polar.errors import BackendProtocolError, ConfigError
 from polar.inference import ExtrasRequest, GenerateRequest
-from polar.models.moe import MoEShape
+from polar.models.moe_shape import MoEShape
 
 SHAPE = MoEShape(layers=2, top_k=2, num_experts=8)
 

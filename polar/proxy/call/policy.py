@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from polar.chat.protocol import ChatFormat
 from polar.inference import (
@@ -23,8 +23,10 @@ from polar.inference import (
     VersionSpan,
     collect,
 )
-from polar.models.engine import LocalEngine
 from polar.wire.policy import ScriptedPolicySpec, ScriptedReply
+
+if TYPE_CHECKING:  # torch, imported by the engine, is not loaded by a gateway that never scores
+    from polar.models.engine import LocalEngine
 
 
 @dataclass(frozen=True)

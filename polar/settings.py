@@ -130,6 +130,13 @@ class Settings(BaseSettings):
         description="a call silent this long gets keep-alive bytes (spaces before a JSON body, empty SSE lines in a "
         "stream) so idle-cutting proxies keep it; 0: never",
     )
+    connection_idle_s: int = Field(
+        default=75,
+        ge=1,
+        description="how long the gateway keeps an idle client connection open for its next call (HTTP keep-alive); "
+        "longer than clients' own pool expiry (httpx 5 s, undici 4 s), so the client, not the gateway, closes it and "
+        "no call is sent on a connection the gateway is closing",
+    )
     backend_max_in_flight: int = Field(
         default=512, ge=0, description="calls generating at once on each inference server; 0: no bound"
     )

@@ -51,9 +51,10 @@ class EmbeddedGateway:
     async def _serve(self) -> None:
         from polar.proxy.gateway import Gateway
         from polar.proxy.http.app import create_app
+        from polar.proxy.server import uvicorn_config
 
         self.gateway = gateway = await Gateway.create(self.settings, backend=self.backend)
-        config = uvicorn.Config(create_app(gateway), log_level="warning", timeout_graceful_shutdown=5)
+        config = uvicorn_config(create_app(gateway), self.settings)
         self._server = uvicorn.Server(config)
         await self._server.serve(sockets=[self._socket])
 

@@ -47,9 +47,10 @@ class GatewayServer:
     async def _main(self) -> None:
         from polar.proxy.gateway import Gateway
         from polar.proxy.http.app import create_app
+        from polar.proxy.server import uvicorn_config
 
         self.gateway = await Gateway.create(self.settings, backend=self.backend)
-        config = uvicorn.Config(create_app(self.gateway), host="127.0.0.1", port=self.port, log_level="warning")
+        config = uvicorn_config(create_app(self.gateway), self.settings, host="127.0.0.1", port=self.port)
         self._server = uvicorn.Server(config)
         await self._server.serve()
 

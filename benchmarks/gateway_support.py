@@ -1,5 +1,6 @@
-"""Helpers for bench_gateway.py: server subprocesses (stopped by their process group), the agent
-conversation the clients send, a closed-loop load generator and percentiles.
+"""Helpers for bench_gateway.py (and its sections, gateway_forwarding.py and gateway_sessions.py) and the other
+gateway benchmarks: server subprocesses (stopped by their process group), the agent conversation the clients
+send, a closed-loop load generator, percentiles and the tables' units (``ms``, ``KIB``).
 
 Every subprocess starts in a session of its own, so stopping it signals exactly that process group (the
 server and anything it forked) and nothing else on the machine.
@@ -207,6 +208,14 @@ def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100)."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+KIB = 1024
+
+
+def ms(seconds: float) -> str:
+    """Seconds as milliseconds with two decimals, the tables' unit."""
+    return f"{seconds * 1e3:.2f}"
 
 
 def post_json(client: httpx.AsyncClient, url: str, body: bytes, key: str | None = None) -> Awaitable[httpx.Response]:

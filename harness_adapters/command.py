@@ -1,9 +1,11 @@
 """The ``command`` harness: any program, given its gateway session in the environment.
 
 The program gets the usual client variables (``OPENAI_BASE_URL``/``OPENAI_API_KEY``, ``ANTHROPIC_*``,
-``GOOGLE_GEMINI_BASE_URL``/``GEMINI_API_KEY``), ``POLAR_SESSION_ID``, ``POLAR_INSTRUCTION_FILE`` and
-``POLAR_MODEL``. A string command runs with ``bash -c``; a list is an argv. Both may use the placeholders
-``{instruction_file}``, ``{workdir}``, ``{model}`` and ``{python}`` (only these: other braces are left as they are).
+``GOOGLE_GEMINI_BASE_URL``/``GEMINI_API_KEY``), ``POLAR_SESSION_ID``, ``POLAR_INSTRUCTION_FILE``,
+``POLAR_MODEL`` and ``POLAR_SAMPLE_INDEX`` (which of its task's samples it is, from 0: a program that wants
+reproducible samples can derive a per-sample ``seed`` for its calls from it). A string command runs with
+``bash -c``; a list is an argv. Both may use the placeholders ``{instruction_file}``, ``{workdir}``, ``{model}``
+and ``{python}`` (only these: other braces are left as they are).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class CommandHarness:
             **session.provider_env(),
             "POLAR_INSTRUCTION_FILE": ctx.instruction_file,
             "POLAR_MODEL": ctx.model,
+            "POLAR_SAMPLE_INDEX": str(ctx.sample_index),
             **config.env,
         }
         return LaunchSpec(argv=argv, env=env)

@@ -1,10 +1,14 @@
-"""GRPO on claimed groups: group-normalised advantages, a clipped importance ratio against the captured
-(behaviour) logprobs, loss only where the loss mask is 1.
+"""GRPO on claimed groups: group-normalised advantages, a clipped importance ratio against the logprobs of the
+weights the samples were drawn from, loss only where the loss mask is 1.
 
-The behaviour logprobs are the ones the backend returned when it sampled (the captures), so before the first
-update the ratio must be 1 up to float noise: ``StepStats.max_logprob_gap`` reports how far it was, a direct
-check of token faithfulness. The toy samples at temperature 1, where SGLang-style temperature-scaled logprobs
-and raw ones agree.
+The loop trains on-policy (every sample was drawn under the weights the trainer holds before the update), so the
+old logprobs are the trainer's own, computed once before the first epoch; the captured ones (what the backend
+returned when it sampled) must equal them up to float noise: ``StepStats.max_logprob_gap`` reports how far they
+were, a direct check of token faithfulness. The update uses the trainer's own numbers rather than the captured
+ones because that float noise is not reproducible (the local engine computes a prompt in one piece or from a
+cached prefix, depending on which call came first), and Adam turns a 1e-6 difference into diverging weights
+within a few steps; this way an update depends only on the sampled ids and the rewards. The toy samples at
+temperature 1, where SGLang-style temperature-scaled logprobs and raw ones agree.
 """
 
 from __future__ import annotations
@@ -60,16 +64,18 @@ class GRPOTrainer:
                 for t, a in zip(trajectories, advantages(rewards), strict=True)
                 if a != 0.0 and any(t["loss_mask"])
             ]
-        losses, gap, tokens = [], 0.0, sum(sum(t["loss_mask"]) for t, _ in samples)
-        for epoch in range(self.epochs if samples else 0):
+        tokens = sum(sum(t["loss_mask"]) for t, _ in samples)
+        with torch.no_grad():
+            olds = [self._logprobs(trajectory) for trajectory, _ in samples]
+        gap = max((self._gap(t, old) for (t, _), old in zip(samples, olds, strict=True)), default=0.0)
+        losses = []
+        for _ in range(self.epochs if samples else 0):
             self.optimizer.zero_grad()
             total = 0.0
-            for trajectory, advantage in samples:
-                loss, sample_gap = self._loss(trajectory, advantage)
+            for (trajectory, advantage), old in zip(samples, olds, strict=True):
+                loss = self._loss(trajectory, advantage, old)
                 (loss / len(samples)).backward()
                 total += float(loss.detach()) / len(samples)
-                if epoch == 0:
-                    gap = max(gap, sample_gap)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self.optimizer.step()
             losses.append(total)
@@ -82,16 +88,23 @@ class GRPOTrainer:
             max_logprob_gap=gap,
         )
 
-    def _loss(self, trajectory: dict[str, Any], advantage: float) -> tuple[torch.Tensor, float]:
-        """The clipped surrogate loss of one trajectory (mean over its trained tokens), and the largest gap between
-        the current and the captured logprob of a trained token."""
+    def _logprobs(self, trajectory: dict[str, Any]) -> torch.Tensor:
+        """The current weights' logprob of each response id."""
         prompt, response = trajectory["prompt_ids"], trajectory["response_ids"]
-        mask = torch.tensor(trajectory["loss_mask"], dtype=torch.float32)
         logits = self.model(input_ids=torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1].float()
-        new = torch.log_softmax(logits, -1).gather(1, torch.tensor(response)[:, None])[:, 0]
-        old = torch.tensor(trajectory["response_logprobs"], dtype=torch.float32)
-        ratio = torch.exp(new - old)
+        return torch.log_softmax(logits, -1).gather(1, torch.tensor(response)[:, None])[:, 0]
+
+    @staticmethod
+    def _gap(trajectory: dict[str, Any], old: torch.Tensor) -> float:
+        """The largest gap between the trainer's logprob of a trained token and the captured one."""
+        mask = torch.tensor(trajectory["loss_mask"], dtype=torch.float32)
+        captured = torch.tensor(trajectory["response_logprobs"], dtype=torch.float32)
+        return float(((old - captured).abs() * mask).max())
+
+    def _loss(self, trajectory: dict[str, Any], advantage: float, old: torch.Tensor) -> torch.Tensor:
+        """The clipped surrogate loss of one trajectory (mean over its trained tokens)."""
+        mask = torch.tensor(trajectory["loss_mask"], dtype=torch.float32)
+        ratio = torch.exp(self._logprobs(trajectory) - old)
         clipped = torch.clamp(ratio, 1 - self.clip, 1 + self.clip)
         per_token = -torch.minimum(ratio * advantage, clipped * advantage)
-        gap = float(((new.detach() - old).abs() * mask).max())
-        return (per_token * mask).sum() / mask.sum(), gap
+        return (per_token * mask).sum() / mask.sum()

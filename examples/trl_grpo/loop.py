@@ -5,7 +5,8 @@
 ``main`` runs the whole stack in this process on the embedded defaults (SQLite, the local runtime, Prefect's
 ephemeral mode, the gateway on the tiny local model) behind a real control API on a loopback port; the trainer
 talks to it only through ``polar.client`` (``PolarRolloutFunc``). The task is the toy one of ``examples.grpo``
-(reply with letters from a-m; the reward is their share), run by a real OpenAI-SDK program as the harness.
+(reply with letters from a-m; the reward is their share), run by a real program calling the session's Chat
+Completions API as the harness.
 
 ``CheckedGRPOTrainer`` adds one check to TRL: at every generation, before the update that uses it, TRL's own
 logprob of each trained token (its ``_get_per_token_logps_and_entropies`` over its padded batch) against the

@@ -1,7 +1,7 @@
 """A store seeded as a GRPO run leaves it: five registered weight versions, two task groups, four samples per
 task, rewards rising with the version (the ``arith`` group learns faster than ``files``), trajectories with
-trainable tokens and stage timings. Rows are written directly: a real closed loop that moves the reward takes
-minutes (``examples/grpo``, 6 steps), too long for a CI test."""
+trainable tokens and stage timings. Rows are written directly, so every value is known in advance (and Postgres
+is covered); ``tests/ui/test_ui_grpo_curves_browser.py`` draws the curves of a real closed loop instead."""
 
 from __future__ import annotations
 

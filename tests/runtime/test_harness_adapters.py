@@ -61,6 +61,15 @@ def test_the_registry_lists_every_harness_and_rejects_unknown_names():
         get_adapter("cursor")
 
 
+def test_the_command_harness_tells_its_program_which_sample_it_is():
+    adapter = get_adapter("command")
+    config = adapter.Config.model_validate({"command": "{python} reply.py", "env": {"TOY": "1"}})
+    launch = adapter.launch(config, dataclasses.replace(CTX, sample_index=3), SESSION)
+    assert launch.env["POLAR_SAMPLE_INDEX"] == "3" and launch.env["TOY"] == "1"
+    assert launch.argv == ("bash", "-c", "/py reply.py")
+    assert adapter.launch(config, CTX, SESSION).env["POLAR_SAMPLE_INDEX"] == "0"
+
+
 def test_claude_code_is_told_the_models_context_window():
     """An unknown model name makes Claude Code 2.1.332 assume 1,000,000 tokens: the session's window goes in
     CLAUDE_CODE_MAX_CONTEXT_TOKENS; a session that does not know it sets nothing; a task's env still wins."""

@@ -100,6 +100,7 @@ def harness_context(ctx: RolloutContext, view: RolloutView, runtime: Runtime) ->
         model=view.task.harness.model,
         python=runtime.interpreter(ctx.python),
         tools_dir=str(ctx.settings.tools_dir),
+        sample_index=view.sample_index,
     )
 
 

@@ -161,6 +161,21 @@ class StoreError(PolarError):
     error_type = "store_unavailable"
 
 
+RETRY_AFTER_S = 1
+"""``Retry-After`` of a store or backend outage (503, 504): a client waits a little, never retries in a tight loop."""
+
+
+def retry_after(exc: PolarError) -> int | None:
+    """Seconds a client should wait before retrying ``exc``; None when retrying cannot help (not a retryable error).
+    Both servers answer every retryable error with it: overload (its queue's own estimate), store and backend
+    outages."""
+    if isinstance(exc, Overloaded):
+        return exc.retry_after_s
+    if isinstance(exc, StoreError | BackendUnavailable):
+        return RETRY_AFTER_S
+    return None
+
+
 class NotConfigured(PolarError):
     """The server lacks the configuration an endpoint needs (e.g. no gateway to push weights to)."""
 

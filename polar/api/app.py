@@ -44,7 +44,15 @@ from polar.api.schemas import (
 from polar.api.weights import WeightSource, publish
 from polar.auth import announce, bearer_of, install_access_log_redaction, matches
 from polar.clock import now
-from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, StoreError, invalid_from
+from polar.errors import (
+    AuthenticationError,
+    InvalidRequest,
+    NotFound,
+    PolarError,
+    StoreError,
+    invalid_from,
+    retry_after,
+)
 from polar.export.filters import ExportFilter
 from polar.models.tiny import get_spec
 from polar.prefect_adapter import flow_run_states
@@ -72,8 +80,11 @@ def _scripted(field: str) -> InvalidRequest:
 
 
 def _error(exc: PolarError) -> JSONResponse:
+    wait = retry_after(exc)
     return JSONResponse(
-        {"error": {"type": exc.error_type, "message": exc.message, "field": exc.field}}, status_code=exc.status_code
+        {"error": {"type": exc.error_type, "message": exc.message, "field": exc.field}},
+        status_code=exc.status_code,
+        headers={"Retry-After": str(wait)} if wait is not None else None,
     )
 
 

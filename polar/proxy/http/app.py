@@ -27,12 +27,11 @@ from polar.auth import announce, bearer_of, install_access_log_redaction, matche
 from polar.errors import (
     AuthenticationError,
     BackendError,
-    BackendUnavailable,
     InvalidRequest,
     NotFound,
-    Overloaded,
     PolarError,
     StoreError,
+    retry_after,
 )
 from polar.proxy import access_log
 from polar.proxy.gateway import Gateway
@@ -47,18 +46,6 @@ from polar.wire.body import FastJSONResponse, read_body
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-RETRY_AFTER_S = 1
-"""``Retry-After`` of a store or backend outage (503, 504): a client waits a little, never retries in a tight loop."""
-
-
-def retry_after(exc: PolarError) -> int | None:
-    """Seconds a client should wait before retrying ``exc``; None when retrying cannot help (not a retryable error).
-    Every retryable error answers with it: overload (its queue's own estimate), store and backend outages."""
-    if isinstance(exc, Overloaded):
-        return exc.retry_after_s
-    if isinstance(exc, StoreError | BackendUnavailable):
-        return RETRY_AFTER_S
-    return None
 
 
 def _error(codec: ProtocolCodec, exc: PolarError) -> JSONResponse:

@@ -139,6 +139,9 @@ async def _faults(settings, url: str, app: FastAPI, stream: bool, faults: list[s
                     else:
                         assert reply.status_code in (502, 504), f"{where}: {reply.status_code} {reply.text:.300}"
                         assert error_problem(protocol.name, reply.status_code, reply.json()) is None, where
+                        # a stall past the deadline (504) is retryable and says when; a protocol error (502) is not
+                        retry = reply.headers.get("retry-after")
+                        assert retry == ("1" if reply.status_code == 504 else None), f"{where}: Retry-After {retry}"
                         assert words.lower() in reply.text.lower(), f"{where}: {reply.text:.300}"
                     rows = await captures(client, session["session_id"])
                     assert [row["status"] for row in rows] == ["ERROR"], f"{where}: {rows}"

@@ -22,15 +22,20 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def swe_instances(docker_engine, tmp_path_factory) -> dict[str, SWEbenchInstance]:
+    """Both datasets' instances, rebuilt (their images too) by the script that made them, byte for byte: swe-mini
+    from the project written in the script, swe-parse from the ``parse`` library's releases on PyPI."""
     spec = importlib.util.spec_from_file_location("build_swe_instances", REPO / "scripts" / "build_swe_instances.py")
     assert spec and spec.loader
     builder = importlib.util.module_from_spec(spec)
     sys.modules["build_swe_instances"] = builder
     spec.loader.exec_module(builder)
-    out = tmp_path_factory.mktemp("swe") / "instances.jsonl"
-    builder.build(out, IMAGE)
-    assert out.read_text() == (REPO / "datasets" / "swe-mini" / "instances.jsonl").read_text()  # reproducible
-    return {instance.instance_id: instance for instance in load_swebench(out)}
+    instances = {}
+    for project in ("textkit", "parse"):
+        out = tmp_path_factory.mktemp("swe") / "instances.jsonl"
+        builder.build(out, IMAGE, project)
+        assert out.read_text() == (REPO / builder.PROJECTS[project].out).read_text()  # reproducible
+        instances.update({instance.instance_id: instance for instance in load_swebench(out)})
+    return instances
 
 
 def command(text: str) -> dict:
@@ -60,6 +65,22 @@ async def test_a_fix_that_breaks_a_pass_to_pass_test_scores_0_naming_it(docker_c
     (evaluation,) = evaluations(docker_context.factory, row.id)
     assert evaluation.details["failed_pass_to_pass"] == ["tests/test_duration.py::test_seconds"]
     assert evaluation.details["failed_fail_to_pass"] == []
+
+
+async def test_the_agent_sees_neither_the_test_patch_nor_the_gold_patch(docker_context, no_leaks, swe_instances):
+    """During the run, no file in the agent's container holds the test patch's new test or the gold patch's line,
+    and the grader's folders are not there yet. (The patterns are assembled by the shell, so the command's own text,
+    wherever the harness keeps it, cannot match.)"""
+    instance = swe_instances["polar-example__textkit-3"]
+    look = (
+        "found=$(grep -rlsF --include='*.py' --include='*.patch' --include='*.diff' --include='*.json*' "
+        "--exclude-dir=proc --exclude-dir=sys --exclude-dir=dev "
+        '-e "def test_$(echo minutes)" -e "minutes $(echo \'*\') 60 + seconds" /); '
+        'echo "found:[$found] graders:[$(ls -d /tests /solution /patches 2>/dev/null)]"'
+    )
+    row, _ = await drive(docker_context, instance.request(command(look)), no_leaks)
+    assert row.status is RolloutStatus.COMPLETED and row.reward == 0.0, stage_error(row)
+    assert "found:[] graders:[]" in row.stage_results["run"]["stdout_tail"], row.stage_results["run"]
 
 
 async def test_a_test_patch_that_does_not_apply_is_an_error(docker_context, no_leaks, swe_instances):

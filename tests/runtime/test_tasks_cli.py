@@ -1,6 +1,7 @@
 """The benchmark datasets through the ``polar`` CLI as a user runs it, in the docker runtime: ``polar tasks check``
-finds every ``datasets/harbor-mini`` task and ``datasets/swe-mini`` instance sound (oracle 1, no-op 0) and a broken
-copy broken (exit 1, named), and ``polar run`` on Harbor task folders with ``--samples 4`` prints each task's group.
+finds every ``datasets/harbor-mini`` task and every ``datasets/swe-mini`` and ``datasets/swe-parse`` instance sound
+(oracle 1, no-op 0) and a broken copy broken (exit 1, named), and ``polar run`` on Harbor task folders with
+``--samples 4`` prints each task's group.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import sys
 from pathlib import Path
 
 from tests.runtime.conftest import REPO, tools_dir
+from tests.runtime.test_swebench_rollouts import swe_instances  # noqa: F401  (the datasets' images, rebuilt)
 
 HARBOR = REPO / "datasets" / "harbor-mini"
-SWE = REPO / "datasets" / "swe-mini" / "instances.jsonl"
+SWE = [REPO / "datasets" / name / "instances.jsonl" for name in ("swe-mini", "swe-parse")]
 
 
 def polar(*args: str, tmp_path: Path, cache_dir: Path, tools: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -38,20 +40,22 @@ def verdicts(out: str) -> dict[str, str]:
     return {line.split()[0]: line.split(maxsplit=3)[3] for line in table if len(line.split()) >= 4}
 
 
-def test_tasks_check_finds_the_datasets_sound_and_a_broken_copy_broken(docker_engine, tmp_path, cache_dir):
+def test_tasks_check_finds_the_datasets_sound_and_a_broken_copy_broken(swe_instances, tmp_path, cache_dir):
     broken = Path(shutil.copytree(HARBOR / "hello-file", tmp_path / "broken-hello"))
     (broken / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")  # an oracle that solves nothing
 
-    proc = polar("tasks", "check", str(HARBOR), str(SWE), str(broken), tmp_path=tmp_path, cache_dir=cache_dir)
+    proc = polar("tasks", "check", str(HARBOR), *map(str, SWE), str(broken), tmp_path=tmp_path, cache_dir=cache_dir)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     found = verdicts(proc.stdout)
     harbor = sorted(p.name for p in HARBOR.iterdir() if (p / "task.toml").exists())
-    instances = [re.search(r'"instance_id": "([^"]+)"', line)[1] for line in SWE.read_text().splitlines() if line]
-    assert len(harbor) == 8 and len(instances) == 3
+    instances = [
+        re.search(r'"instance_id": "([^"]+)"', row)[1] for path in SWE for row in path.read_text().splitlines()
+    ]
+    assert len(harbor) == 8 and len(instances) == 6
     for task in [*harbor, *instances]:
         assert found.get(task) == "ok", (task, found)
     assert found["broken-hello"].startswith("BROKEN: oracle scored 0.00, not 1"), found
-    assert "11 of 12 tasks sound, 1 broken" in proc.stdout
+    assert "14 of 15 tasks sound, 1 broken" in proc.stdout
 
 
 def test_polar_run_on_task_folders_prints_each_tasks_group(docker_engine, tmp_path, cache_dir):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -158,3 +159,24 @@ def test_the_reward_rule():
     for text, data in ((None, None), ("pass", None), (None, "[1]"), (None, '{"a": "x"}'), (None, "{")):
         with pytest.raises(EvaluationError):
             reward_from(text, data, "reward")
+
+
+def test_polar_tasks_import_harbor_writes_every_task_or_nothing(tmp_path: Path, capsys):
+    """The command as a user runs it: the dataset's TaskRequests in one JSON file ``polar run`` reads; a folder with
+    one broken task is an error naming it (exit 2), and no file is written."""
+    from polar.cli import main
+
+    out = tmp_path / "tasks.json"
+    argv = ["tasks", "import", "harbor", str(DATASET), "--harness", "codex", "--samples", "2", "--out", str(out)]
+    assert main(argv) in (0, None)
+    requests = json.loads(out.read_text())
+    assert sorted(r["name"] for r in requests) == sorted(t.task_id for t in load_harbor([DATASET]))
+    assert {r["num_samples"] for r in requests} == {2} and {r["harness"]["name"] for r in requests} == {"codex"}
+    assert load_tasks(out) == requests  # what polar run reads
+
+    for name in ("hello-file", "log-errors"):
+        shutil.copytree(DATASET / name, tmp_path / "set" / name)
+    (tmp_path / "set" / "log-errors" / "instruction.md").unlink()
+    broken_out = tmp_path / "broken.json"
+    assert main(["tasks", "import", "harbor", str(tmp_path / "set"), "--out", str(broken_out)]) == 2
+    assert "log-errors: instruction.md" in capsys.readouterr().err and not broken_out.exists()

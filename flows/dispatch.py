@@ -7,9 +7,10 @@ is free picks up: the scale-out mode. There the in-flight cap is the pool's (eac
 fleet-wide stage limits), not the batch's, so adding workers adds throughput; the batch waits for the flow runs
 with one query per poll, however many there are. The idempotency key is the rollout and the calling flow run,
 so a retried batch flow run does not create a second flow run for a rollout. Either way a rollout is claimed in
-its row before it runs, so no rollout runs twice. Inline dispatch has a circuit breaker
-(``POLAR_BATCH_MAX_CONSECUTIVE_ERRORS``, ``polar.rollout.breaker``): after that many rollouts in a row failed a
-stage for good, the rollouts not yet started are cancelled and ``BatchStopped`` is raised.
+its row before it runs, so no rollout runs twice. Both have a circuit breaker (``POLAR_BATCH_MAX_CONSECUTIVE_ERRORS``,
+``polar.rollout.breaker``): after that many rollouts in a row (in the order the batch sees them end) failed a stage
+for good, the rollouts not yet started are cancelled (for deployments, their flow runs too) and ``BatchStopped``
+is raised once the running ones have ended.
 
 The caller names itself (``dispatcher``, ``polar.rollout.dispatcher``): only rollouts of tasks that runner holds
 are started, the others are reported as not dispatched. The retry flow passes None: it resumes rollouts whoever
@@ -28,6 +29,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.deployments import arun_deployment
 from prefect.runtime import flow_run
+from prefect.states import Cancelled
 
 from flows.limits import ensure_limits
 from flows.rollout import rollout
@@ -110,6 +112,8 @@ async def _deployment(
     created = await asyncio.gather(*(create(rollout_id) for rollout_id in rollout_ids), return_exceptions=True)
     results: dict[int, Any] = {i: run for i, run in enumerate(created) if isinstance(run, BaseException)}
     waiting: dict[UUID, int] = {run.id: i for i, run in enumerate(created) if not isinstance(run, BaseException)}
+    breaker = CircuitBreaker(settings.batch_max_consecutive_errors)
+    cancelled: list[str] | None = None  # set once the breaker trips
     async with get_client() as client:
         while waiting:
             ids = list(waiting)
@@ -124,9 +128,32 @@ async def _deployment(
                     index = waiting.pop(run.id)
                     ok = run.state.is_completed()
                     results[index] = run if ok else RuntimeError(f"flow run {run.name} ended {run.state.name}")
+                    if cancelled is None:  # in the order the batch sees them end
+                        breaker.record(None if ok else _outcome(results[index]))
+            if breaker.tripped and cancelled is None:
+                cancelled = await _stop_unstarted(client, rollout_ids, waiting, settings, breaker)
             if waiting:
                 await asyncio.sleep(POLL_S)
+    if cancelled is not None:  # raised once the runs that had started have ended
+        raise breaker.error(len(cancelled))
     return [results[i] for i in range(len(rollout_ids))]
+
+
+async def _stop_unstarted(
+    client: Any, rollout_ids: Sequence[str], waiting: dict[UUID, int], settings: Settings, breaker: CircuitBreaker
+) -> list[str]:
+    """The tripped breaker of a deployment batch: the rollouts no worker has claimed yet are cancelled in the store
+    (the claim decides, so one a worker took meanwhile runs on), then their flow runs in Prefect, so no worker
+    picks them up; the batch still waits for the ones running. Returns the cancelled rollout ids."""
+    pending = [rollout_ids[index] for index in waiting.values()]
+    factory = await get_store(settings)
+    message = breaker.message(len(pending))
+    cancelled = await asyncio.to_thread(cancel_unstarted, factory, pending, message)
+    chosen = set(cancelled)
+    for run_id, index in list(waiting.items()):
+        if rollout_ids[index] in chosen:
+            await client.set_flow_run_state(run_id, Cancelled(message=message), force=True)
+    return cancelled
 
 
 async def dispatch_rollouts(

@@ -1,17 +1,27 @@
 """The batch's circuit breaker: 20 tasks whose verifier crashes stop after POLAR_BATCH_MAX_CONSECUTIVE_ERRORS
 rollouts failed for good in a row; those are ERROR with their cause (no reward), the rest are cancelled with the
-breaker's message, and the batch raises ``BatchStopped``."""
+breaker's message, and the batch raises ``BatchStopped``; the same with deployment dispatch."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import sqlalchemy as sa
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+from prefect.states import Failed
 
 from db.enums import RolloutStatus
 from db.models import Rollout
 from flows.batch import rollout_batch
+from flows.dispatch import Dispatch, dispatch_rollouts
+from flows.rollout import rollout
 from polar.errors import BatchStopped
+from polar.rollout import submit_tasks
 from polar.rollout.context import store_factory
+from polar.settings import TaskDispatch
+from tests.rollout.helpers import answer_task, test_settings
 
 
 def broken_task(index: int) -> dict:
@@ -37,3 +47,59 @@ async def test_a_batch_of_broken_tasks_stops_after_n_infrastructure_errors(flow_
             assert row.reward is None and "evaluate failed" in row.error and "exit code 2" in row.error
         else:
             assert row.error.startswith("batch stopped: 3 rollouts in a row") and row.reward is None
+
+
+async def test_a_deployment_batch_stops_too_and_its_unstarted_flow_runs_are_cancelled(
+    tmp_path, cache_dir, sqlite_url, prefect_server
+):
+    """Deployment dispatch, no worker serving the pool: three of the batch's flow runs end Failed (as a rollout
+    flow does when a stage failed for good); the batch cancels the five no worker has started, in the store and in
+    Prefect, and raises ``BatchStopped``."""
+    deployment_id = await (await rollout.to_deployment(name="breaker-test")).apply()
+    settings = test_settings(
+        tmp_path,
+        cache_dir,
+        sqlite_url,
+        rollout_deployment=f"{rollout.name}/breaker-test",
+        task_dispatch=TaskDispatch.DEPLOYMENT,
+        batch_max_consecutive_errors=3,
+    )
+    factory = store_factory(settings)
+    (batch,) = await asyncio.to_thread(
+        submit_tasks, factory, [answer_task(name="breaker", samples=8)], dispatcher="test-batch"
+    )
+    ids = list(batch.rollout_ids)
+    waiting = asyncio.create_task(
+        dispatch_rollouts(ids, dispatch=Dispatch.DEPLOYMENT, settings=settings, dispatcher="test-batch")
+    )
+    async with get_client() as client:
+        runs: list = []
+        for _ in range(100):
+            runs = await client.read_flow_runs(
+                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+            )
+            if len(runs) == len(ids):
+                break
+            await asyncio.sleep(0.2)
+        assert len(runs) == len(ids)
+        failed = {run.parameters["rollout_id"] for run in runs[:3]}
+        for run in runs[:3]:
+            await client.set_flow_run_state(run.id, Failed(message="evaluate failed: exit code 2"), force=True)
+        with pytest.raises(BatchStopped, match=r"3 rollouts in a row failed .* 5 unstarted rollout\(s\) cancelled"):
+            await asyncio.wait_for(waiting, 60)
+        states = {
+            run.parameters["rollout_id"]: run.state.type.value
+            for run in await client.read_flow_runs(
+                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+            )
+        }
+        assert {states[rid] for rid in failed} == {"FAILED"}
+        assert {state for rid, state in states.items() if rid not in failed} == {"CANCELLED"}
+        for run in runs:
+            await client.delete_flow_run(run.id)
+        await client.delete_deployment(deployment_id)
+    with factory() as db:
+        rows = {row.id: row for row in db.scalars(sa.select(Rollout).where(Rollout.id.in_(ids)))}
+    cancelled = [rid for rid in ids if rows[rid].status is RolloutStatus.CANCELLED]
+    assert sorted(cancelled) == sorted(set(ids) - failed)
+    assert all(rows[rid].error.startswith("batch stopped: 3 rollouts in a row") for rid in cancelled)

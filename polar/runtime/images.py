@@ -144,7 +144,9 @@ def _build(client: Any, spec: BuildSpec, context: Path, tag: str, log_path: Path
                     log.write(f"\nERROR: {error}\n")
                     break
         except Exception as exc:  # noqa: BLE001 - a read timeout or a dropped connection: the build failed
-            error = f"the build stopped: {exc}"
+            # a step silent past the deadline ends as the client's read timeout: name the limit, not the socket
+            late = time.monotonic() >= deadline
+            error = f"the build ran past its timeout of {spec.timeout_s:g} s" if late else f"the build stopped: {exc}"
             log.write(f"\nERROR: {error}\n")
         finally:
             close = getattr(stream, "close", None)

@@ -7,6 +7,7 @@ dataset's own check."""
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,31 @@ async def test_an_image_that_fails_to_build_is_an_error_with_its_log(docker_cont
     assert row.error.startswith("init failed: image build of") and "non-zero code" in row.error
     log = Path(row.error.rsplit("(log: ", 1)[1].rstrip(")"))
     assert "broken-step" in log.read_text()
+
+
+async def test_a_build_past_build_timeout_sec_is_an_error_not_a_zero(docker_context, no_leaks):
+    slow = f"FROM {IMAGE}\nRUN echo {uuid.uuid4().hex}\nRUN sleep 30\n"  # a new layer each run: never cached
+    path = copy_task("hello-file", no_leaks)
+    (path / "environment" / "Dockerfile").write_text(slow)
+    toml = path / "task.toml"
+    toml.write_text(toml.read_text().replace("build_timeout_sec = 300.0", "build_timeout_sec = 2.0"))
+    row, _ = await drive(docker_context, read_task(path.rename(path.with_name("slowbuild"))).oracle_request(), no_leaks)
+    assert row.status is RolloutStatus.ERROR and row.reward is None
+    assert row.error.startswith("init failed: image build of") and "past its timeout of 2 s" in row.error
+
+
+async def test_the_verifier_runs_as_its_user_with_its_env(docker_context, no_leaks):
+    check = (
+        '#!/bin/bash\nif [ "$(id -un)" = nobody ] && [ "$GREETING_CHECK" = on ]; then echo 1; else echo 0; fi'
+        " > /logs/verifier/reward.txt\n"
+        'echo "as $(id -un), GREETING_CHECK=${GREETING_CHECK-unset}"\n'
+    )
+    path = copy_task("hello-file", no_leaks)
+    (path / "tests" / "test.sh").write_text(check)
+    toml = path / "task.toml"
+    verifier = '[verifier]\ntimeout_sec = 60.0\nuser = "nobody"\nenv = { GREETING_CHECK = "on" }\n'
+    toml.write_text(toml.read_text().replace("[verifier]\ntimeout_sec = 60.0\n", verifier))
+    row, _ = await drive(docker_context, read_task(path.rename(path.with_name("asuser"))).oracle_request(), no_leaks)
+    [evaluation] = evaluations(docker_context.factory, row.id)
+    assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0, (stage_error(row), evaluation.details)
+    assert "as nobody, GREETING_CHECK=on" in evaluation.details["stdout"]

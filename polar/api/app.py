@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db import gateways
 from db.enums import TaskStatus
 from db.models import MergeStat, Rollout
-from polar import feed, metrics
+from polar import errors, feed, metrics
 from polar.api import queries
 from polar.api.callbacks import deliver_due
 from polar.api.imports import TaskImport, import_requests
@@ -44,15 +44,7 @@ from polar.api.schemas import (
 from polar.api.weights import WeightSource, publish
 from polar.auth import announce, bearer_of, install_access_log_redaction, matches
 from polar.clock import now
-from polar.errors import (
-    AuthenticationError,
-    InvalidRequest,
-    NotFound,
-    PolarError,
-    StoreError,
-    invalid_from,
-    retry_after,
-)
+from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, StoreError, invalid_from
 from polar.export.filters import ExportFilter
 from polar.models.tiny import get_spec
 from polar.prefect_adapter import flow_run_states
@@ -80,12 +72,9 @@ def _scripted(field: str) -> InvalidRequest:
 
 
 def _error(exc: PolarError) -> JSONResponse:
-    wait = retry_after(exc)
-    return JSONResponse(
-        {"error": {"type": exc.error_type, "message": exc.message, "field": exc.field}},
-        status_code=exc.status_code,
-        headers={"Retry-After": str(wait)} if wait is not None else None,
-    )
+    body = {"error": {"type": exc.error_type, "message": exc.message, "field": exc.field}}
+    wait = errors.retry_after(exc)  # a store outage: the client backs off, as from the gateway
+    return JSONResponse(body, exc.status_code, {"Retry-After": str(wait)} if wait is not None else None)
 
 
 def model_tokenizer(settings: Settings) -> ChatTokenizer:

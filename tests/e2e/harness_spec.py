@@ -31,8 +31,10 @@ PROMPT = "Create the file hello.txt containing exactly `hi` in the current direc
 FINAL = "All done: hello.txt holds hi."
 # The second tool turn runs this; its output holds "marker-42", which only the shell can produce (the
 # arguments hold "marker-%d" and "42"), so finding it in the next prompt proves the tool ran and its output
-# came back. (No $(...) or $((...)): Gemini CLI blocks command substitution.)
-SHELL_CHECK = "cat {workdir}/hello.txt && printf ' marker-%d\\n' 42"
+# came back. (No $(...) or $((...)): Gemini CLI blocks command substitution.) The short sleep keeps the process
+# alive until its output is read: Qwen Code 0.24.4's child-process shell takes the output on the process's "exit"
+# event, which can come before its stdout's last "data" (seen: "Output: (empty)" for a command that printed).
+SHELL_CHECK = "cat {workdir}/hello.txt && printf ' marker-%d\\n' 42 && sleep 0.3"
 MARKER = "marker-42"
 # The first reply carries reasoning too: each CLI gets it as its protocol's thinking/reasoning block and
 # echoes it back (or drops it); either way the next call must still extend the chain in append mode.

@@ -46,6 +46,9 @@ def test_a_client_leaving_mid_stream_stops_the_generation_and_frees_its_slot(tmp
             assert reply.status_code == 200
             first = next(reply.iter_raw())  # the stream is under way; then the client hangs up
             assert first.startswith(b"data: ")
+            started = time.monotonic()  # the first event can precede the backend's stream: wait until it is open
+            while backend.open_streams != 1 and time.monotonic() - started < 5:
+                time.sleep(0.02)
             assert backend.open_streams == 1
         left = time.monotonic()
         while (backend.open_streams or gateway.gateway.calls.limit.in_flight) and time.monotonic() - left < 5:

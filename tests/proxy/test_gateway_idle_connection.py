@@ -15,8 +15,21 @@ REQUEST = b"GET /health/live HTTP/1.1\r\nHost: gateway\r\n\r\n"
 
 
 def _ask(sock: socket.socket) -> bytes:
+    """One request on ``sock`` and its whole reply (head and Content-Length body), so none is left for the next."""
     sock.sendall(REQUEST)
-    return sock.recv(4096)
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return reply
+        reply += chunk
+    head, body = reply.split(b"\r\n\r\n", 1)
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
+    while len(body) < length:
+        body += sock.recv(4096)
+    return head + b"\r\n\r\n" + body
 
 
 def test_an_idle_connection_outlives_a_clients_pool_expiry(tmp_path, cache_dir, engine):

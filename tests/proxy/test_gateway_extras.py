@@ -91,7 +91,12 @@ def check_session(stack: Stack, session_id: str) -> None:
     expected = routing_of(engine.model, ids, engine.router_tap.shape)
     assert stitched.routed_experts is not None and stitched.experts_mask is not None
     assert stitched.routed_experts.shape == (n, 2, 2) and stitched.routed_experts.dtype == np.uint8
-    assert np.array_equal(stitched.routed_experts[:-1], expected[:-1])  # every position but the unfed last one
+    # Every position but the unfed last one. The record comes from the engine's cached incremental passes, the
+    # expectation from one uncached pass: the same float32 maths in another order, so a router whose top scores
+    # are near-tied can choose differently (seen once in CI: one (position, layer) of ~600). A misaligned or
+    # shifted record differs almost everywhere, so at most 1% may differ, no more.
+    differ = (stitched.routed_experts[:-1] != expected[:-1]).any(axis=-1)  # (positions, layers)
+    assert differ.sum() <= max(1, differ.size // 100), np.argwhere(differ).tolist()
     assert stitched.experts_mask.sum() == n - 1
 
     with torch.no_grad():

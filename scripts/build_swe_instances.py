@@ -178,8 +178,11 @@ PARSE_FIXES = {  # a bug-fix release -> (instance suffix, problem statement): th
 
 
 def sdist(version: str, sha256: str) -> Path:
-    """``parse``'s sdist of ``version``, downloaded once with pip into the cache and checked against ``sha256``."""
-    cache = Path(os.environ.get("POLAR_CACHE") or Path.home() / ".cache" / "polar") / "sdists"
+    """``parse``'s sdist of ``version``, downloaded once with pip into Polar's cache folder (``POLAR_CACHE``) and
+    checked against ``sha256``."""
+    from polar.settings import get_settings
+
+    cache = get_settings().cache_dir / "sdists"
     path = cache / f"parse-{version}.tar.gz"
     if not path.is_file():
         pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", str(cache)]

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 
 from db import session_scope
+from polar.errors import RETRY_AFTER_S
 
 if TYPE_CHECKING:
     from polar.proxy.gateway import Gateway
@@ -73,7 +74,7 @@ def _not_ready(checks: dict[str, dict[str, Any]], status: str, **extra: Any) -> 
     message = "; ".join(f"{name}: {checks[name]['error']}" for name in failed)
     error = {"message": f"not ready: {message}", "type": "service_unavailable", "param": None, "code": None}
     body = {"status": status, **extra, "checks": checks, "error": error}
-    return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})  # retryable, as every 503 here
+    return JSONResponse(body, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})  # retryable, as every 503
 
 
 def add_health_routes(app: FastAPI, gw: Gateway) -> None:

@@ -25,7 +25,8 @@ on loopback, and prints, each against a baseline measured in the same run:
 Sections 2 and 3 load the servers with aiohttp, whose client costs a fraction of a millisecond per call: httpx's
 pool, at 64 calls in flight, spends about as much CPU per call as the gateway does and hid the servers' own
 throughput behind its own (the direct backend measured at 190-390 calls/s through it, 4,400 through aiohttp).
-4. the capture writer alone on Postgres (in this process): captures/s with group commit from 64 sessions.
+4. the capture writer alone on Postgres (in this process): captures/s with group commit from 64 sessions (the
+   median of three rounds), printed beside the disk's fsync latency and a one-row commit's.
 
     .venv/bin/python benchmarks/bench_gateway_scale.py [--quick] [--no-litellm]
 
@@ -414,19 +415,72 @@ def section_writer(pg_url: str, n: int, sessions: int) -> None:
             response_json={"id": "x"},
         )
 
-    async def main() -> float:
+    async def main() -> list[float]:
         rows = [row(i) for i in range(n)]
         await asyncio.gather(*(writer.write(r, timeout_s=120) for r in rows[:200]))  # warm-up
-        started = time.perf_counter()
-        await asyncio.gather(*(writer.write(r, timeout_s=120) for r in rows[200:]))
-        return time.perf_counter() - started
+        rates = []
+        for part in range(ROUNDS):  # rounds: a checkpoint or another process's burst moves one, not the figure
+            chunk = rows[200 + part * (n - 200) // ROUNDS : 200 + (part + 1) * (n - 200) // ROUNDS]
+            started = time.perf_counter()
+            await asyncio.gather(*(writer.write(r, timeout_s=120) for r in chunk))
+            rates.append(len(chunk) / (time.perf_counter() - started))
+        return rates
 
     commits = writer.commits
-    wall = asyncio.run(main())
+    rates = asyncio.run(main())
     writer.close()
+    commit_ms = statistics.median(_commit_s(engine, ids[0]) for _ in range(50)) * 1000
     engine.dispose()
     print(f"\n== 4. the capture writer alone on Postgres: {n - 200} captures from {sessions} sessions ==")
-    print(f"{(n - 200) / wall:.0f} captures/s committed, {writer.commits - commits} transactions (group commit)")
+    print(
+        f"{statistics.median(rates):.0f} captures/s committed (median of {ROUNDS} rounds: "
+        f"{', '.join(f'{r:.0f}' for r in rates)}), {writer.commits - commits} transactions (group commit)"
+    )
+    print(
+        f"this machine's disk: fsync of 8 KiB p50 {fsync_ms(_pg_data_dir(pg_url)):.2f} ms; a one-row commit on this "
+        f"Postgres p50 {commit_ms:.2f} ms (each batch pays one: a slow disk lowers the figure above, not the code)"
+    )
+
+
+ROUNDS = 3
+
+
+def fsync_ms(folder: Path, n: int = 50) -> float:
+    """Median milliseconds to write 8 KiB and fsync it in ``folder``."""
+    times = []
+    with tempfile.NamedTemporaryFile(dir=folder) as f:
+        for _ in range(n):
+            f.write(b"x" * 8192)
+            f.flush()
+            started = time.perf_counter()
+            os.fsync(f.fileno())
+            times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def _pg_data_dir(pg_url: str) -> Path:
+    """The folder of the Postgres data directory when this process may write there (a local server run as root),
+    else the temporary folder (the same disk on most machines)."""
+    engine = make_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            folder = Path(conn.exec_driver_sql("SHOW data_directory").scalar_one())
+    except sa.exc.SQLAlchemyError:
+        folder = Path(tempfile.gettempdir())
+    finally:
+        engine.dispose()
+    return folder if folder.is_dir() and os.access(folder, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def _commit_s(engine: sa.Engine, rollout_id: str) -> float:
+    """Seconds for one transaction updating one row: the round trip and the WAL flush each group commit pays."""
+    with engine.connect() as conn:
+        started = time.perf_counter()
+        with conn.begin():
+            conn.execute(
+                sa.text("UPDATE rollouts SET next_capture_seq = next_capture_seq WHERE id = :i"), {"i": rollout_id}
+            )
+        return time.perf_counter() - started
 
 
 def main() -> None:

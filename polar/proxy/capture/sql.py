@@ -97,7 +97,7 @@ def encode_row(row: Capture, dialect: Dialect) -> list[Any]:
 
 def _pg_json(value: Any, dialect: Dialect) -> bytes:
     encoded = _json_bytes(value)
-    if any(mark in encoded for mark in _NUL_MARKS):  # rare: JSONB cannot hold NUL (db.types.JSONType)
+    if _NUL_MARKS[0] in encoded or _NUL_MARKS[1] in encoded:  # rare: JSONB cannot hold NUL (db.types.JSONType)
         encoded = _json_bytes(_JSON_TYPE.process_bind_param(value, dialect))
     return encoded
 

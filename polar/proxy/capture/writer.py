@@ -62,6 +62,13 @@ class _Pending:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Stored]
     key_hash: str | None = None  # commit only while the session is open under this key (None: unchecked)
+    expired: bool = False  # its caller's wait ran out (``_expire``)
+
+
+def _expire(pending: _Pending) -> None:
+    if not pending.future.done():
+        pending.expired = True
+        pending.future.cancel()
 
 
 @dataclass(frozen=True)
@@ -96,15 +103,20 @@ class CaptureWriter:
         loop = asyncio.get_running_loop()
         pending = _Pending(row, loop, loop.create_future(), key_hash)
         self._queue.put(pending)
+        if timeout_s is None:
+            return await pending.future
+        # One timer that cancels the future (not ``asyncio.wait_for``: a second future, a task wrapper and two
+        # callbacks per call). A cancelled future is a caller that gave up: the writer skips its row if its
+        # transaction has not begun, and marks it unacknowledged if it commits anyway (``_resolve_all``).
+        timer = loop.call_later(timeout_s, _expire, pending)
         try:
-            return await asyncio.wait_for(pending.future, timeout_s)
-        except TimeoutError:
-            # The row may still commit (its transaction had begun): ``_resolve_all`` then finds the future done and
-            # has it marked. If it committed just as the wait ran out, it is marked here.
-            future = pending.future
-            if future.done() and not future.cancelled() and future.exception() is None:
-                self.unacknowledge(future.result().id)
+            return await pending.future
+        except asyncio.CancelledError:
+            if not pending.expired:
+                raise  # the caller itself was cancelled
             raise StoreError(f"the store did not commit the capture within {timeout_s:g} s") from None
+        finally:
+            timer.cancel()
 
     def unacknowledge(self, *capture_ids: int) -> None:
         """Mark committed captures ``UNACKNOWLEDGED`` (their callers never got them), soon, on the writer thread."""

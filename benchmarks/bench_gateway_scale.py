@@ -6,7 +6,8 @@ on loopback, and prints, each against a baseline measured in the same run:
 1. append mode at concurrency 1, the 20-message agent call extended turn by turn: added p50 over the direct
    backend call, with the capture commit wait (the gateway's own histogram) printed apart; the per-call cost
    at turns 191-200 against turns 1-10, as added latency and as the gateway's own CPU time per call (its
-   threads' run time: steadier than a difference of two latencies);
+   threads' run time: steadier than a difference of two latencies), and that CPU against turns 1-10 of a second
+   session made between the last ten turns (the same process state and load: the length's own cost);
 2. calls/s at concurrency 64 through one gateway process (SQLite, Postgres) against the direct backend and the
    LiteLLM proxy forwarding to the same backend (its venv, ``.venv-litellm``, is built by scripts/litellm_env.sh
    on first use; ``--no-litellm`` skips it): 64 agent sessions, each call extending its session's previous one
@@ -28,7 +29,7 @@ throughput behind its own (the direct backend measured at 190-390 calls/s throug
 4. the capture writer alone on Postgres (in this process): captures/s with group commit from 64 sessions (the
    median of three rounds), printed beside the disk's fsync latency and a one-row commit's.
 
-    .venv/bin/python benchmarks/bench_gateway_scale.py [--quick] [--no-litellm]
+    .venv/bin/python benchmarks/bench_gateway_scale.py [--quick] [--no-litellm] [--only 1,2,3,4]
 
 On a shared machine the numbers move with the other load; ratios in one run are what to compare.
 """
@@ -154,33 +155,49 @@ async def post(client: httpx.AsyncClient, url: str, body: dict, key: str | None)
 # ---- 1. append mode, concurrency 1 -----------------------------------------------------------------------
 
 
+async def turn_of(
+    client: httpx.AsyncClient, gateway: Server, direct_url: str, messages: list, key: str, turn: int
+) -> tuple[list, float, float]:
+    """One agent turn, direct then through ``gateway``: (the next messages, added seconds, the gateway's CPU s)."""
+    body = chat_body(messages, max_tokens=64)
+    t0 = time.perf_counter()
+    await post(client, direct_url, body, None)
+    t1, ran = time.perf_counter(), gateway.run_s()
+    reply = await post(client, gateway.url + "/v1/chat/completions", body, key)
+    t2 = time.perf_counter()
+    said = echo(reply)  # a short tool result: 200 turns stay inside the context window
+    result = {"role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": f"ok {turn}"}
+    return [*messages, said, result], (t2 - t1) - (t1 - t0), gateway.run_s() - ran
+
+
 async def section_append(client: httpx.AsyncClient, servers: dict[str, Server], turns: int) -> None:
     print(f"\n== 1. append mode, concurrency 1: one agent session of {turns} turns (starts at 20 messages) ==")
     print(
         f"{'store':<9} {'added p50 ms':>12} {'commit wait p50-ish ms':>22} {'turns 1-10 ms':>14} "
-        f"{'last 10 ms':>11} {'last/first':>10} {'gateway CPU ms, turns 1-10':>26} {'last 10':>8} {'last/first':>10}"
+        f"{'last 10 ms':>11} {'last/first':>10} {'gateway CPU ms, turns 1-10':>26} {'last 10':>8} {'last/first':>10} "
+        f"{'beside: 1-10':>14} {'last/beside':>10}"
+    )
+    print(
+        "(beside: turns 1-10 of a second session made between the long session's last ten turns, so both see the\n"
+        " same process state and machine load; last/beside is the cost of the session's length alone)"
     )
     direct_url = servers["upstream"].url + "/v1/chat/completions"
     for store in ("sqlite", "postgres"):
         gateway = servers[store]
-        url = gateway.url + "/v1/chat/completions"
-        key = await session_key(client, gateway)
-        messages = conversation(9)
+        key, beside_key = await session_key(client, gateway), await session_key(client, gateway)
+        messages, beside = conversation(9), conversation(9)
         added: list[float] = []
         cpu: list[float] = []  # the gateway's own CPU time per call (its threads' run time, to the ns)
+        cpu_beside: list[float] = []  # a second session's first turns, made between the long one's last turns
+
         before = await scrape(client, gateway)
         for turn in range(turns):
-            body = chat_body(messages, max_tokens=64)
-            t0 = time.perf_counter()
-            await post(client, direct_url, body, None)
-            t1, ran = time.perf_counter(), gateway.run_s()
-            reply = await post(client, url, body, key)
-            t2 = time.perf_counter()
-            cpu.append(gateway.run_s() - ran)
-            added.append((t2 - t1) - (t1 - t0))
-            said = echo(reply)  # a short tool result: 200 turns stay inside the context window
-            result = {"role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": f"ok {turn}"}
-            messages = [*messages, said, result]
+            if turn >= turns - 11:  # the same process state and machine load as the last turns: drift cancels
+                beside, _, spent = await turn_of(client, gateway, direct_url, beside, beside_key, turn)
+                cpu_beside.append(spent)
+            messages, extra, spent = await turn_of(client, gateway, direct_url, messages, key, turn)
+            added.append(extra)
+            cpu.append(spent)
         after = await scrape(client, gateway)
         wait_sum = (
             after[("polar_capture_commit_wait_seconds_sum", ())] - before[("polar_capture_commit_wait_seconds_sum", ())]
@@ -191,10 +208,11 @@ async def section_append(client: httpx.AsyncClient, servers: dict[str, Server], 
         )
         first, last = statistics.median(added[1:11]), statistics.median(added[-10:])
         cpu_first, cpu_last = statistics.median(cpu[1:11]), statistics.median(cpu[-10:])
+        cpu_fresh = statistics.median(cpu_beside[1:])
         print(
             f"{store:<9} {ms(statistics.median(added)):>12} {ms(wait_sum / max(wait_n, 1)) + ' (mean)':>22} "
             f"{ms(first):>14} {ms(last):>11} {last / first:>10.2f} {ms(cpu_first):>26} {ms(cpu_last):>8} "
-            f"{cpu_last / cpu_first:>10.2f}"
+            f"{cpu_last / cpu_first:>10.2f} {ms(cpu_fresh):>14} {cpu_last / cpu_fresh:>10.2f}"
         )
 
 
@@ -486,12 +504,16 @@ def _commit_s(engine: sa.Engine, rollout_id: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--writer-only", action="store_true", help="only section 4 (no servers)")
+    parser.add_argument("--writer-only", action="store_true", help="only section 4 (no servers): --only 4")
+    parser.add_argument("--only", default="1,2,3,4", help="the sections to run, comma-separated (default all)")
     parser.add_argument("--turns", type=int, help="section 1's session length (default 200; --quick 30)")
     parser.add_argument("--calls", type=int, help="section 2's calls per target (default 2000; --quick 300)")
     parser.add_argument("--in-flight", type=int, help="section 3's streams at once (default 1000; --quick 200)")
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy in section 2")
     args = parser.parse_args()
+    only = {"4"} if args.writer_only else set(args.only.split(","))
+    if "2" not in only:
+        args.no_litellm = True
     if not args.no_litellm:
         subprocess.run(
             ["bash", str(LITELLM_VENV.parent / "scripts" / "litellm_env.sh")], check=True, stdout=subprocess.DEVNULL
@@ -508,20 +530,23 @@ def main() -> None:
     pg_url = schema_url(POSTGRES_URL, schema)
     try:
         migrate.upgrade(pg_url)
-        if not args.writer_only:
+        if only & {"1", "2", "3"}:
             with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
                 servers = start(stack, Path(tmp), pg_url, litellm=not args.no_litellm)
 
                 async def run() -> None:
                     limits = httpx.Limits(max_connections=in_flight + 64, max_keepalive_connections=in_flight + 64)
                     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
-                        await section_append(client, servers, turns)
-                        await section_throughput(client, servers, calls, 64)
-                        for ramp_s, next_calls in ((0.0, False), (0.0, True), (0.5, True)):
+                        if "1" in only:
+                            await section_append(client, servers, turns)
+                        if "2" in only:
+                            await section_throughput(client, servers, calls, 64)
+                        for ramp_s, next_calls in ((0.0, False), (0.0, True), (0.5, True)) if "3" in only else ():
                             await section_in_flight(client, servers, in_flight, ramp_s, next_calls)
 
                 asyncio.run(run())
-        section_writer(pg_url, writes, 64)
+        if "4" in only:
+            section_writer(pg_url, writes, 64)
     finally:
         with admin.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))

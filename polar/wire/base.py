@@ -96,25 +96,31 @@ def parse_after(
     extend = getattr(codec, "parse_extension", None)
     if prior is not None and extend is not None:
         extended = extend(body, prior[0], prior[1])
-        if extended is not None:
-            return check_tool_results(extended)
+        if extended is not None:  # the prior's messages were checked when it was parsed: only the new ones are
+            return check_tool_results(extended, start=len(prior[1].messages))
     return check_tool_results(codec.parse_request(body, path_model=path_model, path_stream=path_stream))
 
 
-def check_tool_results(request: ChatRequest) -> ChatRequest:
+def check_tool_results(request: ChatRequest, start: int = 0) -> ChatRequest:
     """``request``, unless a tool result names a call id that no earlier assistant message made: every provider
     refuses such an orphan result (OpenAI: a ``tool`` message must answer a preceding ``tool_calls``;
     Anthropic: a ``tool_result`` needs its ``tool_use``; Responses: a ``function_call_output`` its
-    ``function_call``). A result without an id (Gemini matches by name) is not checked."""
+    ``function_call``). A result without an id (Gemini matches by name) is not checked. ``start``: the messages
+    before it are known to pass (an extension of a checked request); their calls are read only when a new
+    result answers none of the new messages' calls, so an agent's turn costs what it adds."""
     called: set[str] = set()
-    for message in request.messages:
+    earlier: set[str] | None = None  # the calls of messages[:start], read at most once
+    for message in request.messages[start:]:
         if message.role is Role.ASSISTANT:
             called.update(call.id for call in message.tool_calls if call.id)
         elif message.role is Role.TOOL and message.tool_call_id and message.tool_call_id not in called:
-            raise InvalidRequest(
-                f"tool_call_id: the tool result for call {message.tool_call_id!r:.80} answers no earlier tool call",
-                field="tool_call_id",
-            )
+            if earlier is None:
+                earlier = {c.id for m in request.messages[:start] if m.role is Role.ASSISTANT for c in m.tool_calls}
+            if message.tool_call_id not in earlier:
+                raise InvalidRequest(
+                    f"tool_call_id: the tool result for call {message.tool_call_id!r:.80} answers no earlier tool call",
+                    field="tool_call_id",
+                )
     return request
 
 

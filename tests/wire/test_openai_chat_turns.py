@@ -78,3 +78,40 @@ def test_a_turn_holds_the_previous_bodys_items_in_place_of_its_equal_ones():
     assert strict and body == VALID
     assert all(new is old for new, old in zip(body["messages"][:2], prior["messages"], strict=True))
     assert body["messages"] is not prior["messages"] and body["messages"][2] is not None
+
+
+def _call(call_id: str) -> dict:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "bash", "arguments": "{}"}}],
+    }
+
+
+def test_a_turn_checks_its_new_tool_results_against_every_earlier_call():
+    """On an extension only the new messages' tool results are checked, but against every call before them: one
+    answering a call of an earlier turn passes, one answering no call is refused as a whole parse refuses it."""
+    from polar.wire.base import parse_after
+
+    opening = [{"role": "user", "content": "go"}, _call("call_a"), _call("call_b")]
+    prior_body = {"model": "m", "messages": [*opening, {"role": "tool", "tool_call_id": "call_b", "content": "b"}]}
+    prior = parse_after(CODEC, prior_body, None)
+    late = {
+        **prior_body,
+        "messages": [*prior_body["messages"], {"role": "tool", "tool_call_id": "call_a", "content": "a"}],
+    }
+    assert parse_after(CODEC, late, (prior_body, prior)) == CODEC.parse_request(late)
+    orphan = {
+        **prior_body,
+        "messages": [*prior_body["messages"], {"role": "tool", "tool_call_id": "nope", "content": ""}],
+    }
+    for known in ((prior_body, prior), None):
+        with pytest.raises(InvalidRequest, match="'nope' answers no earlier tool call") as caught:
+            parse_after(CODEC, orphan, known)
+        assert caught.value.field == "tool_call_id"
+    before_its_call = {
+        **prior_body,
+        "messages": [*prior_body["messages"], {"role": "tool", "tool_call_id": "call_c"}, _call("call_c")],
+    }
+    with pytest.raises(InvalidRequest, match="'call_c' answers no earlier"):
+        parse_after(CODEC, before_its_call, (prior_body, prior))

@@ -55,7 +55,7 @@ class NativeFormat:
 
     def render_ids(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, add_generation_prompt: bool = True
-    ) -> list[int]:
+    ) -> Sequence[int]:
         text = self.template.render(messages, tools, add_generation_prompt=add_generation_prompt)
         return self.tokenizer.encode_rendered(text)
 

@@ -46,8 +46,8 @@ class ChatFormat(Protocol):
 
     def render_ids(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, add_generation_prompt: bool = True
-    ) -> list[int]:
-        """The canonical prompt ids of a conversation."""
+    ) -> Sequence[int]:
+        """The canonical prompt ids of a conversation (a list, or an int32 array: compare with ``list(...)``)."""
         ...
 
     def parse(

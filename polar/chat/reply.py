@@ -27,7 +27,7 @@ def through_last_stop(ids: Sequence[int], stops: frozenset[int]) -> list[int]:
     return [*ids, min(stops)] if stops else list(ids)
 
 
-Render = Callable[..., list[int]]  # render_ids(messages, *, add_generation_prompt=...)
+Render = Callable[..., Sequence[int]]  # render_ids(messages, *, add_generation_prompt=...)
 
 
 def reply_by_render(
@@ -48,7 +48,7 @@ def reply_by_render(
         full = render([*PROBE, candidate], add_generation_prompt=False)
         if full[: len(prompt)] == prompt:
             return through_last_stop(full[len(prompt) :], stops)
-        prompt_text, full_text = decode(prompt), decode(full)
+        prompt_text, full_text = decode(list(prompt)), decode(list(full))
         if full_text.startswith(prompt_text):
             return through_last_stop(encode(full_text[len(prompt_text) :]), stops)
     raise ConfigError(

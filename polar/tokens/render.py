@@ -41,7 +41,7 @@ class FamilyRenderer(Protocol):
 
     def render_ids(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, add_generation_prompt: bool = True
-    ) -> list[int]: ...
+    ) -> Sequence[int]: ...
 
     def extend(
         self,

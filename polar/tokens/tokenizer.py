@@ -106,7 +106,7 @@ class ChatTokenizer:
         fast.normalizer = None
         return fast
 
-    def encode_rendered(self, text: str) -> list[int]:
+    def encode_rendered(self, text: str) -> Sequence[int]:
         """``encode(text)`` for a rendered chat, with the text between its special markers (``<|im_start|>``,
         ``<|im_end|>``) remembered: a system prompt, a tool list or an earlier message that many calls render
         alike is tokenized once, not on every call. Exact: the tokenizer itself splits the text at those added
@@ -170,12 +170,14 @@ class _SegmentCache:
 
     MIN_CHARS = 32  # shorter pieces cost less to tokenize than to look up and store
     MAX_IDS = 2_000_000  # about 8 MB of int32 ids
+    MAX_SEEN = 65_536  # hashes of pieces seen once (a set of ints, cleared when full: about 4 MB at most)
 
     def __init__(self, tokenizer: ChatTokenizer, markers: dict[str, int]):
         self._tokenizer = tokenizer
         self._markers = markers
         self._split = re.compile("(" + "|".join(re.escape(m) for m in markers) + ")").split
         self._cache: OrderedDict[str, array[int]] = OrderedDict()
+        self._seen: set[int] = set()  # ``hash`` of pieces tokenized once and not kept
         self._ids = 0
         self._lock = threading.Lock()
 
@@ -196,7 +198,9 @@ class _SegmentCache:
             markers[token.content] = token_id
         return cls(tokenizer, markers) if markers else None
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str) -> array[int]:
+        """The ids of ``text``, as an int32 array: built by copying each piece's kept array (an opening of 400k ids
+        made into a list of int objects and back held the interpreter lock ~10 ms, every other session waiting)."""
         pieces = self._split(text)
         found: dict[str, array[int]] = {}
         missing: list[str] = []
@@ -213,7 +217,7 @@ class _SegmentCache:
             for piece, ids in zip(missing, self._tokenizer.encode_batch(missing), strict=True):
                 found[piece] = array("i", ids)
             self._remember({piece: found[piece] for piece in missing})
-        out: list[int] = []
+        out = array("i")
         for piece in pieces:
             if not piece:
                 continue
@@ -227,8 +231,17 @@ class _SegmentCache:
         return out
 
     def _remember(self, new: dict[str, array[int]]) -> None:
+        """Keep pieces from their second sighting on: a system prompt or tool list that many sessions render is
+        kept, while a tool output that appears once (most of an agent's text) is never stored twice, as text and
+        as ids, beside the session that holds it. A hash collision only keeps a piece early: the key is the text."""
         with self._lock:
             for piece, ids in new.items():
+                key = hash(piece)
+                if key not in self._seen:
+                    if len(self._seen) >= self.MAX_SEEN:
+                        self._seen.clear()
+                    self._seen.add(key)
+                    continue
                 if piece not in self._cache:
                     self._cache[piece] = ids
                     self._ids += len(ids)

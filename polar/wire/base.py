@@ -115,7 +115,8 @@ def check_tool_results(request: ChatRequest, start: int = 0) -> ChatRequest:
             called.update(call.id for call in message.tool_calls if call.id)
         elif message.role is Role.TOOL and message.tool_call_id and message.tool_call_id not in called:
             if earlier is None:
-                earlier = {c.id for m in request.messages[:start] if m.role is Role.ASSISTANT for c in m.tool_calls}
+                before = request.messages[:start]
+                earlier = {c.id or "" for m in before if m.role is Role.ASSISTANT for c in m.tool_calls}
             if message.tool_call_id not in earlier:
                 raise InvalidRequest(
                     f"tool_call_id: the tool result for call {message.tool_call_id!r:.80} answers no earlier tool call",

@@ -170,7 +170,7 @@ def check_chain(served: FamilyGateway, session: dict) -> None:
     request = get_codec(child["protocol"]).parse_request(child["request"], path_model=child["model"], path_stream=False)
     echoed = next(m for m in request.messages if m.role.value == "assistant")
     if echoed.reasoning == served.expected(0).reasoning:  # the harness echoed everything the model wrote
-        assert child["prompt_ids"] == served.fmt.render_ids(request.messages, request.tools)
+        assert child["prompt_ids"] == list(served.fmt.render_ids(request.messages, request.tools))
 
     from db import make_engine, make_session_factory, session_scope
     from polar.trajectory.prefix_merge import prefix_merge

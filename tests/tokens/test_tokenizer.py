@@ -66,8 +66,8 @@ def test_unknown_tokenizer_and_token(cache_dir, small_tokenizer):
 
 @pytest.mark.parametrize("name", ["small", "qwen"])
 def test_rendered_text_encodes_piecewise_exactly_as_whole(name, cache_dir):
-    """``encode_rendered`` remembers the pieces between ChatML markers; every text still gets the ids ``encode``
-    gives it, marker edge cases included, first time and from the cache alike."""
+    """``encode_rendered`` remembers the pieces between ChatML markers seen twice; every text still gets the ids
+    ``encode`` gives it, marker edge cases included, first time and from the cache alike."""
     import random
 
     tokenizer = load_tokenizer(name, cache_dir)
@@ -75,8 +75,24 @@ def test_rendered_text_encodes_piecewise_exactly_as_whole(name, cache_dir):
     pieces += ["<tool_call>", "</think>", "x" * 40, "  \n" * 12, "<|im_end|" + "|>", "你好 🙂"]
     rnd = random.Random(14)
     texts = ["".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 16))) for _ in range(1500)]
-    for text in texts + texts:
-        assert tokenizer.encode_rendered(text) == tokenizer.encode(text), repr(text)
+    for text in texts * 3:
+        assert list(tokenizer.encode_rendered(text)) == tokenizer.encode(text), repr(text)
+    assert tokenizer._segments is not None and tokenizer._segments._cache  # white-box: the third pass hit it
+
+
+def test_a_piece_is_kept_from_its_second_sighting(cache_dir):
+    """A piece tokenized once (an agent's tool output) is not stored; one rendered again (a system prompt shared by
+    sessions) is, and then read from the cache."""
+    tokenizer = load_tokenizer("small", cache_dir)
+    segments = tokenizer._segments
+    assert segments is not None
+    once = "<|im_start|>tool\n" + "output seen once " * 8 + "<|im_end|>"
+    shared = "<|im_start|>system\n" + "a system prompt many sessions share " * 4 + "<|im_end|>"
+    for text in (once, shared, shared):
+        assert list(tokenizer.encode_rendered(text)) == tokenizer.encode(text)
+    kept = set(segments._cache)
+    assert not any("output seen once" in piece for piece in kept)
+    assert any("a system prompt" in piece for piece in kept)
 
 
 @pytest.mark.parametrize("name", ["small", "qwen"])

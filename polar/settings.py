@@ -121,6 +121,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="larger request bodies get a 413")
     max_json_depth: int = Field(default=64, ge=2, description="deeper nesting in a request body gets a 400")
     max_string_chars: int = Field(default=8 * 1024 * 1024, ge=1, description="longer strings in a body get a 400")
+    tokenize_child_min_chars: int = Field(
+        default=200_000,
+        ge=0,
+        description="the gateway tokenizes texts of at least this many characters (a cold start's long opening) in "
+        "a child process, so their ids never hold its interpreter lock; 0 keeps all tokenizing in the gateway",
+    )
     backend_deadline_s: float = Field(
         default=900.0, gt=0, description="a whole generation (streamed or not) past this gets a shaped 504"
     )

@@ -28,6 +28,7 @@ from polar.proxy.session.sessions import SessionInfo, SessionStore
 from polar.proxy.store_wait import in_store
 from polar.settings import Settings
 from polar.tokens.messages import Message
+from polar.tokens.offload import TokenizerChild
 from polar.tokens.render import PromptBuilder
 from polar.tokens.tokenizer import ChatTokenizer
 from polar.wire import get_codec
@@ -91,6 +92,11 @@ class Gateway:
             backend.name, servers, route, settings.backend_max_in_flight, settings.backend_queue_timeout_s
         )
         self.screen = BodyScreen()  # over-size bodies decoded in a child process (started on the first)
+        # Long texts tokenized in a child process (started on the first): their ids never hold this one's loop.
+        self._tokenize_child: TokenizerChild | None = None
+        if settings.tokenize_child_min_chars and tokenizer.offload is None:
+            child = TokenizerChild(tokenizer.to_json(), min_chars=settings.tokenize_child_min_chars)
+            self._tokenize_child = tokenizer.offload = child
         self.calls = CallService(
             intake=Intake(
                 self.sessions, self.histories, planner, self.limits, store_timeout_s=store_timeout_s, screen=self.screen
@@ -199,5 +205,10 @@ class Gateway:
             await asyncio.gather(self._rechecking, return_exceptions=True)
         self.writer.close()
         await self.screen.aclose()
+        child = self._tokenize_child
+        if child is not None:
+            if self.tokenizer.offload is child:
+                self.tokenizer.offload = None
+            await asyncio.to_thread(child.close)
         if self._owns_backend:
             await self.backend.aclose()

@@ -269,7 +269,7 @@ def create_app(
             tokens: list[int] | list[list[int]] = engine.tokenizer.encode(body.prompt)
             count: int | list[int] = len(tokens)
         else:
-            tokens = engine.tokenizer.encode_batch(body.prompt)
+            tokens = [list(ids) for ids in engine.tokenizer.encode_batch(body.prompt)]
             count = [len(t) for t in tokens]
         return {"tokens": tokens, "count": count, "max_model_len": engine.context_length}
 

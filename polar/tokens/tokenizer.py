@@ -24,11 +24,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
 from polar.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from polar.tokens.offload import TokenizerChild
 
 
 def int32(ids: Sequence[int]) -> array[int]:
@@ -80,6 +84,9 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets" / "tokenizers"
 class ChatTokenizer:
     """A ``tokenizers.Tokenizer`` plus the ids the chat template and the backends need."""
 
+    # Long batches go to a child process when set (the gateway sets it: polar.tokens.offload).
+    offload: TokenizerChild | None = None
+
     def __init__(self, tokenizer: Tokenizer, name: str, path: Path, eos_ids: Iterable[int] | None = None):
         """``eos_ids``: the ids that end a generation, as the model folder declares them; default ChatML's."""
         self._tok = tokenizer
@@ -118,7 +125,16 @@ class ChatTokenizer:
     def _segments(self) -> _SegmentCache | None:
         return _SegmentCache.for_tokenizer(self)
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    def to_json(self) -> str:
+        """The tokenizer as ``tokenizers`` serialises it (``Tokenizer.from_str`` rebuilds the same one)."""
+        return str(self._tok.to_str())
+
+    def encode_batch(self, texts: Sequence[str]) -> Sequence[Sequence[int]]:
+        offload = self.offload
+        if offload is not None and sum(map(len, texts)) >= offload.min_chars:
+            done = offload.encode_batch(texts)
+            if done is not None:
+                return done
         fast = self._fast
         if fast is not None and all(unicodedata.is_normalized("NFC", text) for text in texts):
             return [e.ids for e in fast.encode_batch_fast(list(texts), add_special_tokens=False)]
@@ -215,7 +231,7 @@ class _SegmentCache:
                         missing.append(piece)
         if missing:
             for piece, ids in zip(missing, self._tokenizer.encode_batch(missing), strict=True):
-                found[piece] = array("i", ids)
+                found[piece] = _int32_in_slices(ids)
             self._remember({piece: found[piece] for piece in missing})
         out = array("i")
         for piece in pieces:
@@ -248,6 +264,19 @@ class _SegmentCache:
             while self._ids > self.MAX_IDS and self._cache:
                 _, dropped = self._cache.popitem(last=False)
                 self._ids -= len(dropped)
+
+
+def _int32_in_slices(ids: Sequence[int], step: int = 32_768) -> array[int]:
+    """``array("i", ids)`` in slices: one call converting a 400k-id opening held the interpreter lock ~7 ms (every
+    other session's calls waiting); between slices of ~0.5 ms it can be handed over."""
+    if isinstance(ids, array):
+        return ids
+    if len(ids) <= step:
+        return array("i", ids)
+    out = array("i")
+    for start in range(0, len(ids), step):
+        out.extend(ids[start : start + step])
+    return out
 
 
 def _overlaps(other: str, marker: str) -> bool:

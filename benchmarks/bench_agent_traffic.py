@@ -48,6 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import aiohttp
 import httpx
 import orjson
 import sqlalchemy as sa
@@ -385,7 +386,24 @@ def draw_session(rng: random.Random, args) -> tuple[int, list[int], int | None]:
     return opening, deltas, fan
 
 
-async def run_load(client: httpx.AsyncClient, url: str, gw: Server | None, corpus: Corpus, n: int, args):
+async def aio_call(http: aiohttp.ClientSession, url: str, raw: bytes, key: str | None) -> dict[str, Any]:
+    """``call`` on aiohttp: at 96 sessions httpx's pool spent 10-20 ms of the load generator's CPU a turn, more than
+    the gateway, and the load generator, not the servers, set the pace."""
+    headers = {"content-type": "application/json"} | ({"authorization": f"Bearer {key}"} if key else {})
+    async with http.post(url + "/v1/chat/completions", data=raw, headers=headers) as reply:
+        body = await reply.read()
+        if reply.status != 200:
+            raise RuntimeError(f"{url}: {reply.status} {body[:300]!r}")
+    return orjson.loads(body)
+
+
+async def aio_open_session(http: aiohttp.ClientSession, gateway: Server) -> str:
+    async with http.post(gateway.url + "/v1/sessions", json={}, headers={"Authorization": f"Bearer {CONTROL}"}) as r:
+        r.raise_for_status()
+        return str((await r.json())["api_key"])
+
+
+async def run_load(http: aiohttp.ClientSession, url: str, gw: Server | None, corpus: Corpus, n: int, args):
     """``n`` concurrent sessions; returns (latencies, wall s); a session that fails ends there (printed)."""
     rng = random.Random(args.seed * 1000 + n)
     shapes = [draw_session(rng, args) for _ in range(n)]
@@ -394,7 +412,7 @@ async def run_load(client: httpx.AsyncClient, url: str, gw: Server | None, corpu
 
     async def session(index: int, opening: int, deltas: list[int], fan: int | None) -> str:
         srng = random.Random(args.seed * 7919 + index)
-        key = await open_session(client, gw) if gw else None
+        key = await aio_open_session(http, gw) if gw else None
         conv = Conversation(corpus, srng, opening)
         reply: dict[str, Any] = {}
         for turn, delta in enumerate([0, *deltas]):
@@ -407,8 +425,8 @@ async def run_load(client: httpx.AsyncClient, url: str, gw: Server | None, corpu
             raw = orjson.dumps(conv.body())
             started = time.perf_counter()
             try:
-                reply = await call(client, url, raw, key)
-            except (httpx.HTTPError, RuntimeError) as exc:  # counted and printed; the session ends here
+                reply = await aio_call(http, url, raw, key)
+            except (aiohttp.ClientError, RuntimeError) as exc:  # counted and printed; the session ends here
                 errors.append(f"{type(exc).__name__}: {str(exc)[:120]}")
                 break
             latencies.append(time.perf_counter() - started)
@@ -422,28 +440,46 @@ async def run_load(client: httpx.AsyncClient, url: str, gw: Server | None, corpu
     return latencies, wall
 
 
-async def section_load(client, backend: Server, gateways: dict[str, Server], corpus: Corpus, args) -> None:
+async def section_load(backend: Server, gateways: dict[str, Server], corpus: Corpus, args) -> None:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(600)
+    ) as http:
+        await _load(http, backend, gateways, corpus, args)
+
+
+async def _load(
+    http: aiohttp.ClientSession, backend: Server, gateways: dict[str, Server], corpus: Corpus, args
+) -> None:
     print(
         f"== load: closed-loop sessions (openings ~{int(50_000 * args.load_scale)} tokens, <= {args.load_turns} "
         f"turns, {args.subagent_share:.0%} fan out a sub-agent) =="
     )
     for n in args.sessions:
-        lat, wall = await run_load(client, backend.url, None, corpus, n, args)
+        spent = (backend.run_s(), time.process_time())
+        lat, wall = await run_load(http, backend.url, None, corpus, n, args)
         direct = len(lat) / wall
         print(
             f"{n:3d} sessions  direct          {direct:7.1f} turns/s  p50 {ms(percentile(lat, 50))}  "
-            f"p90 {ms(percentile(lat, 90))}  p99 {ms(percentile(lat, 99))}"
+            f"p90 {ms(percentile(lat, 90))}  p99 {ms(percentile(lat, 99))}  {_others(backend, spent, len(lat))}"
         )
         for name, gw in gateways.items():
-            cpu0 = group_run_s(gw)
-            glat, gwall = await run_load(client, gw.url, gw, corpus, n, args)
+            cpu0, spent = group_run_s(gw), (backend.run_s(), time.process_time())
+            glat, gwall = await run_load(http, gw.url, gw, corpus, n, args)
             rate = len(glat) / gwall
             print(
                 f"{n:3d} sessions  {name:15s} {rate:7.1f} turns/s  p50 {ms(percentile(glat, 50))}  "
                 f"p90 {ms(percentile(glat, 90))}  p99 {ms(percentile(glat, 99))}  kept {rate / direct:.0%}  "
                 f"p99 added {ms(percentile(glat, 99) - percentile(lat, 99))}  "
-                f"gateway CPU/turn {ms((group_run_s(gw) - cpu0) / len(glat))}"
+                f"gateway CPU/turn {ms((group_run_s(gw) - cpu0) / len(glat))}  {_others(backend, spent, len(glat))}"
             )
+
+
+def _others(backend: Server, spent: tuple[float, float], turns: int) -> str:
+    """The backend's and this load generator's CPU per turn since ``spent`` (the three share the machine's cores)."""
+    return (
+        f"backend CPU/turn {ms((backend.run_s() - spent[0]) / turns)}  "
+        f"load CPU/turn {ms((time.process_time() - spent[1]) / turns)}"
+    )
 
 
 async def run(args) -> None:
@@ -481,7 +517,7 @@ async def run(args) -> None:
                 if args.workers_compare:
                     db = f"sqlite:///{tmp / 'gateway-w2' / 'polar.db'}"
                     gateways["gateway sqlite w2"] = start_gateway(stack, tmp, "gateway-w2", backend, db, workers=2)
-                await section_load(client, backend, gateways, corpus, args)
+                await section_load(backend, gateways, corpus, args)
 
 
 def main() -> None:

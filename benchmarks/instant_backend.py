@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
+import orjson
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -114,7 +115,7 @@ def create_app(tokenize_chat: bool = False) -> Starlette:
 
     async def generate(request: Request) -> Response:
         started = time.perf_counter()
-        body = await request.json()
+        body = orjson.loads(await request.body())  # orjson: Starlette's json.loads of 50k ids is ~5 ms a call
         reply = replies[config["reply"]]
         n_prompt = len(body["input_ids"])
         rid = body.get("rid") or uuid.uuid4().hex
@@ -135,7 +136,7 @@ def create_app(tokenize_chat: bool = False) -> Starlette:
         return StreamingResponse(chunks(), media_type="text/event-stream")
 
     async def chat(request: Request) -> Response:
-        body = await request.json()
+        body = orjson.loads(await request.body())
         created = int(time.time())
         cid = "chatcmpl-" + uuid.uuid4().hex[:24]
         model = body.get("model", MODEL)

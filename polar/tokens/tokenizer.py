@@ -24,15 +24,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
 from polar.errors import InvalidRequest
-
-if TYPE_CHECKING:
-    from polar.tokens.offload import TokenizerChild
 
 
 def int32(ids: Sequence[int]) -> array[int]:
@@ -81,11 +78,20 @@ QWEN_ADDED_TOKENS = (
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "tokenizers"
 
 
+class BatchOffload(Protocol):
+    """Tokenizes long batches elsewhere (``polar.tokens.offload.TokenizerChild``: a child process)."""
+
+    min_chars: int  # batches shorter than this in all are tokenized here
+
+    def encode_batch(self, texts: Sequence[str]) -> Sequence[array[int]] | None:
+        """Each text's ids, exactly as ``ChatTokenizer.encode_batch`` gives them; None: tokenize them here."""
+        ...
+
+
 class ChatTokenizer:
     """A ``tokenizers.Tokenizer`` plus the ids the chat template and the backends need."""
 
-    # Long batches go to a child process when set (the gateway sets it: polar.tokens.offload).
-    offload: TokenizerChild | None = None
+    offload: BatchOffload | None = None  # long batches go there when set (the gateway sets it)
 
     def __init__(self, tokenizer: Tokenizer, name: str, path: Path, eos_ids: Iterable[int] | None = None):
         """``eos_ids``: the ids that end a generation, as the model folder declares them; default ChatML's."""

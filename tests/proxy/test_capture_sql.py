@@ -109,3 +109,28 @@ def test_a_value_the_column_refuses_fails_only_its_row(factory):
     assert [type(o) for o in outcomes] == [StoreError, StoreError, int], outcomes
     with session_scope(factory) as db:
         assert db.scalars(sa.select(Capture.seq).where(Capture.rollout_id == rollout.id)).all() == [0]
+
+
+def test_writing_a_capture_leaves_the_strings_it_holds_as_they_were(factory):
+    """The request and reply of a capture hold the strings the session keeps for its next call; orjson would keep
+    each non-ASCII one's UTF-8 form inside it (``sys.getsizeof`` grows), doubling a session's text in memory. The
+    writer serialises copies: the kept strings stay their size, and the row reads back equal."""
+    import sys
+
+    import orjson
+
+    text = "ok → café 🙂 " * 2000
+    key = "ключ " * 10
+    request = {"messages": [{"role": "tool", "content": text}], key: [text, "ascii", 1.5, None]}
+    size, key_size = sys.getsizeof(text), sys.getsizeof(key)
+    with session_scope(factory) as db:
+        rollout = Rollout()
+        db.add(rollout)
+    outcomes = asyncio.run(_write(factory, [_capture(rollout.id, request_json=request, response_json={"t": text})]))
+    assert [type(o) for o in outcomes] == [int], outcomes
+    assert (sys.getsizeof(text), sys.getsizeof(key)) == (size, key_size)
+    with session_scope(factory) as db:
+        stored = db.scalars(sa.select(Capture).where(Capture.rollout_id == rollout.id)).one()
+        assert stored.request_json == request and stored.response_json == {"t": text}
+    orjson.dumps(text)
+    assert sys.getsizeof(text) > size  # what the test guards against: orjson keeps the UTF-8 form inside

@@ -108,9 +108,24 @@ def _json_text(value: Any) -> str:
 
 def _json_bytes(value: Any) -> bytes:
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(_detached(value))
     except TypeError:  # integers beyond 64 bits, non-string keys, lone surrogates: what orjson refuses
         return json.dumps(value).encode()
+
+
+def _detached(value: Any) -> Any:
+    """``value`` with each string beyond ASCII replaced by an equal new one. orjson keeps the UTF-8 form of every
+    such string it serialises inside the string (``PyUnicode_AsUTF8AndSize``), and a capture's request and reply
+    hold the very strings the session keeps for its next call: serialised as they are, every non-ASCII message of
+    a session was held twice (238 KiB of a 90k-token session's 1.35 MiB, ``bench_agent_traffic.py --only
+    memory``). The copies and their UTF-8 go when the row is written. ASCII strings are read in place, unchanged."""
+    if isinstance(value, str):
+        return value if value.isascii() else value.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+    if isinstance(value, dict):
+        return {_detached(k): _detached(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_detached(v) for v in value]
+    return value
 
 
 _SEQ = COLUMNS.index("seq")

@@ -5,8 +5,8 @@ The tokenizer's own work (Rust) runs without the interpreter lock, but making it
 waiting for the lock meanwhile (``benchmarks/bench_agent_traffic.py --only isolation``). ``TokenizerChild`` sends
 such texts to one child process (``python -m polar.tokens.offload``, started in the background on the first long
 text, and kept) that holds the same tokenizer (its JSON, sent at start) and answers with int32 bytes, read here into
-arrays by one copy.
-The child runs ``ChatTokenizer.encode_batch`` on the very texts: the ids are those this process would compute.
+arrays by one copy. The child runs ``ChatTokenizer.encode_batch`` on the very texts: the ids are those this process
+would compute.
 
 ``encode_batch`` returns None (the caller tokenizes in its own thread, as without a child: slower for the others,
 never different) while the child is starting, while it works on another caller's texts (one request at a time), and
@@ -106,6 +106,7 @@ class TokenizerChild:
         threading.Thread(target=self._start, name="polar-tokenizer-child-start", daemon=True).start()
 
     def _start(self) -> None:
+        proc: subprocess.Popen[bytes] | None = None
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "polar.tokens.offload"],
@@ -121,6 +122,8 @@ class TokenizerChild:
                 raise ValueError("no ready byte")
         except (OSError, ValueError, TimeoutError) as exc:
             log.warning("could not start the tokenizing child: %s", exc)
+            if proc is not None:
+                _end(proc)
             with self._state:
                 self._starting = False
             return
@@ -133,16 +136,20 @@ class TokenizerChild:
         with self._state:
             if self._proc is proc:
                 self._proc = None
-        proc.kill()
-        proc.wait()
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                stream.close()
+        _end(proc)
 
     def close(self) -> None:
         proc = self._proc
         if proc is not None:
             self._stop(proc)
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            stream.close()
 
 
 def _read_exact(fd: int, n: int, deadline: float) -> bytes:

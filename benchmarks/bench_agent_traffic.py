@@ -340,7 +340,7 @@ def anthropic_opening(conv: Conversation) -> dict[str, Any]:
     return {"model": "instant", "system": system, "messages": [{"role": "user", "content": user}], "tools": tools}
 
 
-async def section_memory(client: httpx.AsyncClient, gw: Server, backend: Server, corpus: Corpus, tok, args) -> None:
+async def section_memory(client: httpx.AsyncClient, gw: Server, backend: Server, corpus: Corpus, args) -> None:
     """RSS growth of the gateway process per open session, and the heap each session keeps (``session_heap``)."""
     rng = random.Random(args.seed + 2)
 
@@ -502,7 +502,7 @@ async def run(args) -> None:
             if "isolation" in only:
                 await section_isolation(client, gw, corpus, args)
             if "memory" in only:
-                await section_memory(client, gw, backend, corpus, tok, args)
+                await section_memory(client, gw, backend, corpus, args)
             if "load" in only:
                 gateways = {"gateway sqlite": gw}
                 if args.postgres:  # a schema of its own, dropped at the end

@@ -112,6 +112,43 @@ def dead_retries(records: Sequence[CaptureRecord], full_prompts: Mapping[int, tu
     return dead
 
 
+def ambiguous_retries(records: Sequence[CaptureRecord], full_prompts: Mapping[int, tuple[int, ...]]) -> set[int]:
+    """The oracle for ambiguous retries: a retry group (as in ``dead_retries``) one of whose continued members
+    sampled the very ids another member did, with other logprobs, and that no child singled out by echoing its
+    minted ids (``admission_cause`` ``echoed_ids``): which twin the harness kept cannot be told, so every member
+    of the group is untrained."""
+    by_id = {r.id: r for r in records}
+
+    def ok_parent(record: CaptureRecord) -> int | None:
+        parent = record.parent_id
+        while parent is not None and not by_id[parent].ok:
+            parent = by_id[parent].parent_id
+        return parent
+
+    ok = [r for r in records if r.ok]
+    continued = {ok_parent(r) for r in ok}
+    witnessed = {ok_parent(r) for r in ok if r.admission_cause == "echoed_ids"}
+    groups: dict[tuple[int | None, tuple[int, ...]], list[CaptureRecord]] = {}
+    for record in ok:
+        groups.setdefault((ok_parent(record), full_prompts[record.id]), []).append(record)
+    ambiguous: set[int] = set()
+    for members in groups.values():
+        unwitnessed = [m for m in members if m.id in continued and m.id not in witnessed]
+        if any(
+            m.output_ids == other.output_ids and m.output_logprobs != other.output_logprobs
+            for m in unwitnessed
+            for other in members
+            if other is not m
+        ):
+            ambiguous.update(m.id for m in members)
+    return ambiguous
+
+
+def untrained_retries(records: Sequence[CaptureRecord], full_prompts: Mapping[int, tuple[int, ...]]) -> set[int]:
+    """Retry members whose tokens no trace trains: dead branches and ambiguous groups."""
+    return dead_retries(records, full_prompts) | ambiguous_retries(records, full_prompts)
+
+
 def terminal_chain(records: Sequence[CaptureRecord], dead: set[int], traces: Sequence[Trace]) -> tuple[int, set[int]]:
     """The chain index of the first trace through the session's terminal call (its latest OK, live call) and
     the captures of that trace up to the terminal call: the chain the harness kept."""
@@ -124,7 +161,7 @@ def terminal_chain(records: Sequence[CaptureRecord], dead: set[int], traces: Seq
 
 def sampled_tokens(session: SyntheticSession) -> Counter[tuple[int, float]]:
     """(token id, logprob) of every sampled token of the OK, live captures; logprobs are unique per token."""
-    dead = dead_retries(session.captures, session.full_prompts)
+    dead = untrained_retries(session.captures, session.full_prompts)
     return Counter(
         (token, logprob)
         for record in session.captures
@@ -171,10 +208,14 @@ def check_common(session: SyntheticSession, result: BuildResult) -> None:
     assert trained == sampled_tokens(session)
     assert {i for trace in result.traces for i in trace.capture_ids} == ok_ids
     assert result.stats.ok_captures == len(ok_ids)
-    dead = dead_retries(session.captures, session.full_prompts)
+    ambiguous = ambiguous_retries(session.captures, session.full_prompts)
+    dead = dead_retries(session.captures, session.full_prompts) - ambiguous  # an ambiguous member counts as such
     dead_tokens = sum(len(r.output_ids) for r in session.captures if r.id in dead)
-    assert result.stats.loss_tokens == result.stats.sampled_tokens - dead_tokens == sum(trained.values())
+    ambiguous_tokens = sum(len(r.output_ids) for r in session.captures if r.id in ambiguous)
+    untrained = dead_tokens + ambiguous_tokens
+    assert result.stats.loss_tokens == result.stats.sampled_tokens - untrained == sum(trained.values())
     assert result.stats.untrained_tokens.get("dead_branch", 0) == dead_tokens
+    assert result.stats.untrained_tokens.get("ambiguous_witness", 0) == ambiguous_tokens
     assert [trace.chain_index for trace in result.traces] == list(range(len(result.traces)))
 
 
@@ -203,7 +244,7 @@ def check_prefix_merge(session: SyntheticSession, result: BuildResult, tokenizer
         assert tokenizer.decode(merged) == tokenizer.decode(truth)
     # Each live capture's tokens are trained in the first chain through it (depth first, children by seq), but
     # those of the chain the harness kept in the first trace through the session's terminal call.
-    dead = dead_retries(session.captures, session.full_prompts)
+    dead = untrained_retries(session.captures, session.full_prompts)
     kept_index, kept = terminal_chain(session.captures, dead, result.traces)
     first_chain: dict[int, int] = {i: kept_index for i in kept}
     for trace in result.traces:
@@ -218,7 +259,7 @@ def check_per_request(session: SyntheticSession, result: BuildResult) -> None:
     """per_request: the traces are the OK captures, one each, as sampled."""
     check_common(session, result)
     ok = [record for record in session.captures if record.ok]
-    dead = dead_retries(session.captures, session.full_prompts)
+    dead = untrained_retries(session.captures, session.full_prompts)
     assert len(result.traces) == len(ok) == result.stats.roots + result.stats.breaks
     for trace, record in zip(result.traces, ok, strict=True):
         assert trace.capture_ids == (record.id,)

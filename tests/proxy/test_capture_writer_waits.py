@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import sqlalchemy as sa
@@ -39,12 +41,30 @@ def _wait_for_statuses(factory, rollout_id: str, want: list[str], timeout_s: flo
     return got
 
 
-def test_a_wait_past_the_timeout_is_a_store_error_and_a_late_commit_is_unacknowledged(tmp_path):
+@contextmanager
+def _busy_store(tmp_path) -> Iterator[tuple[object, CaptureWriter, str, sqlite3.Connection]]:
+    """A writer on a SQLite store whose write lock another connection holds (``BEGIN IMMEDIATE``): the writer's
+    transaction waits behind it until the test commits ``lock``."""
     with migrated_factory("sqlite", tmp_path) as factory:
         writer = CaptureWriter(factory)
         rollout_id = _rollout(factory)
         lock = sqlite3.connect(tmp_path / "polar.db", isolation_level=None)
-        lock.execute("BEGIN IMMEDIATE")  # the store is busy: the writer's transaction waits behind this one
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            yield factory, writer, rollout_id, lock
+        finally:
+            writer.close()
+            lock.close()
+
+
+def _assert_a_phantom_then_ok(factory, rollout_id: str) -> None:
+    """The first row committed after its caller left (kept, unacknowledged); the second was acknowledged."""
+    want = [CaptureStatus.UNACKNOWLEDGED, CaptureStatus.OK]
+    assert _wait_for_statuses(factory, rollout_id, want) == want
+
+
+def test_a_wait_past_the_timeout_is_a_store_error_and_a_late_commit_is_unacknowledged(tmp_path):
+    with _busy_store(tmp_path) as (factory, writer, rollout_id, lock):
 
         async def scenario() -> None:
             started = time.monotonic()
@@ -54,23 +74,12 @@ def test_a_wait_past_the_timeout_is_a_store_error_and_a_late_commit_is_unacknowl
             lock.execute("COMMIT")  # the store frees: the row commits after its caller gave up
             assert (await writer.store(_row(rollout_id), timeout_s=30)).seq == 1
 
-        try:
-            asyncio.run(scenario())
-            assert _wait_for_statuses(factory, rollout_id, [CaptureStatus.UNACKNOWLEDGED, CaptureStatus.OK]) == [
-                CaptureStatus.UNACKNOWLEDGED,
-                CaptureStatus.OK,
-            ]
-        finally:
-            writer.close()
-            lock.close()
+        asyncio.run(scenario())
+        _assert_a_phantom_then_ok(factory, rollout_id)
 
 
 def test_a_caller_cancelled_from_outside_is_cancelled_not_a_store_error(tmp_path):
-    with migrated_factory("sqlite", tmp_path) as factory:
-        writer = CaptureWriter(factory)
-        rollout_id = _rollout(factory)
-        lock = sqlite3.connect(tmp_path / "polar.db", isolation_level=None)
-        lock.execute("BEGIN IMMEDIATE")
+    with _busy_store(tmp_path) as (factory, writer, rollout_id, lock):
 
         async def scenario() -> None:
             task = asyncio.create_task(writer.store(_row(rollout_id), timeout_s=30))
@@ -81,13 +90,6 @@ def test_a_caller_cancelled_from_outside_is_cancelled_not_a_store_error(tmp_path
             lock.execute("COMMIT")
             assert (await writer.store(_row(rollout_id), timeout_s=30)).seq == 1
 
-        try:
-            asyncio.run(scenario())
-            # The cancelled caller's row was already in a transaction: it committed, and is kept as a phantom.
-            assert _wait_for_statuses(factory, rollout_id, [CaptureStatus.UNACKNOWLEDGED, CaptureStatus.OK]) == [
-                CaptureStatus.UNACKNOWLEDGED,
-                CaptureStatus.OK,
-            ]
-        finally:
-            writer.close()
-            lock.close()
+        asyncio.run(scenario())
+        # The cancelled caller's row was already in a transaction: it committed, and is kept as a phantom.
+        _assert_a_phantom_then_ok(factory, rollout_id)

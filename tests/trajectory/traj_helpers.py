@@ -89,34 +89,11 @@ class DrawChooser:
         return self.data.draw(st.integers(0, 99)) >= round(100 * (1 - p))
 
 
-def dead_retries(records: Sequence[CaptureRecord], full_prompts: Mapping[int, tuple[int, ...]]) -> set[int]:
-    """The oracle for dead branches, from the true full prompts: OK calls with the same nearest OK ancestor and
-    the same full prompt are one call retried; the live one is each member with an OK child, else the latest."""
-    by_id = {r.id: r for r in records}
-
-    def ok_parent(record: CaptureRecord) -> int | None:
-        parent = record.parent_id
-        while parent is not None and not by_id[parent].ok:
-            parent = by_id[parent].parent_id
-        return parent
-
-    ok = [r for r in records if r.ok]
-    continued = {ok_parent(r) for r in ok}
-    groups: dict[tuple[int | None, tuple[int, ...]], list[CaptureRecord]] = {}
-    for record in ok:
-        groups.setdefault((ok_parent(record), full_prompts[record.id]), []).append(record)
-    dead: set[int] = set()
-    for members in groups.values():
-        live = [m for m in members if m.id in continued] or [max(members, key=lambda m: m.seq)]
-        dead.update(m.id for m in members if m not in live)
-    return dead
-
-
-def ambiguous_retries(records: Sequence[CaptureRecord], full_prompts: Mapping[int, tuple[int, ...]]) -> set[int]:
-    """The oracle for ambiguous retries: a retry group (as in ``dead_retries``) one of whose continued members
-    sampled the very ids another member did, with other logprobs, and that no child singled out by echoing its
-    minted ids (``admission_cause`` ``echoed_ids``): which twin the harness kept cannot be told, so every member
-    of the group is untrained."""
+def _retry_groups(
+    records: Sequence[CaptureRecord], full_prompts: Mapping[int, tuple[int, ...]]
+) -> tuple[list[list[CaptureRecord]], set[int | None], set[int | None]]:
+    """OK calls with the same nearest OK ancestor and the same full prompt (one call retried), grouped; the calls
+    with an OK child (continued); the calls a child singled out by echoing their minted ids (witnessed)."""
     by_id = {r.id: r for r in records}
 
     def ok_parent(record: CaptureRecord) -> int | None:
@@ -131,8 +108,28 @@ def ambiguous_retries(records: Sequence[CaptureRecord], full_prompts: Mapping[in
     groups: dict[tuple[int | None, tuple[int, ...]], list[CaptureRecord]] = {}
     for record in ok:
         groups.setdefault((ok_parent(record), full_prompts[record.id]), []).append(record)
+    return list(groups.values()), continued, witnessed
+
+
+def dead_retries(records: Sequence[CaptureRecord], full_prompts: Mapping[int, tuple[int, ...]]) -> set[int]:
+    """The oracle for dead branches, from the true full prompts: OK calls with the same nearest OK ancestor and
+    the same full prompt are one call retried; the live one is each member with an OK child, else the latest."""
+    groups, continued, _ = _retry_groups(records, full_prompts)
+    dead: set[int] = set()
+    for members in groups:
+        live = [m for m in members if m.id in continued] or [max(members, key=lambda m: m.seq)]
+        dead.update(m.id for m in members if m not in live)
+    return dead
+
+
+def ambiguous_retries(records: Sequence[CaptureRecord], full_prompts: Mapping[int, tuple[int, ...]]) -> set[int]:
+    """The oracle for ambiguous retries: a retry group (as in ``dead_retries``) one of whose continued members
+    sampled the very ids another member did, with other logprobs, and that no child singled out by echoing its
+    minted ids (``admission_cause`` ``echoed_ids``): which twin the harness kept cannot be told, so every member
+    of the group is untrained."""
+    groups, continued, witnessed = _retry_groups(records, full_prompts)
     ambiguous: set[int] = set()
-    for members in groups.values():
+    for members in groups:
         unwitnessed = [m for m in members if m.id in continued and m.id not in witnessed]
         if any(
             m.output_ids == other.output_ids and m.output_logprobs != other.output_logprobs

@@ -66,6 +66,7 @@ from gateway_support import (
     schema_url,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from store_latency import commit_s, fsync_ms, pg_data_dir
 
 from db import Rollout, make_engine, make_session_factory, migrate
 from polar.models.tiny import ensure_model_dir
@@ -447,7 +448,7 @@ def section_writer(pg_url: str, n: int, sessions: int) -> None:
     commits = writer.commits
     rates = asyncio.run(main())
     writer.close()
-    commit_ms = statistics.median(_commit_s(engine, ids[0]) for _ in range(50)) * 1000
+    commit_ms = statistics.median(commit_s(engine, ids[0]) for _ in range(50)) * 1000
     engine.dispose()
     print(f"\n== 4. the capture writer alone on Postgres: {n - 200} captures from {sessions} sessions ==")
     print(
@@ -455,50 +456,12 @@ def section_writer(pg_url: str, n: int, sessions: int) -> None:
         f"{', '.join(f'{r:.0f}' for r in rates)}), {writer.commits - commits} transactions (group commit)"
     )
     print(
-        f"this machine's disk: fsync of 8 KiB p50 {fsync_ms(_pg_data_dir(pg_url)):.2f} ms; a one-row commit on this "
+        f"this machine's disk: fsync of 8 KiB p50 {fsync_ms(pg_data_dir(pg_url)):.2f} ms; a one-row commit on this "
         f"Postgres p50 {commit_ms:.2f} ms (each batch pays one: a slow disk lowers the figure above, not the code)"
     )
 
 
 ROUNDS = 3
-
-
-def fsync_ms(folder: Path, n: int = 50) -> float:
-    """Median milliseconds to write 8 KiB and fsync it in ``folder``."""
-    times = []
-    with tempfile.NamedTemporaryFile(dir=folder) as f:
-        for _ in range(n):
-            f.write(b"x" * 8192)
-            f.flush()
-            started = time.perf_counter()
-            os.fsync(f.fileno())
-            times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1000
-
-
-def _pg_data_dir(pg_url: str) -> Path:
-    """The folder of the Postgres data directory when this process may write there (a local server run as root),
-    else the temporary folder (the same disk on most machines)."""
-    engine = make_engine(pg_url)
-    try:
-        with engine.connect() as conn:
-            folder = Path(conn.exec_driver_sql("SHOW data_directory").scalar_one())
-    except sa.exc.SQLAlchemyError:
-        folder = Path(tempfile.gettempdir())
-    finally:
-        engine.dispose()
-    return folder if folder.is_dir() and os.access(folder, os.W_OK) else Path(tempfile.gettempdir())
-
-
-def _commit_s(engine: sa.Engine, rollout_id: str) -> float:
-    """Seconds for one transaction updating one row: the round trip and the WAL flush each group commit pays."""
-    with engine.connect() as conn:
-        started = time.perf_counter()
-        with conn.begin():
-            conn.execute(
-                sa.text("UPDATE rollouts SET next_capture_seq = next_capture_seq WHERE id = :i"), {"i": rollout_id}
-            )
-        return time.perf_counter() - started
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ body that shares nothing with its parent's, is stored as it came.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -29,30 +29,30 @@ def is_delta(stored: Any) -> bool:
 
 def compact_request(body: Any, parent_body: Any) -> Any:
     """What to store for ``body`` whose parent capture's full request was ``parent_body`` (None for a root)."""
-    if is_delta(body):  # a body that happens to look like our format is wrapped, never misread
-        return {DELTA: {"same": [], "kept": {}}, "body": body}
-    if not isinstance(body, dict) or not isinstance(parent_body, dict):
-        return body
+    if is_delta(body) or not isinstance(body, dict) or not isinstance(parent_body, dict):
+        return compact_known(body, [], {})
     same: list[str] = []
     kept: dict[str, int] = {}
-    rest: dict[str, Any] = {}
     for key, value in body.items():
         old = parent_body.get(key)
         if key in parent_body and old == value:
             same.append(key)
-        elif (
-            isinstance(value, list)
-            and isinstance(old, list)
-            and 0 < len(old) <= len(value)
-            and value[: len(old)] == old
-        ):
-            kept[key] = len(old)
-            rest[key] = value[len(old) :]
-        else:
-            rest[key] = value
-    if not same and not kept:
+        elif isinstance(value, list) and isinstance(old, list) and 0 < len(old) <= len(value):
+            if value[: len(old)] == old:
+                kept[key] = len(old)
+    return compact_known(body, same, kept)
+
+
+def compact_known(body: Any, same: Collection[str], kept: Mapping[str, int]) -> Any:
+    """What to store for ``body``, given what it repeats of its parent's request: the keys whose values are the
+    same (``same``) and the list keys whose first ``kept[key]`` items are (the caller knows, from the bodies or
+    from their digests)."""
+    if is_delta(body):  # a body that happens to look like our format is wrapped, never misread
+        return {DELTA: {"same": [], "kept": {}}, "body": body}
+    if not isinstance(body, dict) or not (same or kept):
         return body
-    return {DELTA: {"same": same, "kept": kept}, "body": rest}
+    rest = {key: value[kept[key] :] if key in kept else value for key, value in body.items() if key not in same}
+    return {DELTA: {"same": list(same), "kept": dict(kept)}, "body": rest}
 
 
 def expand_request(stored: Any, parent_body: Any) -> Any:

@@ -33,6 +33,7 @@ from polar.tokens.render import PromptBuilder
 from polar.tokens.tokenizer import ChatTokenizer
 from polar.wire import get_codec
 from polar.wire.base import parse_after
+from polar.wire.body_digest import body_digest
 from polar.wire.canonical import ChatRequest
 from polar.wire.json_guard import JsonLimits
 from polar.wire.policy import ScriptedPolicySpec
@@ -160,7 +161,11 @@ class Gateway:
     ) -> ChatRequest:
         """A stored request, decoded again (captures written by another process or before a restart); with
         ``prior`` (its parent's body and decode) only what it adds is decoded."""
-        return parse_after(get_codec(protocol), body, prior, path_model=model, path_stream=False)
+        known = None
+        if prior is not None:
+            own, parent = body_digest(body), body_digest(prior[0])
+            known = (own.repeats(parent), prior[1]) if own is not None and parent is not None else None
+        return parse_after(get_codec(protocol), body, known, path_model=model, path_stream=False)
 
     def _parse_reply(self, output_ids: Sequence[int], prompt_tail: Sequence[int] = ()) -> Message:
         """A stored reply, parsed again; ``prompt_tail`` ends with the generation prompt it was sampled after

@@ -52,8 +52,11 @@ def _same_echoed_call(echo: ToolCall, sampled: ToolCall, defaults: dict[str, dic
 def same_message(a: Message, b: Message) -> bool:
     """History equality: role, trimmed text, reasoning, tool calls by name and JSON-equal arguments.
 
-    Tool-call ids are ignored: they are the harness's bookkeeping, not something the model saw.
+    Tool-call ids are ignored: they are the harness's bookkeeping, not something the model saw. A sealed message
+    (``Message.sealed``, a session history's) compares by its key, the digest of exactly these parts.
     """
+    if a.digest is not None or b.digest is not None:
+        return a.key == b.key
     return (
         a.role is b.role
         and a.content.strip() == b.content.strip()

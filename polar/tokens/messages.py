@@ -13,6 +13,8 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
+from polar.digest import digest_parts
+
 
 class Role(StrEnum):
     SYSTEM = "system"
@@ -76,6 +78,48 @@ class Message:
     # Ids of the provider items this message was echoed as (Responses: its message, reasoning and function-call
     # items), beside the tool-call ids: a witness of which earlier reply a harness echoed. Never compared.
     item_ids: tuple[str, ...] = field(default=(), compare=False)
+    # Set on a sealed message only (``sealed``): the ``key`` of the message it stands for, whose text it dropped.
+    digest: bytes | None = field(default=None, repr=False)
+
+    @cached_property
+    def key(self) -> bytes:
+        """A digest of what history matching compares (``polar.tokens.matching.same_message``): the role, the
+        trimmed text and reasoning, and each tool call's name and arguments as a JSON value (key order, spacing and
+        ``1.0`` for ``1`` do not count; tool-call ids are not part of it)."""
+        if self.digest is not None:
+            return self.digest
+        parts = [self.role.value, self.content.strip(), (self.reasoning or "").strip()]
+        for call in self.tool_calls:
+            parts += [call.name, _canonical_json(call.parsed_arguments())]
+        return digest_parts(*parts)
+
+    @cached_property
+    def sealed(self) -> Message:
+        """This message as a session's history keeps it: its ``key``, its role and its ids (tool calls' names and
+        ids, the tool call it answers, provider item ids), without its text. A history holds its calls' messages
+        sealed, so a session costs its token ids and not its conversation's text as well; matching compares a
+        sealed message by its key, and nothing renders one (``polar.tokens.render.SealedText``). The same object
+        every time: a request decoded on top of the history shares its sealed messages by identity."""
+        if self.digest is not None:
+            return self
+        calls = tuple(ToolCall(call.name, "", call.id) for call in self.tool_calls)
+        return Message(self.role, "", None, calls, self.tool_call_id, self.name, self.item_ids, self.key)
+
+
+def _canonical_json(value: Any) -> str:
+    """``value`` serialised so that values Python compares equal (a float equal to an integer, objects with
+    their keys in another order) serialise alike."""
+
+    def normal(v: Any) -> Any:
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        if isinstance(v, dict):
+            return {str(k): normal(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [normal(x) for x in v]
+        return v
+
+    return json.dumps(normal(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def system(text: str) -> Message:

@@ -93,6 +93,19 @@ class Prompt:
         return self.ids[self.prefix_len :]
 
 
+class SealedText(Exception):
+    """A build met a sealed message (``Message.sealed``): a request decoded on top of the session's history holds
+    its earlier messages sealed, and this build would render one of them (no earlier call is extended, or the
+    format renders the conversation again). The caller decodes the request whole and plans it again."""
+
+
+def _texts(messages: Sequence[Message]) -> Sequence[Message]:
+    """``messages``, if none is sealed; else ``SealedText`` (a sealed message has no text to render)."""
+    if any(message.digest is not None for message in messages):
+        raise SealedText()
+    return messages
+
+
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -123,6 +136,7 @@ class PromptBuilder:
         return self.chat_format is None or self.chat_format.prefix_stable
 
     def canonical_ids(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> array[int]:
+        messages = _texts(messages)
         tools = shown_tools(tools)  # a deferred tool's definition is in the message that loaded it
         if self.chat_format is not None:
             return int32(self.chat_format.render_ids(messages, tools))
@@ -181,7 +195,7 @@ class PromptBuilder:
         ended_turn = len(parent.output_ids) > 0 and parent.output_ids[-1] == self.tokenizer.im_end_id
         glue = [] if ended_turn else [self.tokenizer.im_end_id]
         # The template puts "\n" after every end-of-turn; it opens the new text.
-        new_ids = self.tokenizer.encode("\n" + self.template.render_tail(messages[start:]))
+        new_ids = self.tokenizer.encode("\n" + self.template.render_tail(_texts(messages[start:])))
         prefix = parent.sequence_ids()
         ids = prefix + array("i", [*glue, *new_ids])
         return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=len(prefix))
@@ -190,7 +204,7 @@ class PromptBuilder:
         self, fmt: FamilyRenderer, messages: Sequence[Message], tools: Sequence[ToolSpec], parent: PriorCall, start: int
     ) -> Prompt:
         prompt_ids, output_ids = parent.prompt_ids, parent.output_ids
-        extended = fmt.extend(prompt_ids, output_ids, messages[start:], shown_tools(tools))
+        extended = fmt.extend(prompt_ids, output_ids, _texts(messages[start:]), shown_tools(tools))
         if extended is None:
             ids = self.canonical_ids(messages, tools)
             reason = f"the {fmt.family} chat format cannot extend the sampled ids exactly here; rendered canonically"

@@ -25,6 +25,7 @@ import orjson
 from polar.errors import InvalidRequest, PolarError
 from polar.tokens.messages import Role
 from polar.tokens.parsers import Event
+from polar.wire.body_digest import Repeats
 from polar.wire.canonical import ChatRequest, Completion
 
 
@@ -84,15 +85,16 @@ class ProtocolCodec(Protocol):
 def parse_after(
     codec: ProtocolCodec,
     body: Any,
-    prior: tuple[Any, ChatRequest] | None,
+    prior: tuple[Repeats, ChatRequest] | None,
     *,
     path_model: str | None = None,
     path_stream: bool | None = None,
 ) -> ChatRequest:
-    """``codec.parse_request(body)``; when ``prior`` (an earlier body of the session and its decode) is given and
-    the codec can (``parse_extension``), only what ``body`` adds to it is validated and converted, so an agent's
-    turn costs what it adds, not its whole history. The result is the same either way, and its tool results
-    all answer a call (``check_tool_results``)."""
+    """``codec.parse_request(body)``; when ``prior`` (what ``body`` repeats of an earlier body of the session, and
+    that body's decode) is given and the codec can (``parse_extension``), only what ``body`` adds to it is
+    validated and converted, so an agent's turn costs what it adds, not its whole history. The result is the same
+    either way, but for the earlier messages, which are then the prior's own (sealed, when a session's history
+    held them: ``Message.sealed``); its tool results all answer a call (``check_tool_results``)."""
     extend = getattr(codec, "parse_extension", None)
     if prior is not None and extend is not None:
         extended = extend(body, prior[0], prior[1])

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from polar.errors import InvalidRequest
+from polar.wire.body_digest import BodyDigest, Repeats, body_digest
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _BIG = float(2**63)
@@ -51,22 +52,35 @@ def parse_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
     orjson first (fast, and strict: what it accepts has no NaN, no lone surrogate, no integer beyond 64 bits);
     a body it refuses, or one holding a float of 2**63 or more (orjson reads integers beyond 64 bits as floats),
     is decoded again by the standard parser, whose errors name the offending field."""
-    return parse_json_after(raw, limits)[0]
+    return parse_json_after(raw, limits).value
+
+
+@dataclass(frozen=True)
+class ParsedBody:
+    """A decoded body. ``strict``: it went the strict (orjson) way; then ``digest`` is what the session keeps to
+    know what its next body repeats, and ``repeats`` what this one repeats of the body it was ``checked`` against."""
+
+    value: Any
+    strict: bool
+    digest: BodyDigest | None = None
+    repeats: Repeats | None = None
 
 
 def parse_json_after(
     raw: bytes,
     limits: JsonLimits = DEFAULT_LIMITS,
-    checked: Any = None,
+    checked: BodyDigest | None = None,
     before_check: Callable[[Any], None] | None = None,
-) -> tuple[Any, bool]:
+    *,
+    digests: bool = False,
+) -> ParsedBody:
     """``parse_json``, and whether the body went the strict (orjson) way: only such a body may be ``checked``
-    for the next one. ``checked``: a strict body that passed these checks before (the session's previous
-    request): a top-level value equal to its counterpart there, and the leading items of a list equal to its
-    list, are not walked again; equal values at the same place pass alike (an agent re-sends its whole
-    conversation every turn; only what is new costs), and the returned body holds ``checked``'s items in place of
-    the equal ones (one copy of the common history in memory). ``before_check`` sees the decoded value before it is
-    walked (a cheap refusal, such as the cost bound, may then spare the walk)."""
+    for the next one. ``checked``: the digest of a strict body that passed these checks before (the session's
+    previous request): a top-level value equal to its counterpart there, and the leading items of a list equal to
+    its list, are not walked again (an agent re-sends its whole conversation every turn; only what is new costs).
+    ``digests``: the body's own digest is wanted (it is computed anyway when ``checked`` is given).
+    ``before_check`` sees the decoded value before it is walked (a cheap refusal, such as the cost bound, may then
+    spare the walk)."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -74,14 +88,14 @@ def parse_json_after(
     else:
         if before_check is not None:
             before_check(value)
-        known = _known_parts(value, checked)
+        own = body_digest(value) if digests or checked is not None else None
+        repeats = own.repeats(checked) if own is not None and checked is not None else None
         try:
-            check_json(value, limits, strict=True, skip=known)
+            check_json(value, limits, strict=True, skip=repeats.parts if repeats is not None else None)
         except _MaybeBigInteger:
             pass
         else:
-            _share(value, checked, known)
-            return value, True
+            return ParsedBody(value, True, own, repeats)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -98,7 +112,7 @@ def parse_json_after(
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, and ints beyond Python's digit limit
         raise InvalidRequest(f"request body is not valid JSON: {exc}", field="body") from None
     check_json(value, limits)
-    return value, False
+    return ParsedBody(value, False)
 
 
 def _object(pairs: list[tuple[str, Any]], limits: JsonLimits) -> dict[str, Any]:
@@ -145,33 +159,6 @@ def _check_string(text: str, path: tuple[str | int, ...], limits: JsonLimits, wh
             f"{exc.start}; surrogates must come in pairs",
             field=_field(path),
         ) from None
-
-
-def _known_parts(value: Any, checked: Any) -> dict[str, int]:
-    """Top-level key -> how many of its leading items (-1: all of it) equal ``checked``'s, already checked."""
-    if not isinstance(value, dict) or not isinstance(checked, dict):
-        return {}
-    known: dict[str, int] = {}
-    for key, item in value.items():
-        if key not in checked:
-            continue
-        old = checked[key]
-        if isinstance(item, list) and isinstance(old, list) and 0 < len(old) <= len(item):
-            if item[: len(old)] == old:
-                known[key] = -1 if len(old) == len(item) else len(old)
-        elif type(item) is type(old) and isinstance(item, dict | list) and item == old:
-            known[key] = -1
-    return known
-
-
-def _share(value: dict[str, Any], checked: Any, known: dict[str, int]) -> None:
-    """Put ``checked``'s items in place of the equal leading items of ``value``'s lists: a session keeps its latest
-    bodies (``polar.proxy.session.history``), and this way they hold one copy of the conversation they have in common,
-    not one each. Bodies are never changed in place, so sharing their items is safe."""
-    for key, count in known.items():
-        item, old = value[key], checked[key]
-        if isinstance(item, list) and isinstance(old, list):
-            item[: len(old) if count == -1 else count] = old
 
 
 def check_json(

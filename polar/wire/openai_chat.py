@@ -33,6 +33,7 @@ from polar.inference import FinishReason
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 from polar.tokens.parsers import Event, ReasoningDelta, TextDelta, ToolCallParsed
 from polar.wire.base import StreamMeta, sse
+from polar.wire.body_digest import Repeats
 from polar.wire.canonical import ChatRequest, Completion, Usage
 from polar.wire.openai_common import (
     Content,
@@ -293,24 +294,23 @@ class OpenAIChatCodec:
             include_usage=include_usage,
         )
 
-    def parse_extension(self, body: Any, prior_body: Any, prior: ChatRequest) -> OpenAIChatRequest | None:
-        """``parse_request(body)`` when ``body`` re-sends ``prior_body``'s messages (the session's previous
-        request, which parsed as ``prior``) and adds some: only the new messages (and the tools, when they
-        changed) are validated and converted, so an agent's turn costs what it adds, not its whole history.
-        None when ``body`` does not extend it, or does not validate (``parse_request`` then names the error)."""
-        if not isinstance(body, dict) or not isinstance(prior_body, dict):
+    def parse_extension(self, body: Any, repeats: Repeats, prior: ChatRequest) -> OpenAIChatRequest | None:
+        """``parse_request(body)`` when ``body`` re-sends the messages of the session's previous request (which
+        parsed as ``prior``; ``repeats``: what ``body`` repeats of it) and adds some: only the new messages (and the
+        tools, when they changed) are validated and converted, so an agent's turn costs what it adds, not its whole
+        history. None when ``body`` does not extend it, or does not validate (``parse_request`` then names the
+        error)."""
+        if not isinstance(body, dict):
             return None
-        messages, old = body.get("messages"), prior_body.get("messages")
-        if not isinstance(messages, list) or not isinstance(old, list) or not 0 < len(old) < len(messages):
+        messages, n = body.get("messages"), len(prior.messages)
+        if not isinstance(messages, list) or not 0 < n < len(messages) or repeats.kept("messages") != n:
             return None
-        if len(prior.messages) != len(old) or messages[: len(old)] != old:
-            return None
-        same_tools = all(body.get(k) == prior_body.get(k) for k in ("tools", "functions"))
+        same_tools = all(repeats.same(k) for k in ("tools", "functions"))
         rest = {k: v for k, v in body.items() if not (k == "messages" or (same_tools and k in ("tools", "functions")))}
-        rest["messages"] = messages[len(old) :]
+        rest["messages"] = messages[n:]
         try:
             wire = validate(ChatBody, rest)
-            request = self._request(wire, offset=len(old))
+            request = self._request(wire, offset=n)
         except InvalidRequest:
             return None
         new = request.messages

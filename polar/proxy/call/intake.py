@@ -10,6 +10,7 @@ went the strict way, spares the next one the work on what it repeats (``parse_js
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,12 +20,13 @@ from polar.errors import PolarError
 from polar.proxy.call.cost import MIN_TOOL_CHARS, message_chars, tool_chars
 from polar.proxy.call.plan import INLINE_CHARS, Planner
 from polar.proxy.call.screen import BodyScreen, ScreenRules
-from polar.proxy.session.history import HistoryCache
+from polar.proxy.session.history import HistoryCache, LastRequest
 from polar.proxy.session.sessions import SessionInfo, SessionStore
 from polar.proxy.store_wait import in_store
 from polar.slices import in_thread
 from polar.wire.base import ProtocolCodec, parse_after
 from polar.wire.body import OFFLOAD_BYTES
+from polar.wire.body_digest import BodyDigest
 from polar.wire.canonical import ChatRequest
 from polar.wire.json_guard import JsonLimits, parse_json_after
 
@@ -35,7 +37,7 @@ BodyReader = Callable[[], Awaitable[bytes]]
 class Decoded:
     body: Any
     request: ChatRequest
-    strict: bool  # went the strict (orjson) way: it may spare the session's next call the same work
+    digest: BodyDigest | None  # set when it went the strict (orjson) way: it may spare the next call the same work
     tool_chars: int  # characters its tool definitions render (counted only for a body large enough to matter)
 
 
@@ -111,30 +113,45 @@ class Intake:
                     raise exc from None
 
         def decode_body() -> Decoded:
-            checked = prior[1] if prior is not None else None
-            body, strict = parse_json_after(raw, self.limits, checked, count_tools if big else None)
+            checked = prior.digest if prior is not None else None
+            parsed = parse_json_after(raw, self.limits, checked, count_tools if big else None, digests=not count)
+            body = parsed.value
             if count and isinstance(body, dict):
                 body = {**codec.count_tokens_defaults, **body}
-            known = (prior[1], prior[2]) if prior is not None else None
+            known = (parsed.repeats, prior.request) if prior is not None and parsed.repeats is not None else None
             chat = parse_after(codec, body, known, path_model=model, path_stream=False if count else stream)
             tools = tool_chars(chat.tools) if len(raw) > INLINE_CHARS else 0
             if big:
                 self.planner.refuse_surely_too_long(message_chars(chat.messages) + tools)
-            return Decoded(body, chat, strict, tools)
+            return Decoded(body, chat, parsed.digest, tools)
 
         decoded = await in_thread(_freed_in_thread, decode) if len(raw) >= OFFLOAD_BYTES else decode()
         if not count:  # the session's latest request, for the next call's decode to build on
-            if decoded.strict:
-                self.histories.remember_request(session.id, codec.name, decoded.body, decoded.request)
+            if decoded.digest is not None:
+                self.histories.remember_request(session.id, codec.name, decoded.digest, decoded.request)
             else:
                 self.histories.forget_request(session.id)
         return decoded
 
-    def _prior(self, session: SessionInfo, codec: ProtocolCodec) -> tuple[str, Any, ChatRequest] | None:
-        """The session's latest request in this codec, if this process holds it (nothing is trusted from it: it
-        only says which parts of the new body were checked and decoded before)."""
+    async def decode_whole(
+        self, decoded: Decoded, codec: ProtocolCodec, model: str | None, stream: bool | None
+    ) -> Decoded:
+        """``decoded``'s body decoded again with nothing taken from the session's history: its earlier messages
+        with their text, for a build that renders them (``polar.tokens.render.SealedText``). In a worker thread:
+        the whole conversation is converted."""
+        chat = await in_thread(
+            functools.partial(parse_after, codec, decoded.body, None, path_model=model, path_stream=stream)
+        )
+        return Decoded(decoded.body, chat, decoded.digest, decoded.tool_chars)
+
+    def _prior(self, session: SessionInfo, codec: ProtocolCodec) -> LastRequest | None:
+        """The session's latest request in this codec, if this process holds it and builds on it: a build that
+        renders only a request's new messages (nothing is trusted from it: it only says which parts of the new
+        body were checked and decoded before)."""
+        if not self.planner.builds_on_history:
+            return None
         prior = self.histories.last_request(session.id)
-        return prior if prior is not None and prior[0] == codec.name else None
+        return prior if prior is not None and prior.protocol == codec.name else None
 
 
 def _freed_in_thread(fn: Callable[[], Decoded]) -> Decoded:

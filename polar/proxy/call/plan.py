@@ -28,6 +28,7 @@ from polar.slices import in_thread
 from polar.tokens.messages import Role
 from polar.tokens.render import PriorCall, Prompt, PromptBuilder
 from polar.wire.base import ProtocolCodec, StreamMeta
+from polar.wire.body_digest import BodyDigest
 from polar.wire.canonical import ChatRequest
 
 MAX_MODEL_NAME = 256  # the width of captures.model
@@ -49,6 +50,7 @@ class CallPlan:
     meta: StreamMeta
     started: float = 0.0  # perf_counter when the call arrived (metrics)
     admission: Verdict = Verdict(Admission.ROOT)  # how the call enters the capture tree (polar.proxy.call.admission)
+    digest: BodyDigest | None = None  # the body's digests (polar.wire.body_digest): its capture is stored by them
 
 
 class _Stale(Exception):
@@ -116,6 +118,7 @@ class Planner:
         history: SessionHistory,
         found: tuple[PriorCall, int] | None,
         started: float | None,
+        digest: BodyDigest | None,
     ) -> CallPlan:
         """The prompt ids (tokenizing: a whole conversation when no earlier call is extended) and the plan."""
         witnessed = False
@@ -140,7 +143,9 @@ class Planner:
         started = time.perf_counter() if started is None else started
         first = history.next_seq == 0 and not history.ahead and not history.nodes
         verdict = admit(request.messages, request.tools, found, history.prior_calls, first=first, witnessed=witnessed)
-        return CallPlan(session, codec, body, request, prompt, sampling, policy, context, meta, started, verdict)
+        return CallPlan(
+            session, codec, body, request, prompt, sampling, policy, context, meta, started, verdict, digest
+        )
 
     async def plan(
         self,
@@ -152,6 +157,7 @@ class Planner:
         started: float | None = None,
         *,
         tools_chars: int = 0,
+        digest: BodyDigest | None = None,
     ) -> CallPlan:
         """``plan`` with the session's history: from memory in the steady state, read from the store (only the
         captures this process lacks) on a session's first call here, after a seq this process skipped, or
@@ -160,7 +166,7 @@ class Planner:
         work among others; a long text in a worker thread. (Not every build: Python work in threads competes with
         the loop for the GIL, and a thousand first calls rendered in threads starved it for tens of milliseconds
         at a time.) ``tools_chars``: the characters of the request's tool definitions (``polar.proxy.call.cost``), which
-        count towards that when the build renders them."""
+        count towards that when the build renders them. ``digest``: the body's (``polar.wire.body_digest``)."""
         history = self.histories.cached(session.id)
         fresh = history is None
         if history is None:
@@ -170,7 +176,7 @@ class Planner:
         except _Stale:
             history = await self.load_history(session.id)
             found, chars = self._parent(session, request, history, True, tools_chars)
-        args = (session, codec, body, request, policy, history, found, started)
+        args = (session, codec, body, request, policy, history, found, started, digest)
         if chars <= INLINE_CHARS:
             return self._build(*args)
         return await in_thread(self._build, *args)
@@ -188,6 +194,12 @@ class Planner:
     @property
     def _appends(self) -> bool:
         return self.render_mode is RenderMode.APPEND
+
+    @property
+    def builds_on_history(self) -> bool:
+        """Whether a call extending an earlier one renders only its new messages: then a request may be decoded
+        on top of the session's last one, its earlier messages sealed (``polar.tokens.render.SealedText``)."""
+        return self._appends and self.builder.tokenizes_only_new_messages
 
     def refuse_surely_too_long(self, chars: int) -> None:
         """A prompt whose text to tokenize (``chars`` characters) alone needs more tokens than the context window

@@ -14,7 +14,7 @@ from array import array
 from typing import Any
 
 from db.models import Capture
-from db.request_json import compact_request
+from db.request_json import compact_known, compact_request
 from polar import metrics
 from polar.capture_extras import apply_extras
 from polar.errors import PolarError
@@ -48,7 +48,8 @@ class CallRecorder:
         apply_extras(row, final.extras, plan.session.capture)
         row.n_malformed_tool_calls = completion.malformed_tool_calls
         stored = await self._commit(plan, row)
-        self.histories.remember_body(plan.session.id, stored.id, plan.body)
+        if plan.digest is not None:
+            self.histories.remember_digest(plan.session.id, stored.id, plan.digest)
         reply = Message(Role.ASSISTANT, completion.content, completion.reasoning, completion.tool_calls)
         parent = plan.prompt.parent
         self.histories.add(
@@ -112,14 +113,18 @@ class CallRecorder:
         return stored
 
     async def _stored_request(self, plan: CallPlan) -> Any:
-        """The request as stored: relative to the parent capture's (db.request_json); the parent's body is
-        in memory in the steady state, else rebuilt from the store."""
+        """The request as stored: relative to the parent capture's (db.request_json); what it repeats of the
+        parent's is known from their digests in the steady state, else from the parent's body read from the store."""
         parent = plan.prompt.parent
         if parent is None or parent.ref is None:
             return compact_request(plan.body, None)
-        parent_body = self.histories.body_in_memory(plan.session.id, parent.ref)
-        if parent_body is None:
-            parent_body = await in_store(
-                self.histories.parent_body, plan.session.id, parent.ref, timeout_s=self.store_timeout_s
-            )
+        parent_digest = self.histories.digest_in_memory(plan.session.id, parent.ref)
+        if plan.digest is not None and parent_digest is not None:
+            repeats = plan.digest.repeats(parent_digest)
+            same = [key for key, count in repeats.parts.items() if count == -1]
+            kept = {key: count for key, count in repeats.parts.items() if count > 0}
+            return compact_known(plan.body, same, kept)
+        parent_body = await in_store(
+            self.histories.parent_body, plan.session.id, parent.ref, timeout_s=self.store_timeout_s
+        )
         return compact_request(plan.body, parent_body)

@@ -75,7 +75,7 @@ def screen(raw: bytes, rules: ScreenRules) -> None:
     def count_tools(value: Any) -> None:  # before the body is walked: 100,000 tools are refused at once
         rules.refuse_surely_too_long(codec.count_tools(value) * MIN_TOOL_CHARS)
 
-    body, _ = parse_json_after(raw, rules.limits, None, count_tools)
+    body = parse_json_after(raw, rules.limits, None, count_tools).value
     if rules.count and isinstance(body, dict):
         body = {**codec.count_tokens_defaults, **body}
     chat = parse_after(codec, body, None, path_model=rules.path_model, path_stream=rules.path_stream)

@@ -32,7 +32,7 @@ from polar.proxy.call.record import CallRecorder
 from polar.proxy.call.stream import open_stream
 from polar.proxy.session.sessions import SessionInfo
 from polar.slices import in_thread
-from polar.tokens.render import PromptBuilder
+from polar.tokens.render import PromptBuilder, SealedText
 from polar.wire.base import ProtocolCodec
 
 
@@ -62,15 +62,30 @@ class CallService:
         started = time.perf_counter()
         session = await self.intake.session(key)
         decoded = await self.intake.decode(session, read, codec, model, stream)
-        return await self.planner.plan(
-            session,
-            codec,
-            decoded.body,
-            decoded.request,
-            self.policy_for(session),
-            started,
-            tools_chars=decoded.tool_chars,
-        )
+        policy = self.policy_for(session)
+        try:
+            return await self.planner.plan(
+                session,
+                codec,
+                decoded.body,
+                decoded.request,
+                policy,
+                started,
+                tools_chars=decoded.tool_chars,
+                digest=decoded.digest,
+            )
+        except SealedText:  # its build renders messages it took sealed from the session's history
+            whole = await self.intake.decode_whole(decoded, codec, model, stream)
+            return await self.planner.plan(
+                session,
+                codec,
+                whole.body,
+                whole.request,
+                policy,
+                started,
+                tools_chars=whole.tool_chars,
+                digest=whole.digest,
+            )
 
     async def count_tokens(self, key: str | None, read: BodyReader, codec: ProtocolCodec, *, model: str | None) -> int:
         """How many prompt ids the body renders to (``count_tokens`` / ``countTokens``); nothing is recorded."""

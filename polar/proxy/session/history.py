@@ -19,20 +19,21 @@ Per-call cost does not grow with the number of earlier calls: candidates for the
 depth (the usual parent, the previous turn, is the first one tried), the chain's ids are one array extended in
 place (``polar.proxy.session.call_node.Line``), and the count of tool calls is kept as it grows. Memory stays
 proportional to the session's tokens, not turns x context: a call on the line holds offsets into it (one off it,
-its prompt delta and output), and shares its history messages with its parent.
+its prompt delta and output), and shares its history messages with its parent. Those messages are sealed
+(``Message.sealed``: a digest, a role and ids, no text), and of the latest bodies only digests are kept
+(``polar.wire.body_digest``): a session holds its token ids, its replies, and about 16 bytes a message besides.
 No lock here is held across I/O: reads run without one and are merged under it.
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import functools
 import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -45,17 +46,27 @@ from db.request_json import expand_request, full_request_json
 from polar.proxy.session.call_node import CallNode, LazyPrompt, Line
 from polar.tokens.messages import Message
 from polar.tokens.render import PriorCall
+from polar.wire.body_digest import BodyDigest, body_digest
 from polar.wire.canonical import ChatRequest
 from polar.wire.replies import minted_ids
+
+
+@dataclass(frozen=True)
+class LastRequest:
+    """A session's latest decoded request: its protocol, its body's digest and its decode (messages sealed)."""
+
+    protocol: str
+    digest: BodyDigest
+    request: ChatRequest
 
 
 @dataclass(eq=False)
 class SessionHistory:
     nodes: dict[int, CallNode] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    # Full request bodies of the latest calls: the next call is stored relative to its parent's (db.request_json);
-    # older ones are rebuilt from the store when needed, so memory does not grow with the turns.
-    bodies: OrderedDict[int, Any] = field(default_factory=OrderedDict)
+    # Digests of the latest calls' request bodies: the next call is stored relative to its parent's
+    # (db.request_json, polar.wire.body_digest); an older parent's body is read from the store when needed.
+    digests: OrderedDict[int, BodyDigest] = field(default_factory=OrderedDict)
     # The session's chain of calls, its ids held once (polar.proxy.session.call_node); most calls are on it.
     line: Line = field(default_factory=Line)
     # Full prompts of the latest calls off the line (a branch's, say): the next call most likely extends one.
@@ -68,9 +79,9 @@ class SessionHistory:
     ahead: set[int] = field(default_factory=set)  # known seqs above a gap (the gap: captures written elsewhere)
     tool_steps: int = 0  # how many known calls offered tools (the scripted policy's cursor)
     tool_free_steps: int = 0  # how many known calls offered none (the cursor of its tool-free replies)
-    # The latest request decoded for this session: (protocol, body, ChatRequest); the next one re-sends most of
-    # it, and only what it adds is checked and decoded again (polar.proxy.http.app).
-    last_request: tuple[str, Any, ChatRequest] | None = None
+    # The latest request decoded for this session; the next one re-sends most of it, and only what it adds is
+    # checked and decoded again (polar.proxy.call.intake).
+    last_request: LastRequest | None = None
 
     @property
     def complete(self) -> bool:
@@ -85,10 +96,10 @@ class SessionHistory:
             self.ahead.discard(self.next_seq)
             self.next_seq += 1
 
-    def remember_body(self, capture_id: int, body: Any, keep: int = 4) -> None:
-        self.bodies[capture_id] = body
-        while len(self.bodies) > keep:
-            self.bodies.popitem(last=False)
+    def remember_digest(self, capture_id: int, digest: BodyDigest, keep: int = 4) -> None:
+        self.digests[capture_id] = digest
+        while len(self.digests) > keep:
+            self.digests.popitem(last=False)
 
     def remember_prompt(self, capture_id: int, ids: Sequence[int], keep: int = 2) -> None:
         """Keep the full prompt of call ``capture_id``, a call off the line (the next call most likely extends
@@ -107,8 +118,8 @@ class SessionHistory:
         return parent is not None and node.prefix_len >= parent.n_prompt
 
     def insert(self, node: CallNode) -> bool:
-        """Add ``node`` unless known (on the line when it continues it); True when it was new. Call with
-        ``lock`` held."""
+        """Add ``node`` unless known (on the line when it continues it), its messages sealed; True when it was new.
+        Call with ``lock`` held."""
         if node.id in self.nodes:
             return False
         node.messages = self.messages_sharing_parent(node.parent_id, node.messages)
@@ -188,11 +199,10 @@ class SessionHistory:
         return [self._prior(n) for n in sorted(self.nodes.values(), key=lambda n: n.seq)]
 
     def messages_sharing_parent(self, parent_id: int | None, messages: tuple[Message, ...]) -> tuple[Message, ...]:
-        """``messages`` with the part its parent already holds replaced by the parent's own objects."""
+        """``messages`` sealed (``Message.sealed``), the part its parent already holds as the parent's own objects."""
         parent = self.nodes.get(parent_id) if parent_id is not None else None
-        if parent is None:
-            return messages
-        return (*parent.messages, *messages[len(parent.messages) :])
+        held = parent.messages if parent is not None else ()
+        return (*held, *(message.sealed for message in messages[len(held) :]))
 
 
 class HistoryCache:
@@ -254,7 +264,6 @@ class HistoryCache:
         history = self._history(session_id)
         with history.lock:
             since = history.next_seq
-            parent_bodies = dict(history.bodies)
         self.loads += 1
         with session_scope(self._factory) as db:
             rows = db.scalars(
@@ -268,7 +277,7 @@ class HistoryCache:
                     continue
                 parent, prior = None, None
                 if row.parent_id is not None:
-                    parent = bodies.get(row.parent_id) or parent_bodies.get(row.parent_id)
+                    parent = bodies.get(row.parent_id)
                     if parent is None:
                         parent_row = db.get(Capture, row.parent_id)
                         parent = full_request_json(db, parent_row) if parent_row is not None else None
@@ -288,8 +297,9 @@ class HistoryCache:
             if seqs:  # every seq up to the highest read is accounted for now
                 for seq in range(since, max(seqs) + 1):
                     history.note_seq(seq)
-            if nodes:
-                history.remember_body(nodes[-1].id, bodies[nodes[-1].id])
+            digest = body_digest(bodies[nodes[-1].id]) if nodes else None
+            if digest is not None:
+                history.remember_digest(nodes[-1].id, digest)
             history.loaded = True
         return history
 
@@ -313,13 +323,7 @@ class HistoryCache:
         """A call this process just committed (``node.seq`` set), with its full prompt when known."""
         history = self._history(session_id)
         with history.lock:
-            decoded = node.messages
             history.insert(node)
-            last = history.last_request
-            if last is not None and last[2].messages is decoded and node.messages is not decoded:
-                # The next request is decoded on top of this one (``last_request``): holding the node's own
-                # objects, its history is matched to this call by identity, not compared message by message.
-                history.last_request = (last[0], last[1], dataclasses.replace(last[2], messages=node.messages))
             if prompt_ids is not None and node.line is None:
                 # A root's full prompt is its delta: one array for both, not two copies.
                 full = node.prompt_delta_ids if node.prefix_len == 0 and node.parent_id is None else prompt_ids
@@ -334,7 +338,7 @@ class HistoryCache:
             if node is not None:
                 history.by_depth.remove((len(node.messages), node.seq, node.id))
                 history.prompts.pop(capture_id, None)
-                history.bodies.pop(capture_id, None)
+                history.digests.pop(capture_id, None)
 
     def note_seq(self, session_id: str, seq: int) -> None:
         """A seq this process used without a node (an error capture)."""
@@ -342,33 +346,32 @@ class HistoryCache:
         with history.lock:
             history.note_seq(seq)
 
-    def body_in_memory(self, session_id: str, capture_id: int) -> Any | None:
+    def digest_in_memory(self, session_id: str, capture_id: int) -> BodyDigest | None:
         history = self._history(session_id)
         with history.lock:
-            return history.bodies.get(capture_id)
+            return history.digests.get(capture_id)
 
     def parent_body(self, session_id: str, parent_id: int) -> Any:
-        """The full request of capture ``parent_id`` (from memory, else rebuilt from the store)."""
-        body = self.body_in_memory(session_id, parent_id)
-        if body is not None:
-            return body
+        """The full request of capture ``parent_id``, rebuilt from the store (blocking)."""
         with session_scope(self._factory) as db:
             capture = db.get(Capture, parent_id)
             return full_request_json(db, capture) if capture is not None else None
 
-    def remember_body(self, session_id: str, capture_id: int, body: Any) -> None:
+    def remember_digest(self, session_id: str, capture_id: int, digest: BodyDigest) -> None:
         history = self._history(session_id)
         with history.lock:
-            history.remember_body(capture_id, body)
+            history.remember_digest(capture_id, digest)
 
-    def last_request(self, session_id: str) -> tuple[str, Any, ChatRequest] | None:
+    def last_request(self, session_id: str) -> LastRequest | None:
         """The session's latest decoded request, if this process holds its history (no I/O)."""
         history = self._sessions.get(session_id)
         return history.last_request if history is not None else None
 
-    def remember_request(self, session_id: str, protocol: str, body: Any, request: ChatRequest) -> None:
-        """The session's latest request, decoded from a body that went the strict way (``parse_json_after``)."""
-        self._history(session_id).last_request = (protocol, body, request)
+    def remember_request(self, session_id: str, protocol: str, digest: BodyDigest, request: ChatRequest) -> None:
+        """The session's latest request, decoded from a body that went the strict way (``parse_json_after``), and
+        its body's digest; its messages are kept sealed."""
+        messages = tuple(message.sealed for message in request.messages)
+        self._history(session_id).last_request = LastRequest(protocol, digest, replace(request, messages=messages))
 
     def forget_request(self, session_id: str) -> None:
         history = self._sessions.get(session_id)

@@ -323,7 +323,14 @@ class HistoryCache:
         """A call this process just committed (``node.seq`` set), with its full prompt when known."""
         history = self._history(session_id)
         with history.lock:
+            decoded = node.messages
             history.insert(node)
+            last = history.last_request
+            held = last.request.messages if last is not None else ()
+            if last is not None and len(held) == len(decoded) and held and held[-1] is decoded[-1].sealed:
+                # The next request is decoded on top of this one (``last_request``): holding the node's own
+                # objects, its history is matched to this call by identity, not compared message by message.
+                history.last_request = replace(last, request=replace(last.request, messages=node.messages))
             if prompt_ids is not None and node.line is None:
                 # A root's full prompt is its delta: one array for both, not two copies.
                 full = node.prompt_delta_ids if node.prefix_len == 0 and node.parent_id is None else prompt_ids

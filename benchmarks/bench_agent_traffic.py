@@ -341,15 +341,17 @@ def anthropic_opening(conv: Conversation) -> dict[str, Any]:
 
 
 async def section_memory(client: httpx.AsyncClient, gw: Server, backend: Server, corpus: Corpus, args) -> None:
-    """RSS growth of the gateway process per open session, and the heap each session keeps (``session_heap``)."""
+    """RSS growth of the gateway process per open session, and the heap each session keeps (``session_heap``): for
+    sessions of a ~95k-token opening and one 5k-token turn, and for sessions of 20 turns of ~4k tokens."""
     rng = random.Random(args.seed + 2)
 
-    async def two_calls(client: httpx.AsyncClient, url: str, key: str) -> int:
-        """A ~95k-token opening, then one 5k-token tool round trip; returns the session's tokens."""
-        conv = Conversation(corpus, rng, 95_000)
+    async def session(client: httpx.AsyncClient, url: str, key: str, opening: int, turns: int, delta: int) -> int:
+        """An opening of ``opening`` tokens, then ``turns`` tool round trips of ``delta``; returns its tokens."""
+        conv = Conversation(corpus, rng, opening)
         reply = await call(client, url, orjson.dumps(conv.body()), key)
-        conv.add_turn(reply, 5000)
-        reply = await call(client, url, orjson.dumps(conv.body()), key)
+        for _ in range(turns):
+            conv.add_turn(reply, delta)
+            reply = await call(client, url, orjson.dumps(conv.body()), key)
         return int(reply["usage"]["prompt_tokens"]) + int(reply["usage"]["completion_tokens"])
 
     warm = Conversation(corpus, rng, 2000)
@@ -357,19 +359,23 @@ async def section_memory(client: httpx.AsyncClient, gw: Server, backend: Server,
     before = gw.rss_kib()
     n_tokens = 0
     for _ in range(args.memory_sessions):
-        n_tokens += await two_calls(client, gw.url, await open_session(client, gw))
+        n_tokens += await session(client, gw.url, await open_session(client, gw), 95_000, 1, 5000)
     grown = (gw.rss_kib() - before) * 1024 / args.memory_sessions
     ids = n_tokens * 4 / args.memory_sessions
-    with tempfile.TemporaryDirectory() as folder:
-        heap, tokens, top = await heap_per_session(
-            Path(folder), backend.url, args.memory_sessions, lambda c, key: two_calls(c, "http://gateway", key)
-        )
     print(f"== memory: {args.memory_sessions} open sessions at ~{n_tokens // args.memory_sessions} tokens ==")
-    print(
-        f"heap kept per open session {heap / 1024:.0f} KiB, its id array {tokens * 4 / 1024:.0f} KiB: "
-        f"{heap / (tokens * 4):.2f}x (goal <= 1.5x; tracemalloc, the gateway in this process)"
-    )
-    print("  largest: " + ", ".join(f"{where} {size / 1024:.0f} KiB" for where, size in top))
+    for label, shape in (("a 95k opening and a 5k turn", (95_000, 1, 5000)), ("20 turns of 4k", (10_000, 20, 4000))):
+        with tempfile.TemporaryDirectory() as folder:
+            heap, tokens, top = await heap_per_session(
+                Path(folder),
+                backend.url,
+                args.memory_sessions,
+                lambda c, key, shape=shape: session(c, "http://gateway", key, *shape),
+            )
+        print(
+            f"{label}: heap kept per open session {heap / 1024:.0f} KiB, its id array {tokens * 4 / 1024:.0f} KiB: "
+            f"{heap / (tokens * 4):.2f}x (goal <= 1.5x; tracemalloc, the gateway in this process)"
+        )
+        print("  largest: " + ", ".join(f"{where} {size / 1024:.0f} KiB" for where, size in top))
     print(
         f"RSS growth per open session {grown / 1024:.0f} KiB: {grown / ids:.2f}x its id array (the allocator's "
         "high-water mark from the cold starts' transient buffers included)"

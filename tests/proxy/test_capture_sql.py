@@ -111,26 +111,28 @@ def test_a_value_the_column_refuses_fails_only_its_row(factory):
         assert db.scalars(sa.select(Capture.seq).where(Capture.rollout_id == rollout.id)).all() == [0]
 
 
-def test_writing_a_capture_leaves_the_strings_it_holds_as_they_were(factory):
-    """The request and reply of a capture hold the strings the session keeps for its next call; orjson would keep
-    each non-ASCII one's UTF-8 form inside it (``sys.getsizeof`` grows), doubling a session's text in memory. The
-    writer serialises copies: the kept strings stay their size, and the row reads back equal."""
+def test_writing_a_capture_leaves_the_strings_of_its_reply_as_they_were(factory):
+    """A capture's reply holds the strings the session keeps as the call's reply; orjson would keep each non-ASCII
+    one's UTF-8 form inside it (``sys.getsizeof`` grows), doubling them in memory. The writer serialises copies of
+    the reply's: the kept strings stay their size, and the row reads back equal. (A request's strings are not
+    kept past its call: the session holds its messages sealed, so they are serialised as they are.)"""
     import sys
 
     import orjson
 
     text = "ok → café 🙂 " * 2000
     key = "ключ " * 10
-    request = {"messages": [{"role": "tool", "content": text}], key: [text, "ascii", 1.5, None]}
+    request = {"messages": [{"role": "tool", "content": "ok → " * 100}]}
+    reply = {"t": text, key: [text, "ascii", 1.5, None]}
     size, key_size = sys.getsizeof(text), sys.getsizeof(key)
     with session_scope(factory) as db:
         rollout = Rollout()
         db.add(rollout)
-    outcomes = asyncio.run(_write(factory, [_capture(rollout.id, request_json=request, response_json={"t": text})]))
+    outcomes = asyncio.run(_write(factory, [_capture(rollout.id, request_json=request, response_json=reply)]))
     assert [type(o) for o in outcomes] == [int], outcomes
     assert (sys.getsizeof(text), sys.getsizeof(key)) == (size, key_size)
     with session_scope(factory) as db:
         stored = db.scalars(sa.select(Capture).where(Capture.rollout_id == rollout.id)).one()
-        assert stored.request_json == request and stored.response_json == {"t": text}
+        assert stored.request_json == request and stored.response_json == reply
     orjson.dumps(text)
     assert sys.getsizeof(text) > size  # what the test guards against: orjson keeps the UTF-8 form inside

@@ -259,7 +259,7 @@ def test_one_group_commit_checks_each_call_against_its_own_key(store_url, tmp_pa
 async def _keys_in_one_batch(settings, engine) -> None:
     from db import Capture, session_scope
     from polar.errors import PermissionDenied
-    from polar.proxy.capture.writer import Stored, _Pending  # white-box: rows put on the writer's queue at once
+    from polar.proxy.capture.waits import Pending, Stored  # white-box: rows put on the writer's queue at once
     from polar.proxy.session.sessions import hash_key
     from tests.proxy.test_gateway_poison import _row
 
@@ -280,7 +280,7 @@ async def _keys_in_one_batch(settings, engine) -> None:
         futures = []
         for session, key_hash in batch:
             future = loop.create_future()
-            gw.writer._queue.put(_Pending(_row(session["session_id"], [5, 6]), loop, future, key_hash))
+            gw.writer._queue.put(Pending(_row(session["session_id"], [5, 6]), loop, future, key_hash))
             futures.append(future)
         gw.writer._ensure_started()
         outcomes = await asyncio.gather(*futures, return_exceptions=True)

@@ -24,6 +24,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import orjson
 import psycopg
 from sqlalchemy.dialects import postgresql
@@ -90,8 +91,10 @@ def encode_row(row: Capture, dialect: Dialect) -> list[Any]:
                 packed = pack(values[name])
                 values[name] = _binary_array(packed, element_oid) if postgres else packed
     for name in JSON_COLUMNS:
-        if values[name] is not None:
-            values[name] = _pg_json(values[name], dialect) if postgres else _json_text(values[name])
+        value = values[name]
+        if value is not None:
+            value = _detached(value) if name == "response_json" else value
+            values[name] = _pg_json(value, dialect) if postgres else _json_text(value)
     return list(values.values())
 
 
@@ -108,17 +111,17 @@ def _json_text(value: Any) -> str:
 
 def _json_bytes(value: Any) -> bytes:
     try:
-        return orjson.dumps(_detached(value))
+        return orjson.dumps(value)
     except TypeError:  # integers beyond 64 bits, non-string keys, lone surrogates: what orjson refuses
         return json.dumps(value).encode()
 
 
 def _detached(value: Any) -> Any:
     """``value`` with each string beyond ASCII replaced by an equal new one. orjson keeps the UTF-8 form of every
-    such string it serialises inside the string (``PyUnicode_AsUTF8AndSize``), and a capture's request and reply
-    hold the very strings the session keeps for its next call: serialised as they are, every non-ASCII message of
-    a session was held twice (238 KiB of a 90k-token session's 1.35 MiB, ``bench_agent_traffic.py --only
-    memory``). The copies and their UTF-8 go when the row is written. ASCII strings are read in place, unchanged."""
+    such string it serialises inside the string (``PyUnicode_AsUTF8AndSize``), and a capture's reply holds the very
+    strings the session keeps as the call's reply (``CallNode.reply``): serialised as they are, each non-ASCII reply
+    would be held twice. The copies and their UTF-8 go when the row is written. ASCII strings are read in place,
+    unchanged. (A request's strings are not kept past its call: the session holds its messages sealed.)"""
     if isinstance(value, str):
         return value if value.isascii() else value.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
     if isinstance(value, dict):
@@ -172,20 +175,19 @@ def insert_rows(conn: Connection, rows: Sequence[list[Any]]) -> list[int]:
 
 
 _INT4, _FLOAT4 = psycopg.postgres.types["int4"].oid, psycopg.postgres.types["float4"].oid
-_ELEMENT_LENGTH = b"\x00\x00\x00\x04"
 
 
 def _binary_array(items: bytes, element_oid: int) -> bytes:
     """A one-dimensional array of 4-byte little-endian ``items`` (``db.types.encode_int32``/``encode_float32``)
-    in Postgres's binary format: the header, then each element big-endian after its length (bytes reversed
-    and interleaved by slice assignment, not item by item in Python)."""
+    in Postgres's binary format: the header, then each element big-endian after its length (numpy swaps the
+    bytes of every 4-byte word at once: a float's bytes as well as an integer's, never item by item in Python)."""
     n = len(items) // 4
     if n == 0:
         return struct.pack(">iiI", 0, 0, element_oid)
-    body = bytearray(_ELEMENT_LENGTH + bytes(4)) * n
-    for k in range(4):
-        body[4 + k :: 8] = items[3 - k :: 4]
-    return struct.pack(">iiIii", 1, 0, element_oid, n, 1) + body
+    body = np.empty((n, 2), dtype=">u4")
+    body[:, 0] = 4
+    body[:, 1] = np.frombuffer(items, dtype="<u4", count=n)
+    return struct.pack(">iiIii", 1, 0, element_oid, n, 1) + body.tobytes()
 
 
 class _Encoded(psycopg.adapt.Dumper):

@@ -44,31 +44,9 @@ from db.engine import rows_matched
 from db.enums import CaptureStatus
 from polar.errors import PermissionDenied, PolarError, StoreError
 from polar.proxy.capture import sql as capture_sql
+from polar.proxy.capture.waits import Pending, Stored, Waits
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Stored:
-    """Where a committed capture landed."""
-
-    id: int
-    seq: int
-
-
-@dataclass(eq=False)
-class _Pending:
-    row: Capture
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Stored]
-    key_hash: str | None = None  # commit only while the session is open under this key (None: unchecked)
-    expired: bool = False  # its caller's wait ran out (``_expire``)
-
-
-def _expire(pending: _Pending) -> None:
-    if not pending.future.done():
-        pending.expired = True
-        pending.future.cancel()
 
 
 @dataclass(frozen=True)
@@ -83,13 +61,14 @@ class CaptureWriter:
         self._factory = factory
         self._max_batch = max_batch
         self._retries = retries
-        self._queue: queue.Queue[_Pending | _Unacknowledge | None] = queue.Queue()
+        self._queue: queue.Queue[Pending | _Unacknowledge | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._conn: Connection | None = None  # the writer thread's own connection, kept between batches
         self._committing = False
         self.commits = 0  # transactions committed (for benchmarks)
         self.observe_commit: Callable[[int, float], None] | None = None  # (batch size, seconds): metrics
+        self._loops: dict[asyncio.AbstractEventLoop, Waits] = {}  # the callers' deadlines, per event loop
 
     async def write(self, row: Capture, *, timeout_s: float | None = None) -> int:
         """Commit ``row`` (its ``seq`` is assigned here) and return its id. Raises StoreError on failure, or
@@ -101,14 +80,14 @@ class CaptureWriter:
         its session is open under that key; otherwise ``PermissionDenied`` (closed or re-keyed meanwhile)."""
         self._ensure_started()
         loop = asyncio.get_running_loop()
-        pending = _Pending(row, loop, loop.create_future(), key_hash)
+        pending = Pending(row, loop, loop.create_future(), key_hash)
         self._queue.put(pending)
         if timeout_s is None:
             return await pending.future
-        # One timer that cancels the future (not ``asyncio.wait_for``: a second future, a task wrapper and two
-        # callbacks per call). A cancelled future is a caller that gave up: the writer skips its row if its
-        # transaction has not begun, and marks it unacknowledged if it commits anyway (``_resolve_all``).
-        timer = loop.call_later(timeout_s, _expire, pending)
+        # The wait runs out by cancelling the future (``Waits``; not ``asyncio.wait_for``: a second future, a task
+        # wrapper and two callbacks per call). A cancelled future is a caller that gave up: the writer skips its
+        # row if its transaction has not begun, and marks it unacknowledged if it commits anyway (``_resolve_all``).
+        timer = self._waits(loop).add(pending, timeout_s)
         try:
             return await pending.future
         except asyncio.CancelledError:
@@ -116,7 +95,16 @@ class CaptureWriter:
                 raise  # the caller itself was cancelled
             raise StoreError(f"the store did not commit the capture within {timeout_s:g} s") from None
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
+
+    def _waits(self, loop: asyncio.AbstractEventLoop) -> Waits:
+        waits = self._loops.get(loop)
+        if waits is None:
+            for closed in [other for other in self._loops if other.is_closed()]:
+                del self._loops[closed]
+            waits = self._loops[loop] = Waits(loop)
+        return waits
 
     def unacknowledge(self, *capture_ids: int) -> None:
         """Mark committed captures ``UNACKNOWLEDGED`` (their callers never got them), soon, on the writer thread."""
@@ -172,7 +160,7 @@ class CaptureWriter:
         except Exception:  # the writer thread must live on; the capture stays OK (logged for the operator)
             log.exception("could not mark captures %s unacknowledged", capture_ids)
 
-    def _commit(self, batch: list[_Pending]) -> None:
+    def _commit(self, batch: list[Pending]) -> None:
         batch = [p for p in batch if not p.future.done()]  # callers that timed out or went away
         if not batch:
             return
@@ -192,7 +180,7 @@ class CaptureWriter:
         assert error is not None
         _wake(batch, [error] * len(batch), self.unacknowledge)
 
-    def _attempt(self, batch: list[_Pending]) -> tuple[list[Stored | PolarError] | None, PolarError | None, bool]:
+    def _attempt(self, batch: list[Pending]) -> tuple[list[Stored | PolarError] | None, PolarError | None, bool]:
         """Insert the batch: (each row's Stored or refusal, None, _) on success, else (None, error, whether a row
         may be at fault)."""
         conflict: IntegrityError | None = None
@@ -216,7 +204,7 @@ class CaptureWriter:
         assert conflict is not None
         return None, _row_error(conflict, batch, "could not assign a capture sequence number"), True
 
-    def _insert(self, batch: list[_Pending]) -> list[Stored | PolarError]:
+    def _insert(self, batch: list[Pending]) -> list[Stored | PolarError]:
         """One transaction on the writer's own connection (``polar.proxy.capture.sql``): the batch's rollout rows
         locked in id order (so concurrent writers never deadlock), one counter increment for all of them that
         also checks each session is open under its call's key, then one bulk insert. Rows of a revoked
@@ -243,7 +231,7 @@ class CaptureWriter:
             conn = self._conn = engine.connect()
         return conn
 
-    def _transaction(self, batch: list[_Pending]) -> list[Stored | PolarError]:
+    def _transaction(self, batch: list[Pending]) -> list[Stored | PolarError]:
         self._committing = False
         conn = self._connection()
         dialect = conn.dialect
@@ -254,7 +242,7 @@ class CaptureWriter:
                 encoded[id(pending)] = capture_sql.encode_row(pending.row, dialect)
             except Exception as exc:  # noqa: BLE001 -- a value the column type refuses (an id beyond int32, ...): this row only
                 refused[id(pending)] = _row_error(exc, [pending])
-        groups: dict[tuple[str, str | None], list[_Pending]] = {}
+        groups: dict[tuple[str, str | None], list[Pending]] = {}
         for pending in batch:
             if id(pending) not in refused:
                 groups.setdefault((pending.row.rollout_id, pending.key_hash), []).append(pending)
@@ -264,7 +252,7 @@ class CaptureWriter:
             if lock is not None and len(rollout_ids) > 1:
                 conn.exec_driver_sql(lock, tuple(rollout_ids))
             ends = self._advance(conn, groups)
-            rows: list[_Pending] = []
+            rows: list[Pending] = []
             for (rollout_id, key_hash), members in groups.items():
                 end = ends.get((rollout_id, key_hash))
                 if end is None and key_hash is not None:
@@ -298,7 +286,7 @@ class CaptureWriter:
 
     @staticmethod
     def _advance(
-        conn: Connection, groups: dict[tuple[str, str | None], list[_Pending]]
+        conn: Connection, groups: dict[tuple[str, str | None], list[Pending]]
     ) -> dict[tuple[str, str | None], int]:
         """Increment the counters: one UPDATE for every rollout with one key in the batch (the usual case), one
         more per group of a rollout seen under two keys. Returns each group's counter after its increment;
@@ -348,7 +336,7 @@ class CaptureWriter:
         return moved
 
 
-def _row_error(exc: Exception, batch: list[_Pending], context: str = "") -> StoreError:
+def _row_error(exc: Exception, batch: list[Pending], context: str = "") -> StoreError:
     """The database's own reason (its first line), naming the session when it is one row's fault."""
     detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     reason = detail[0] if detail else exc.__class__.__name__
@@ -359,7 +347,7 @@ def _row_error(exc: Exception, batch: list[_Pending], context: str = "") -> Stor
     return StoreError(f"could not store the capture{where}: {prefix}{exc.__class__.__name__}: {reason}"[:2000])
 
 
-def _wake(batch: list[_Pending], outcomes: list[Stored | PolarError], undelivered: Callable[..., None]) -> None:
+def _wake(batch: list[Pending], outcomes: list[Stored | PolarError], undelivered: Callable[..., None]) -> None:
     """Hand each caller its outcome: one wake-up of each event loop for the whole batch, not one per row.
     ``undelivered(*ids)``: captures stored whose callers had given up."""
     per_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Stored], Stored | PolarError]]] = {}

@@ -61,7 +61,7 @@ class CaptureWriter:
         self._factory = factory
         self._max_batch = max_batch
         self._retries = retries
-        self._queue: queue.Queue[Pending | _Unacknowledge | None] = queue.Queue()
+        self._queue: queue.SimpleQueue[Pending | _Unacknowledge | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._conn: Connection | None = None  # the writer thread's own connection, kept between batches
@@ -113,6 +113,9 @@ class CaptureWriter:
             self._queue.put(_Unacknowledge(tuple(capture_ids)))
 
     def _ensure_started(self) -> None:
+        thread = self._thread
+        if thread is not None and thread.is_alive():  # every call: no lock taken once it runs
+            return
         with self._start_lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="polar-capture-writer", daemon=True)

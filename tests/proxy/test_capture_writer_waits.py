@@ -93,27 +93,3 @@ def test_a_caller_cancelled_from_outside_is_cancelled_not_a_store_error(tmp_path
         asyncio.run(scenario())
         # The cancelled caller's row was already in a transaction: it committed, and is kept as a phantom.
         _assert_a_phantom_then_ok(factory, rollout_id)
-
-
-def test_waits_run_out_in_order_on_one_timer_and_a_shorter_wait_on_time():
-    """Callers' deadlines queue behind one timer; an answered caller leaves the queue; a wait shorter than one
-    already queued still runs out on time (a timer of its own)."""
-    from polar.proxy.capture.waits import Pending, Stored, Waits
-
-    async def scenario() -> None:
-        loop = asyncio.get_running_loop()
-        waits = Waits(loop)
-        first, answered, later, short = (Pending(Capture(), loop, loop.create_future()) for _ in range(4))
-        assert waits.add(first, 0.3) is None and waits.add(answered, 0.3) is None
-        answered.future.set_result(Stored(1, 0))
-        assert waits.add(later, 0.5) is None and waits.timer is not None
-        handle = waits.add(short, 0.1)
-        assert handle is not None  # shorter than the waits queued
-        await asyncio.sleep(0.2)
-        assert short.expired and short.future.cancelled() and not first.expired
-        await asyncio.sleep(0.2)
-        assert first.expired and not answered.expired and not later.expired
-        await asyncio.sleep(0.25)
-        assert later.expired and not waits.queue and waits.timer is None
-
-    asyncio.run(scenario())

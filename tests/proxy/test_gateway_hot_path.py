@@ -259,7 +259,7 @@ def test_one_group_commit_checks_each_call_against_its_own_key(store_url, tmp_pa
 async def _keys_in_one_batch(settings, engine) -> None:
     from db import Capture, session_scope
     from polar.errors import PermissionDenied
-    from polar.proxy.capture.waits import Pending, Stored  # white-box: rows put on the writer's queue at once
+    from polar.proxy.capture.pending import Pending, Stored  # white-box: rows put on the writer's queue at once
     from polar.proxy.session.sessions import hash_key
     from tests.proxy.test_gateway_poison import _row
 

@@ -20,7 +20,7 @@ from db import Capture, session_scope
 from db.enums import CaptureStatus
 from polar.backends.local import LocalBackend
 from polar.errors import StoreError
-from polar.proxy.capture.waits import Stored
+from polar.proxy.capture.pending import Stored
 from tests.pg import STORES, migrated_store
 from tests.proxy.asgi_gateway import asgi_gateway, captures, open_session
 from tests.proxy.gateway_server import settings_for
@@ -139,7 +139,7 @@ async def _group_commit(settings, engine) -> None:
 
 
 def _pending(row, loop, future):
-    from polar.proxy.capture.waits import Pending  # white-box: rows put on the writer's queue directly
+    from polar.proxy.capture.pending import Pending  # white-box: rows put on the writer's queue directly
 
     return Pending(row, loop, future)
 

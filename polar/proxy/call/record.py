@@ -21,8 +21,8 @@ from polar.errors import PolarError
 from polar.inference import GenerateResult
 from polar.proxy import access_log
 from polar.proxy.call.plan import CallPlan
+from polar.proxy.capture.pending import Stored
 from polar.proxy.capture.row import capture_row
-from polar.proxy.capture.waits import Stored
 from polar.proxy.capture.writer import CaptureWriter
 from polar.proxy.session.call_node import CallNode
 from polar.proxy.session.history import HistoryCache

@@ -44,7 +44,7 @@ from db.engine import rows_matched
 from db.enums import CaptureStatus
 from polar.errors import PermissionDenied, PolarError, StoreError
 from polar.proxy.capture import sql as capture_sql
-from polar.proxy.capture.waits import Pending, Stored, Waits
+from polar.proxy.capture.pending import Pending, Stored, expire
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,6 @@ class CaptureWriter:
         self._committing = False
         self.commits = 0  # transactions committed (for benchmarks)
         self.observe_commit: Callable[[int, float], None] | None = None  # (batch size, seconds): metrics
-        self._loops: dict[asyncio.AbstractEventLoop, Waits] = {}  # the callers' deadlines, per event loop
 
     async def write(self, row: Capture, *, timeout_s: float | None = None) -> int:
         """Commit ``row`` (its ``seq`` is assigned here) and return its id. Raises StoreError on failure, or
@@ -84,10 +83,10 @@ class CaptureWriter:
         self._queue.put(pending)
         if timeout_s is None:
             return await pending.future
-        # The wait runs out by cancelling the future (``Waits``; not ``asyncio.wait_for``: a second future, a task
-        # wrapper and two callbacks per call). A cancelled future is a caller that gave up: the writer skips its
-        # row if its transaction has not begun, and marks it unacknowledged if it commits anyway (``_resolve_all``).
-        timer = self._waits(loop).add(pending, timeout_s)
+        # One timer that cancels the future (not ``asyncio.wait_for``: a second future, a task wrapper and two
+        # callbacks per call). A cancelled future is a caller that gave up: the writer skips its row if its
+        # transaction has not begun, and marks it unacknowledged if it commits anyway (``_resolve_all``).
+        timer = loop.call_later(timeout_s, expire, pending)
         try:
             return await pending.future
         except asyncio.CancelledError:
@@ -95,16 +94,7 @@ class CaptureWriter:
                 raise  # the caller itself was cancelled
             raise StoreError(f"the store did not commit the capture within {timeout_s:g} s") from None
         finally:
-            if timer is not None:
-                timer.cancel()
-
-    def _waits(self, loop: asyncio.AbstractEventLoop) -> Waits:
-        waits = self._loops.get(loop)
-        if waits is None:
-            for closed in [other for other in self._loops if other.is_closed()]:
-                del self._loops[closed]
-            waits = self._loops[loop] = Waits(loop)
-        return waits
+            timer.cancel()
 
     def unacknowledge(self, *capture_ids: int) -> None:
         """Mark committed captures ``UNACKNOWLEDGED`` (their callers never got them), soon, on the writer thread."""

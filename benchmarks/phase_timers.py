@@ -64,8 +64,10 @@ def install() -> None:
     from polar.proxy.call.record import CallRecorder
     from polar.proxy.call.service import CallService
     from polar.proxy.capture.writer import CaptureWriter
+    from polar.proxy.http import app
     from polar.tokens.tokenizer import ChatTokenizer
 
+    timed(app, "_model_call", "the call's handler (all the phases below on the loop)")
     timed(Intake, "decode", "intake: read, parse, check the body")
     timed(Planner, "plan", "plan: parent, render, admit")
     timed(ChatTokenizer, "encode", "  tokenizer.encode (in plan)")

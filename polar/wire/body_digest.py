@@ -65,8 +65,15 @@ class Repeats:
 
     def kept(self, key: str) -> int:
         """How many leading items of the list at ``key`` extend the earlier body's list (0: it does not)."""
-        count = self.parts.get(key, 0)
-        return count if count > 0 else 0
+        return max(self.parts.get(key, 0), 0)
+
+    def same_keys(self) -> list[str]:
+        """The keys present in both bodies with the same value."""
+        return [key for key, count in self.parts.items() if count == -1]
+
+    def kept_counts(self) -> dict[str, int]:
+        """The list keys whose leading items extend the earlier body's list, and how many."""
+        return {key: count for key, count in self.parts.items() if count > 0}
 
 
 def body_digest(body: Any) -> BodyDigest | None:

@@ -122,9 +122,7 @@ class CallRecorder:
         parent_digest = self.histories.digest_in_memory(plan.session.id, parent.ref)
         if plan.digest is not None and parent_digest is not None:
             repeats = plan.digest.repeats(parent_digest)
-            same = [key for key, count in repeats.parts.items() if count == -1]
-            kept = {key: count for key, count in repeats.parts.items() if count > 0}
-            return compact_known(plan.body, same, kept)
+            return compact_known(plan.body, repeats.same_keys(), repeats.kept_counts())
         parent_body = await in_store(
             self.histories.parent_body, plan.session.id, parent.ref, timeout_s=self.store_timeout_s
         )

@@ -24,7 +24,7 @@ from typing import Any
 
 from polar.proxy.call.complete import complete
 from polar.proxy.call.generation import Generation
-from polar.proxy.call.intake import BodyReader, Intake
+from polar.proxy.call.intake import BodyReader, Decoded, Intake
 from polar.proxy.call.limits import ServerLimits
 from polar.proxy.call.plan import CallPlan, Planner
 from polar.proxy.call.policy import Policy
@@ -62,30 +62,24 @@ class CallService:
         started = time.perf_counter()
         session = await self.intake.session(key)
         decoded = await self.intake.decode(session, read, codec, model, stream)
-        policy = self.policy_for(session)
         try:
-            return await self.planner.plan(
-                session,
-                codec,
-                decoded.body,
-                decoded.request,
-                policy,
-                started,
-                tools_chars=decoded.tool_chars,
-                digest=decoded.digest,
-            )
+            return await self._plan(session, codec, decoded, started)
         except SealedText:  # its build renders messages it took sealed from the session's history
-            whole = await self.intake.decode_whole(decoded, codec, model, stream)
-            return await self.planner.plan(
-                session,
-                codec,
-                whole.body,
-                whole.request,
-                policy,
-                started,
-                tools_chars=whole.tool_chars,
-                digest=whole.digest,
+            return await self._plan(
+                session, codec, await self.intake.decode_whole(decoded, codec, model, stream), started
             )
+
+    async def _plan(self, session: SessionInfo, codec: ProtocolCodec, decoded: Decoded, started: float) -> CallPlan:
+        return await self.planner.plan(
+            session,
+            codec,
+            decoded.body,
+            decoded.request,
+            self.policy_for(session),
+            started,
+            tools_chars=decoded.tool_chars,
+            digest=decoded.digest,
+        )
 
     async def count_tokens(self, key: str | None, read: BodyReader, codec: ProtocolCodec, *, model: str | None) -> int:
         """How many prompt ids the body renders to (``count_tokens`` / ``countTokens``); nothing is recorded."""

@@ -18,7 +18,9 @@ the same run, so the ratios hold on a loaded machine. Sections:
 
 - steady: one session from its opening to ``--steady-context`` tokens; gateway CPU per turn at the last turns
   against the floor (tokenize the turn's new text, and four other slices of its size, each once: text the
-  tokenizer has not seen, as the gateway's is; + ``orjson.loads`` the body once, median of 5).
+  tokenizer has not seen, as the gateway's is; + ``orjson.loads`` the body once, median of 5). Beside it, the
+  work token-in adds to any gateway's turn: the whole prompt's ids serialised and written to a socket
+  (``benchmarks/floors.py``), and the ratio to the floor with it.
 - cold: the first call of sessions opening at each ``--cold`` size against tokenizing the opening once (the
   first time, as the gateway meets it).
 - isolation: another session's small call while a ``--big-cold`` token opening is counted (``count_tokens``: the
@@ -63,27 +65,11 @@ from benchmarks.agent_sessions import (
     start_backend,
     start_gateway,
 )
+from benchmarks.floors import IdsWire, cpu_median, cpu_once
 from benchmarks.gateway_support import Server, drop_schema, percentile, schema_url
 from benchmarks.session_heap import heap_per_session
 from polar.settings import get_settings
 from polar.tokens.tokenizer import ChatTokenizer, load_tokenizer
-
-
-def cpu_median(fn: Any, repeat: int = 5) -> float:
-    """Median CPU seconds of this process (all threads) over ``repeat`` runs of ``fn``."""
-    took = []
-    for _ in range(repeat):
-        started = time.process_time()
-        fn()
-        took.append(time.process_time() - started)
-    return statistics.median(took)
-
-
-def cpu_once(fn: Any, *args: Any) -> float:
-    """CPU seconds of this process for one call ``fn(*args)``."""
-    started = time.process_time()
-    fn(*args)
-    return time.process_time() - started
 
 
 def ms(seconds: float) -> str:
@@ -95,6 +81,7 @@ def ms(seconds: float) -> str:
 
 async def section_steady(client: httpx.AsyncClient, gw: Server, tok: ChatTokenizer, corpus: Corpus, args) -> None:
     rng, floor_rng = random.Random(args.seed), random.Random(args.seed + 100)
+    wire = IdsWire(tok, corpus)
     key = await open_session(client, gw)
     conv = Conversation(corpus, rng, args.opening)
     context, rows = args.opening, []
@@ -110,14 +97,19 @@ async def section_steady(client: httpx.AsyncClient, gw: Server, tok: ChatTokeniz
         floor += cpu_median(lambda: orjson.loads(raw))  # noqa: B023 (called at once)
         before = gw.run_s()
         reply = await call(client, gw.url, raw, key)
-        rows.append((context, gw.run_s() - before, floor))
+        rows.append((context, gw.run_s() - before, floor, wire.cpu(reply["usage"]["prompt_tokens"])))
     last = rows[-5:]
     cpu = statistics.median(r[1] for r in last)
     floor = statistics.median(r[2] for r in last)
+    sent = statistics.median(r[3] for r in last)
     print(f"== steady turns: one session, {args.opening} -> {context} tokens, ~{args.delta}-token delta per turn ==")
     print(f"gateway CPU per turn (median of the last 5, ~{last[0][0]}-{last[-1][0]} tokens): {ms(cpu)}")
     print(f"floor (tokenize the new text, first time, + parse the body once):    {ms(floor)}")
     print(f"ratio to the floor: {cpu / floor:.2f}x (goal <= 1.5x)")
+    print(
+        f"+ the prompt's ids serialised and written to a socket, which token-in cannot skip: {ms(sent)}; "
+        f"the floor with them {ms(floor + sent)}, ratio {cpu / (floor + sent):.2f}x"
+    )
     all_ratios = sorted(r[1] / r[2] for r in rows)
     print(
         f"all {len(rows)} turns: ratio quartiles {percentile(all_ratios, 25):.2f} / {percentile(all_ratios, 50):.2f} / "

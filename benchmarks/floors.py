@@ -1,0 +1,57 @@
+"""What ``bench_agent_traffic.py`` measures the gateway against, timed in the benchmark's own process in the same
+run: CPU of a function (all threads, or one thread), and the wire work a token-in gateway cannot skip."""
+
+from __future__ import annotations
+
+import random
+import socket
+import statistics
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import orjson
+
+from benchmarks.agent_sessions import Corpus
+from polar.tokens.tokenizer import ChatTokenizer
+
+
+def cpu_median(fn: Any, repeat: int = 5) -> float:
+    """Median CPU seconds of this process (all threads) over ``repeat`` runs of ``fn``."""
+    took = []
+    for _ in range(repeat):
+        started = time.process_time()
+        fn()
+        took.append(time.process_time() - started)
+    return statistics.median(took)
+
+
+def cpu_once(fn: Any, *args: Any) -> float:
+    """CPU seconds of this process for one call ``fn(*args)``."""
+    started = time.process_time()
+    fn(*args)
+    return time.process_time() - started
+
+
+class IdsWire:
+    """What a token-in gateway cannot skip beyond the floor, each turn: the whole prompt's ids serialised for the
+    engine (``orjson``, as the gateway does) and written to a loopback TCP socket (drained by a thread), timed in
+    the writing thread's CPU. Ids are the tokenizer's own, tiled from the corpus, so their digits are realistic."""
+
+    def __init__(self, tok: ChatTokenizer, corpus: Corpus):
+        self.sample = np.asarray(tok.encode(corpus.take(random.Random(0), 20_000)), dtype=np.int32)
+        listener = socket.create_server(("127.0.0.1", 0))
+        self.out = socket.create_connection(listener.getsockname())
+        sink, _ = listener.accept()
+        listener.close()
+        threading.Thread(target=lambda: all(iter(lambda: sink.recv(1 << 20), b"")), daemon=True).start()
+
+    def cpu(self, n_ids: int, repeat: int = 5) -> float:
+        ids = np.resize(self.sample, n_ids)
+        took = []
+        for _ in range(repeat):
+            started = time.thread_time()
+            self.out.sendall(orjson.dumps({"input_ids": ids}, option=orjson.OPT_SERIALIZE_NUMPY))
+            took.append(time.thread_time() - started)
+        return statistics.median(took)

@@ -50,7 +50,6 @@ from pathlib import Path
 
 import aiohttp
 import httpx
-import orjson
 import sqlalchemy as sa
 from gateway_support import (
     LITELLM_VENV,
@@ -62,27 +61,20 @@ from gateway_support import (
     free_port,
     gateway_env,
     litellm_command,
+    ms,
     percentile,
     schema_url,
 )
-from prometheus_client.parser import text_string_to_metric_families
-from store_latency import commit_s, fsync_ms, pg_data_dir
+from scale_streams import CONTROL, aio_post, scrape, section_in_flight, session_key
+from writer_alone import section_writer
 
-from db import Rollout, make_engine, make_session_factory, migrate
+from db import make_engine, migrate
 from polar.models.tiny import ensure_model_dir
-from polar.proxy.capture.row import capture_row
-from polar.proxy.capture.writer import CaptureWriter
 from polar.settings import get_settings
 
 POSTGRES_URL = os.environ.get("POLAR_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-CONTROL = "bench-" + secrets.token_urlsafe(12)
 LITELLM_KEY = "sk-bench-" + secrets.token_urlsafe(12)  # LiteLLM refuses to start without a master key
-AUTH = {"Authorization": f"Bearer {CONTROL}"}
 BIN = Path(sys.executable).parent
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.2f}"
 
 
 def start(stack: ExitStack, tmp: Path, pg_url: str, litellm: bool) -> dict[str, Server]:
@@ -114,35 +106,6 @@ def start(stack: ExitStack, tmp: Path, pg_url: str, litellm: bool) -> dict[str, 
     for s in servers.values():
         s.wait_ready()
     return servers
-
-
-async def session_key(client: httpx.AsyncClient, gateway: Server) -> str:
-    reply = await client.post(gateway.url + "/v1/sessions", json={}, headers=AUTH)
-    reply.raise_for_status()
-    return reply.json()["api_key"]
-
-
-async def scrape(client: httpx.AsyncClient, gateway: Server) -> dict[tuple[str, tuple], float]:
-    text = (await client.get(gateway.url + "/metrics", headers=AUTH)).text
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def histogram_quantile(samples: dict, name: str, labels: dict[str, str], q: float) -> float:
-    """The upper bound of the bucket holding quantile ``q`` (as Prometheus's histogram_quantile, coarse)."""
-    buckets = sorted(
-        (float(dict(k[1])["le"]), v)
-        for k, v in samples.items()
-        if k[0] == name + "_bucket" and all(dict(k[1]).get(a) == b for a, b in labels.items())
-    )
-    total = buckets[-1][1] if buckets else 0
-    for bound, count in buckets:
-        if total and count >= q * total:
-            return bound
-    return float("nan")
 
 
 async def post(client: httpx.AsyncClient, url: str, body: dict, key: str | None) -> dict:
@@ -218,15 +181,6 @@ async def section_append(client: httpx.AsyncClient, servers: dict[str, Server], 
 
 
 # ---- 2. calls/s at concurrency 64 ------------------------------------------------------------------------
-
-
-async def aio_post(http: aiohttp.ClientSession, url: str, body: dict, key: str | None) -> dict:
-    headers = {"content-type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    async with http.post(url, data=orjson.dumps(body), headers=headers) as reply:
-        data = await reply.read()
-    if reply.status != 200:
-        raise RuntimeError(f"{url}: HTTP {reply.status}: {data[:300]!r}")
-    return orjson.loads(data)
 
 
 async def section_throughput(client: httpx.AsyncClient, servers: dict[str, Server], n: int, conc: int) -> None:
@@ -307,165 +261,6 @@ def print_ceilings(rows: list, direct: float) -> None:
             f"call, leaving a gateway {allowed} (this one spends {used[name]:.2f} ms, at which one process serves "
             f"at most {bound:.0f} calls/s: {rps / bound:.0%} of that reached)"
         )
-
-
-# ---- 3. streaming calls in flight at once ----------------------------------------------------------------
-
-
-async def section_in_flight(
-    client: httpx.AsyncClient, servers: dict[str, Server], n: int, ramp_s: float, next_calls: bool
-) -> None:
-    gateway = servers["sqlite"]
-    arrival = "all sent at once" if ramp_s == 0 else f"sent over {ramp_s:g} s"
-    which = "each session's next call" if next_calls else "each session's first call"
-    print(
-        f"\n== 3. {n} streaming calls in flight at once, {which}, {arrival} (SQLite gateway, backend 20 ms per "
-        "token, 50 tokens each, aiohttp load) =="
-    )
-    keys = [await session_key(client, gateway) for _ in range(n)]
-    first = chat_body(conversation(9), max_tokens=64)
-    bodies = [orjson.dumps({**first, "stream": True})] * n
-    if next_calls:  # each session's first call (not streamed, not measured), as a fleet mid-rollout has made
-
-        async def warm(i: int) -> None:
-            said = echo(await aio_post(http, gateway.url + "/v1/chat/completions", first, keys[i]))
-            result = {"role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "ok"}
-            bodies[i] = orjson.dumps(chat_body([*first["messages"], said, result], max_tokens=64, stream=True))
-
-        pending = iter(range(n))
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-            await closed_loop(64, n, lambda _: warm(next(pending)))
-    await client.post(servers["upstream"].url + "/bench/config", json={"stream_token_delay_ms": 20, "reply": "long"})
-    rss_before = gateway.rss_kib()
-    before = await scrape(client, gateway)
-    cpu_before = gateway.cpu_s()
-    errors: list[str] = []
-    lengths: list[int] = []
-    open_now, peak = 0, 0
-
-    async def one(http: aiohttp.ClientSession, i: int, key: str) -> None:
-        nonlocal open_now, peak
-        await asyncio.sleep(ramp_s * i / n)
-        headers = {"Authorization": f"Bearer {key}", "content-type": "application/json"}
-        open_now += 1
-        peak = max(peak, open_now)
-        try:
-            async with http.post(gateway.url + "/v1/chat/completions", data=bodies[i], headers=headers) as reply:
-                text = (await reply.read()).decode()
-            if reply.status != 200 or "[DONE]" not in text or '"error"' in text:
-                errors.append(f"HTTP {reply.status}: {text[:120]}")
-            lengths.append(text.count("data: "))
-        except aiohttp.ClientError as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
-        finally:
-            open_now -= 1
-
-    started = time.perf_counter()
-    async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=300)
-    ) as http:
-        await asyncio.gather(*(one(http, i, k) for i, k in enumerate(keys)))
-    wall = time.perf_counter() - started
-    after = await scrape(client, gateway)
-    cpu = gateway.cpu_s() - cpu_before
-    rss_after = gateway.rss_kib()
-    await client.post(servers["upstream"].url + "/bench/config", json={"stream_token_delay_ms": 0, "reply": "tool"})
-    ok_key = ("polar_gateway_calls_total", (("outcome", "ok"), ("protocol", "openai_chat")))
-    ok = after[ok_key] - before.get(ok_key, 0)
-    during = {k: v - before.get(k, 0) for k, v in after.items()}  # this section's observations only
-    lag = {
-        q: histogram_quantile(during, "polar_event_loop_lag_seconds", {"server": "gateway"}, q) for q in (0.5, 0.99, 1)
-    }
-    print(
-        f"wall {wall:.1f} s, most in flight at once {peak}, errors {len(errors)}, committed (ok calls) {ok:.0f} of "
-        f"{n}, frames per stream {statistics.median(lengths) if lengths else 0:.0f}, gateway CPU {cpu:.1f} s "
-        f"({cpu * 1000 / n:.1f} ms per streamed call)"
-    )
-    if errors:
-        print(f"first error: {errors[0]}")
-    memory = (
-        f"memory per open session {(rss_after - rss_before) / n:.1f} KiB (RSS after - before, {n} sessions of one call)"
-        if ramp_s == 0 and not next_calls
-        else "(memory: see the first run; this one's sessions fill what the allocator kept from it)"
-    )
-    lags = f"p50 <= {ms(lag[0.5])} ms, p99 <= {ms(lag[0.99])} ms, worst <= {ms(lag[1])} ms (bucket bounds)"
-    print(f"event-loop lag during the streams: {lags}; {memory}")
-
-
-# ---- 4. the capture writer alone -------------------------------------------------------------------------
-
-
-def section_writer(pg_url: str, n: int, sessions: int) -> None:
-    engine = make_engine(pg_url)
-    factory = make_session_factory(engine)
-    ids = []
-    with factory() as db, db.begin():
-        for _ in range(sessions):
-            row = Rollout()
-            db.add(row)
-            db.flush()
-            ids.append(row.id)
-    writer = CaptureWriter(factory, max_batch=512)
-
-    def row(i: int):
-        from polar.inference import FinishReason, GenerateResult, LogprobSemantics, SamplingParams, VersionSpan
-        from polar.settings import RenderMode
-        from polar.tokens.render import Prompt
-
-        result = GenerateResult(
-            tuple(range(50)),
-            tuple([-0.5] * 50),
-            FinishReason.STOP,
-            None,
-            (VersionSpan("v0", 0, 50),),
-            300,
-            LogprobSemantics.TEMPERATURE_SCALED,
-        )
-        return capture_row(
-            rollout_id=ids[i % sessions],
-            seq=-1,
-            protocol="openai_chat",
-            model="tiny",
-            backend="sglang",
-            request_json={"messages": [{"role": "user", "content": "x" * 200}]},
-            prompt=Prompt(tuple(range(300)), RenderMode.APPEND),
-            sampling=SamplingParams(),
-            result=result,
-            response_json={"id": "x"},
-        )
-
-    async def main() -> list[float]:
-        rows = [row(i) for i in range(n)]
-        await asyncio.gather(*(writer.write(r, timeout_s=120) for r in rows[:200]))  # warm-up
-        rates = []
-        for part in range(ROUNDS):  # rounds: a checkpoint or another process's burst moves one, not the figure
-            chunk = rows[200 + part * (n - 200) // ROUNDS : 200 + (part + 1) * (n - 200) // ROUNDS]
-            started, cpu = time.perf_counter(), time.process_time()
-            await asyncio.gather(*(writer.write(r, timeout_s=120) for r in chunk))
-            rates.append(len(chunk) / (time.perf_counter() - started))
-            cpu_per_capture.append((time.process_time() - cpu) / len(chunk))
-        return rates
-
-    commits = writer.commits
-    cpu_per_capture: list[float] = []  # this process's CPU (the callers and the writer thread) per capture
-    rates = asyncio.run(main())
-    writer.close()
-    commit_ms = statistics.median(commit_s(engine, ids[0]) for _ in range(50)) * 1000
-    engine.dispose()
-    print(f"\n== 4. the capture writer alone on Postgres: {n - 200} captures from {sessions} sessions ==")
-    print(
-        f"{statistics.median(rates):.0f} captures/s committed (median of {ROUNDS} rounds: "
-        f"{', '.join(f'{r:.0f}' for r in rates)}), {writer.commits - commits} transactions (group commit); "
-        f"{statistics.median(cpu_per_capture) * 1e6:.0f} us of this process's CPU per capture (callers and writer "
-        "thread: steadier than the rate on a shared machine)"
-    )
-    print(
-        f"this machine's disk: fsync of 8 KiB p50 {fsync_ms(pg_data_dir(pg_url)):.2f} ms; a one-row commit on this "
-        f"Postgres p50 {commit_ms:.2f} ms (each batch pays one: a slow disk lowers the figure above, not the code)"
-    )
-
-
-ROUNDS = 3
 
 
 def main() -> None:

@@ -14,11 +14,11 @@ TOOL = {"type": "function", "function": {"name": "ls", "description": "list", "p
 GREP = {"type": "function", "function": {"name": "grep", "description": "search", "parameters": {"type": "object"}}}
 
 
-def _run(tmp_path, cache_dir, engine, scenario) -> list[dict]:
+def _run(tmp_path, cache_dir, engine, scenario, policy: dict = SCRIPT) -> list[dict]:
     async def main() -> list[dict]:
         settings = settings_for(tmp_path, cache_dir, session_cache_ttl_s=60)
         async with asgi_gateway(settings, LocalBackend(engine)) as (_gw, client):
-            session = await open_session(client, policy=SCRIPT)
+            session = await open_session(client, policy=policy)
             headers = {"Authorization": f"Bearer {session['api_key']}"}
 
             async def call(messages: list, tools: list | None = None) -> str:
@@ -126,3 +126,32 @@ def test_a_deleted_message_between_replies_is_unresolved(tmp_path, cache_dir, en
 
     rows = _run(tmp_path, cache_dir, engine, scenario)
     assert _kinds(rows)[-1] == ("unresolved", "history_edited")
+
+
+def test_roots_among_many_side_calls_still_name_a_sub_agent_and_a_summary(tmp_path, cache_dir, engine):
+    """A root's cause is read from every earlier call (their tool-call arguments, their replies), however many side
+    calls (titles, command checks) the session made before it."""
+    brief = "Find every TODO in the parser module and list them"
+    task = {
+        "type": "function",
+        "function": {"name": "task", "description": "delegate", "parameters": {"type": "object"}},
+    }
+    policy = {
+        "type": "scripted",
+        "replies": [
+            {"content": "delegating", "tool_calls": [{"name": "task", "arguments": {"prompt": brief}}]},
+            {"content": "The parser has three TODO markers left."},
+        ],
+        "tool_free_reply": "Side answer",
+    }
+
+    async def scenario(call):
+        await call([_user("clean up the parser")], [task])
+        for i in range(40):
+            await call([_user(f"a title for conversation {i}")])
+        await call([_user(brief)], [task])  # the sub-agent, briefed with the tool call's argument
+        await call([_user("So far: The parser has three TODO markers left. Go on.")])  # a summary of its reply
+
+    rows = _run(tmp_path, cache_dir, engine, scenario, policy)
+    assert len(rows) == 43 and all(r["admission"] == "root" for r in rows)
+    assert [r["admission_cause"] for r in rows[-2:]] == ["sub_agent", "summarised"]

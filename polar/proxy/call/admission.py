@@ -21,14 +21,16 @@ request's history against what the session's captures really produced, so that n
 
 A trailing assistant message (a prefill the model continues) is the client's text by definition and never makes
 a call unresolved. Cost: a matched call checks only the messages after its parent's echo (usually none is an
-assistant message); a root compares its assistant messages with the calls of the same depth.
+assistant message); a root reads every known call (whose conversation it repeats, whose tool-call argument or
+reply it holds) from the session's call nodes as held, its last message compared first
+(``benchmarks/bench_root_calls.py``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from db.enums import Admission
 from polar.tokens.matching import echo_length, same_message, same_tools
@@ -41,6 +43,20 @@ ECHOED_IDS = "echoed_ids"
 MIN_ARGUMENT_CHARS = 16  # a tool-call string argument shorter than this is too common to link a sub-agent
 
 
+class KnownCall(Protocol):
+    """What admission reads of an earlier call: the conversation it was made with and its reply (a session's call
+    nodes, ``polar.proxy.session.call_node.CallNode``, as they are: no prompt ids are built for a verdict)."""
+
+    @property
+    def messages(self) -> Sequence[Message]: ...
+
+    @property
+    def tools(self) -> Sequence[ToolSpec]: ...
+
+    @property
+    def reply(self) -> Message: ...
+
+
 @dataclass(frozen=True)
 class Verdict:
     admission: Admission
@@ -51,7 +67,7 @@ def admit(
     messages: Sequence[Message],
     tools: Sequence[ToolSpec],
     found: tuple[PriorCall, int] | None,
-    known: Callable[[], Sequence[PriorCall]],
+    known: Callable[[], Sequence[KnownCall]],
     *,
     first: bool = False,
     witnessed: bool = False,
@@ -78,17 +94,22 @@ def admit(
     return Verdict(Admission.ROOT, _root_cause(messages, tools, calls))
 
 
-def _by_depth(calls: Sequence[PriorCall]) -> dict[int, list[PriorCall]]:
-    out: dict[int, list[PriorCall]] = {}
+def _by_depth(calls: Sequence[KnownCall]) -> dict[int, list[KnownCall]]:
+    out: dict[int, list[KnownCall]] = {}
     for call in calls:
         out.setdefault(len(call.messages), []).append(call)
     return out
 
 
 def _same_prefix(messages: Sequence[Message], prior: Sequence[Message]) -> bool:
-    return len(messages) >= len(prior) and all(
-        a is b or same_message(a, b) for a, b in zip(messages, prior, strict=False)
-    )
+    n = len(prior)
+    if len(messages) < n:
+        return False
+    # The last message first: conversations sharing their opening (a system prompt) differ soonest there, and a
+    # root is compared with every known call of its session.
+    if n and not (messages[n - 1] is prior[n - 1] or same_message(messages[n - 1], prior[n - 1])):
+        return False
+    return all(a is b or same_message(a, b) for a, b in zip(messages, prior, strict=False))
 
 
 def _without_reasoning(message: Message) -> Message:
@@ -96,7 +117,7 @@ def _without_reasoning(message: Message) -> Message:
 
 
 def _unexplained(
-    messages: Sequence[Message], start: int, calls: Sequence[PriorCall], *, in_context: bool
+    messages: Sequence[Message], start: int, calls: Sequence[KnownCall], *, in_context: bool
 ) -> int | None:
     """The index of the first assistant message at or after ``start`` that no known call's reply explains (a
     trailing one, a prefill, excepted); None when all are explained. ``in_context``: the explaining call must have
@@ -105,7 +126,7 @@ def _unexplained(
     Reasoning is not compared: an echo with other reasoning is the model's reply re-told (a root cause)."""
     last = len(messages) - 1
     i = start
-    depth: dict[int, list[PriorCall]] | None = None
+    depth: dict[int, list[KnownCall]] | None = None
     while i < last:
         if messages[i].role is not Role.ASSISTANT:
             i += 1
@@ -125,7 +146,7 @@ def _unexplained(
     return None
 
 
-def _root_cause(messages: Sequence[Message], tools: Sequence[ToolSpec], calls: Sequence[PriorCall]) -> str:
+def _root_cause(messages: Sequence[Message], tools: Sequence[ToolSpec], calls: Sequence[KnownCall]) -> str:
     """Why a request every assistant message of which is explained still extends no call."""
     if not calls:
         return "earlier_calls_failed"  # only failed or unacknowledged calls came before
@@ -167,18 +188,15 @@ def _system(messages: Sequence[Message]) -> str | None:
     return messages[0].content if messages and messages[0].role is Role.SYSTEM else None
 
 
-def _holds_argument(text: str, calls: Sequence[PriorCall]) -> bool:
+def _holds_argument(text: str, calls: Sequence[KnownCall]) -> bool:
     for call in calls:
         for tool_call in call.reply.tool_calls:
-            try:
-                args = json.loads(tool_call.arguments)
-            except ValueError:
-                continue
+            args = tool_call.parsed_arguments()  # parsed once per reply, not once per later root
             values = args.values() if isinstance(args, dict) else ()
             if any(isinstance(v, str) and len(v) >= MIN_ARGUMENT_CHARS and v in text for v in values):
                 return True
     return False
 
 
-def _holds_reply(text: str, calls: Sequence[PriorCall]) -> bool:
+def _holds_reply(text: str, calls: Sequence[KnownCall]) -> bool:
     return any(len(reply) >= MIN_ARGUMENT_CHARS and reply in text for reply in (c.reply.content.strip() for c in calls))

@@ -142,7 +142,7 @@ class Planner:
         )
         started = time.perf_counter() if started is None else started
         first = history.next_seq == 0 and not history.ahead and not history.nodes
-        verdict = admit(request.messages, request.tools, found, history.prior_calls, first=first, witnessed=witnessed)
+        verdict = admit(request.messages, request.tools, found, history.known_calls, first=first, witnessed=witnessed)
         return CallPlan(
             session, codec, body, request, prompt, sampling, policy, context, meta, started, verdict, digest
         )

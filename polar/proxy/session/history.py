@@ -194,9 +194,9 @@ class SessionHistory:
             if node is not None:
                 yield self._prior(node)
 
-    def prior_calls(self) -> list[PriorCall]:
-        """Every known call, in seq order."""
-        return [self._prior(n) for n in sorted(self.nodes.values(), key=lambda n: n.seq)]
+    def known_calls(self) -> list[CallNode]:
+        """Every known call, in seq order, as the history holds it (for admission: no prompt is built or copied)."""
+        return sorted(self.nodes.values(), key=lambda n: n.seq)
 
     def messages_sharing_parent(self, parent_id: int | None, messages: tuple[Message, ...]) -> tuple[Message, ...]:
         """``messages`` sealed (``Message.sealed``), the part its parent already holds as the parent's own objects."""

@@ -82,7 +82,8 @@ def long_gateway(tmp_path_factory, cache_dir, sqlite_url) -> Iterator[EmbeddedGa
 
 @pytest.fixture(scope="module")
 def batch(docker_engine, long_gateway, prefect_server, sqlite_url, tmp_path_factory, cache_dir):
-    """Runs the one batch of the module (every CLI in every runtime); returns each task's rollout ids by name."""
+    """Runs the one batch of the module (every CLI in every runtime); returns each task's rollout ids by name, and
+    how each rollout's flow run ended (the batch summary's ``flow``: says why a rollout was never taken)."""
     missing = [ADAPTERS[cli].pin.name for cli in CLIS if not ADAPTERS[cli].pin.installed(tools_dir())]
     if missing or not (tools_dir() / "node" / "bin" / "node").exists():
         pytest.skip(f"CLIs not installed in {tools_dir()} ({missing or 'node'}): make tools")
@@ -112,16 +113,19 @@ def batch(docker_engine, long_gateway, prefect_server, sqlite_url, tmp_path_fact
         if c.labels["polar.root"].startswith(str(home))
     ]
     assert not left, f"containers left behind by the batch: {left}"
-    return {task["name"]: ids for task, ids in zip(tasks, summary["tasks"].values(), strict=True)}
+    ids = {task["name"]: ids for task, ids in zip(tasks, summary["tasks"].values(), strict=True)}
+    return ids, {rid: item["flow"] for rid, item in summary["rollouts"].items()}
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("cli", CLIS)
 def test_the_cli_solves_with_the_solving_script_and_fails_with_the_other(batch, cli, runtime, sqlite_url):
     factory = make_session_factory(make_engine(sqlite_url))
-    solved, failed = (rollout_row(factory, rid) for rid in batch[f"{cli}-{runtime}"])
+    ids, flows = batch
+    solved, failed = (rollout_row(factory, rid) for rid in ids[f"{cli}-{runtime}"])
     for row, reward, n_calls in ((solved, 1.0, 2), (failed, 0.0, 1)):
-        assert row.status is RolloutStatus.COMPLETED, (row.error, row.stage_results.get("run", {}).get("stderr_tail"))
+        run = row.stage_results.get("run", {})
+        assert row.status is RolloutStatus.COMPLETED, (row.error, flows[row.id], run.get("stderr_tail"))
         assert row.reward == reward
         assert row.stage_results["init"]["runtime"]["type"] == runtime
         calls = captures(factory, row.id)

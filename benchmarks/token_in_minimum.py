@@ -7,7 +7,7 @@ parsing its body once. A token-in gateway that records every call cannot stop th
 (asyncio and httptools, no framework, ~100 lines) does only the work no such gateway can skip, each turn:
 
 - parse the body (``orjson``);
-- check that the conversation's earlier messages are the ones it holds (one digest of their serialisation);
+- check that the conversation's earlier messages are the ones it holds (a digest of their serialisation);
 - render the new messages in ChatML and tokenize them;
 - serialise the whole prompt's ids for SGLang's ``/generate`` and send them on one kept connection; read the reply;
 - commit one row to SQLite (WAL, a durable commit): the prompt's new ids, the sampled ids and their logprobs;
@@ -50,11 +50,12 @@ import httptools
 import httpx
 import numpy as np
 import orjson
+import xxhash
 
 from benchmarks.agent_sessions import Conversation, Corpus, call, open_session, start_backend, start_gateway
 from benchmarks.floors import cpu_median, cpu_once
 from benchmarks.gateway_support import Server, free_port
-from polar.digest import digest
+from polar.digest import SEED, digest
 from polar.settings import get_settings
 from polar.tokens.tokenizer import ChatTokenizer, load_tokenizer
 
@@ -68,6 +69,16 @@ FLOOR_REPLY = orjson.dumps(
     {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok", "tool_calls": []}}], "usage": {}}
 )
 GENERATE_HEAD = b"POST /generate HTTP/1.1\r\nhost: e\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+
+
+def joined_digest(head: bytes, tail: bytes) -> bytes:
+    """``digest(orjson.dumps(a + b))`` from ``orjson.dumps(a)`` and ``orjson.dumps(b)``: each list serialised once."""
+    if head == b"[]" or tail == b"[]":
+        return digest(tail if head == b"[]" else head)
+    h = xxhash.xxh3_128(seed=SEED)
+    for part in (memoryview(head)[:-1], b",", memoryview(tail)[1:]):
+        h.update(part)
+    return h.digest()
 
 
 class Session:
@@ -99,7 +110,7 @@ class Minimal:
             self.tok.encode(messages[-1]["content"])
             return FLOOR_REPLY
         session = self.sessions.setdefault(key, Session())
-        seen = orjson.dumps(messages[: session.known])
+        seen, rest = orjson.dumps(messages[: session.known]), orjson.dumps(messages[session.known :])
         if digest(seen) != session.digest:
             raise RuntimeError("the history changed: this minimal gateway handles appended turns only")
         new = messages[session.known + 1 :] if session.known else messages  # past the echo of its reply
@@ -119,7 +130,7 @@ class Minimal:
         session.seq += 1
         session.ids.extend(output)
         session.known = len(messages)
-        session.digest = digest(orjson.dumps(messages))
+        session.digest = joined_digest(seen, rest)
         message = {"role": "assistant", "content": reply["text"], "tool_calls": []}
         return orjson.dumps(
             {

@@ -20,7 +20,9 @@ the same run, so the ratios hold on a loaded machine. Sections:
   against the floor (tokenize the turn's new text, and four other slices of its size, each once: text the
   tokenizer has not seen, as the gateway's is; + ``orjson.loads`` the body once, median of 5). Beside it, the
   work token-in adds to any gateway's turn: the whole prompt's ids serialised and written to a socket
-  (``benchmarks/floors.py``), and the ratio to the floor with it.
+  (``benchmarks/floors.py``), and the ratio to the floor with it. And the floor's work timed as a server meets a
+  request, each piece after a 20 ms idle gap (on a 2-core VM the same work costs up to twice the CPU after one),
+  with the ratio to it; ``token_in_minimum.py`` serves that work from a server of its own.
 - cold: the first call of sessions opening at each ``--cold`` size against tokenizing the opening once (the
   first time, as the gateway meets it).
 - isolation: another session's small call while a ``--big-cold`` token opening is counted (``count_tokens``: the
@@ -65,7 +67,7 @@ from benchmarks.agent_sessions import (
     start_backend,
     start_gateway,
 )
-from benchmarks.floors import IdsWire, cpu_median, cpu_once
+from benchmarks.floors import IdsWire, cpu_after_idle, cpu_median, cpu_once
 from benchmarks.gateway_support import Server, drop_schema, percentile, schema_url
 from benchmarks.session_heap import heap_per_session
 from polar.settings import get_settings
@@ -95,9 +97,12 @@ async def section_steady(client: httpx.AsyncClient, gw: Server, tok: ChatTokeniz
         fresh = [new, *(corpus.take(floor_rng, args.delta) for _ in range(4))]
         floor = statistics.median(cpu_once(tok.encode, text) for text in fresh)
         floor += cpu_median(lambda: orjson.loads(raw))  # noqa: B023 (called at once)
+        unseen = [corpus.take(floor_rng, args.delta) for _ in range(5)]  # the same, after an idle gap each
+        idle = statistics.median(cpu_after_idle(tok.encode, text) for text in unseen)
+        idle += statistics.median(cpu_after_idle(orjson.loads, raw) for _ in range(5))
         before = gw.run_s()
         reply = await call(client, gw.url, raw, key)
-        rows.append((context, gw.run_s() - before, floor, wire.cpu(reply["usage"]["prompt_tokens"])))
+        rows.append((context, gw.run_s() - before, floor, wire.cpu(reply["usage"]["prompt_tokens"]), idle))
     last = rows[-5:]
     cpu = statistics.median(r[1] for r in last)
     floor = statistics.median(r[2] for r in last)
@@ -109,6 +114,11 @@ async def section_steady(client: httpx.AsyncClient, gw: Server, tok: ChatTokeniz
     print(
         f"+ the prompt's ids serialised and written to a socket, which token-in cannot skip: {ms(sent)}; "
         f"the floor with them {ms(floor + sent)}, ratio {cpu / (floor + sent):.2f}x"
+    )
+    idle = statistics.median(r[4] for r in last)
+    print(
+        f"the floor's work after a 20 ms idle gap, as a server meets a request: {ms(idle)}, ratio {cpu / idle:.2f}x "
+        "(benchmarks/token_in_minimum.py serves it, beside a minimal token-in gateway)"
     )
     all_ratios = sorted(r[1] / r[2] for r in rows)
     print(

@@ -67,7 +67,7 @@ from benchmarks.agent_sessions import (
     start_backend,
     start_gateway,
 )
-from benchmarks.floors import IdsWire, cpu_after_idle, cpu_median, cpu_once
+from benchmarks.floors import IdsWire, cpu_after_idle, cpu_once, turn_floor
 from benchmarks.gateway_support import Server, drop_schema, percentile, schema_url
 from benchmarks.session_heap import heap_per_session
 from polar.settings import get_settings
@@ -92,11 +92,7 @@ async def section_steady(client: httpx.AsyncClient, gw: Server, tok: ChatTokeniz
         new = conv.add_turn(reply, args.delta)
         context += args.delta
         raw = orjson.dumps(conv.body())
-        # Tokenizing text the tokenizer has not seen: ``new`` once, and four other slices of its size once each (an
-        # encode of the same text again finds its words in the tokenizer's cache: ~15% cheaper, no gateway's case).
-        fresh = [new, *(corpus.take(floor_rng, args.delta) for _ in range(4))]
-        floor = statistics.median(cpu_once(tok.encode, text) for text in fresh)
-        floor += cpu_median(lambda: orjson.loads(raw))  # noqa: B023 (called at once)
+        floor = turn_floor(tok, corpus, floor_rng, new, raw, args.delta)
         unseen = [corpus.take(floor_rng, args.delta) for _ in range(5)]  # the same, after an idle gap each
         idle = statistics.median(cpu_after_idle(tok.encode, text) for text in unseen)
         idle += statistics.median(cpu_after_idle(orjson.loads, raw) for _ in range(5))

@@ -53,7 +53,7 @@ import orjson
 import xxhash
 
 from benchmarks.agent_sessions import Conversation, Corpus, call, open_session, start_backend, start_gateway
-from benchmarks.floors import cpu_median, cpu_once
+from benchmarks.floors import turn_floor
 from benchmarks.gateway_support import Server, free_port
 from polar.digest import SEED, digest
 from polar.settings import get_settings
@@ -211,9 +211,7 @@ async def replay(client: httpx.AsyncClient, server: Server, key: str, tok: ChatT
         new = conv.add_turn(reply, args.delta)
         context += args.delta
         raw = orjson.dumps(conv.body())
-        fresh = [new, *(corpus.take(floor_rng, args.delta) for _ in range(4))]  # as the steady section's floor
-        floor = statistics.median(cpu_once(tok.encode, text) for text in fresh)
-        floor += cpu_median(lambda: orjson.loads(raw))  # noqa: B023 (called at once)
+        floor = turn_floor(tok, corpus, floor_rng, new, raw, args.delta)
         before = server.run_s()
         reply = await call(client, server.url, raw, key)
         rows.append((context, server.run_s() - before, floor))

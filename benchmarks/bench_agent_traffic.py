@@ -67,7 +67,7 @@ from benchmarks.agent_sessions import (
     start_backend,
     start_gateway,
 )
-from benchmarks.floors import IdsWire, cpu_after_idle, cpu_once, turn_floor
+from benchmarks.floors import IdsWire, cpu_after_idle, cpu_once, steady_turns
 from benchmarks.gateway_support import Server, drop_schema, percentile, schema_url
 from benchmarks.session_heap import heap_per_session
 from polar.settings import get_settings
@@ -82,23 +82,17 @@ def ms(seconds: float) -> str:
 
 
 async def section_steady(client: httpx.AsyncClient, gw: Server, tok: ChatTokenizer, corpus: Corpus, args) -> None:
-    rng, floor_rng = random.Random(args.seed), random.Random(args.seed + 100)
-    wire = IdsWire(tok, corpus)
-    key = await open_session(client, gw)
-    conv = Conversation(corpus, rng, args.opening)
-    context, rows = args.opening, []
-    reply = await call(client, gw.url, orjson.dumps(conv.body()), key)
-    while context < args.steady_context:
-        new = conv.add_turn(reply, args.delta)
-        context += args.delta
-        raw = orjson.dumps(conv.body())
-        floor = turn_floor(tok, corpus, floor_rng, new, raw, args.delta)
-        unseen = [corpus.take(floor_rng, args.delta) for _ in range(5)]  # the same, after an idle gap each
+    wire, idle_rng = IdsWire(tok, corpus), random.Random(args.seed + 200)
+
+    def beside(raw: bytes, reply: dict[str, Any]) -> tuple[float, float]:
+        """The wire work of the turn's prompt, and the floor's work after an idle gap each (text not seen before)."""
+        unseen = [corpus.take(idle_rng, args.delta) for _ in range(5)]
         idle = statistics.median(cpu_after_idle(tok.encode, text) for text in unseen)
         idle += statistics.median(cpu_after_idle(orjson.loads, raw) for _ in range(5))
-        before = gw.run_s()
-        reply = await call(client, gw.url, raw, key)
-        rows.append((context, gw.run_s() - before, floor, wire.cpu(reply["usage"]["prompt_tokens"]), idle))
+        return wire.cpu(reply["usage"]["prompt_tokens"]), idle
+
+    rows = await steady_turns(client, gw, await open_session(client, gw), tok, corpus, args, beside)
+    context = rows[-1][0]
     last = rows[-5:]
     cpu = statistics.median(r[1] for r in last)
     floor = statistics.median(r[2] for r in last)

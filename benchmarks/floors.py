@@ -1,5 +1,6 @@
-"""What ``bench_agent_traffic.py`` measures the gateway against, timed in the benchmark's own process in the same
-run: CPU of a function (all threads, or one thread), and the wire work a token-in gateway cannot skip."""
+"""What ``bench_agent_traffic.py`` and ``token_in_minimum.py`` measure a gateway against, timed in the benchmark's
+own process in the same run: CPU of a function (all threads, or one thread), a steady turn's floor, and the wire
+work a token-in gateway cannot skip; and the steady session both replay (``steady_turns``)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import socket
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+import httpx
 import numpy as np
 import orjson
 
-from benchmarks.agent_sessions import Corpus
+from benchmarks.agent_sessions import Conversation, Corpus, call
+from benchmarks.gateway_support import Server
 from polar.tokens.tokenizer import ChatTokenizer
 
 
@@ -40,6 +44,33 @@ def turn_floor(tok: ChatTokenizer, corpus: Corpus, rng: random.Random, new: str,
     tokenizer's cache, ~15% cheaper), the median; + ``orjson.loads`` of the body, median of 5."""
     fresh = [new, *(corpus.take(rng, tokens) for _ in range(4))]
     return statistics.median(cpu_once(tok.encode, text) for text in fresh) + cpu_median(lambda: orjson.loads(raw))
+
+
+async def steady_turns(
+    client: httpx.AsyncClient,
+    server: Server,
+    key: str,
+    tok: ChatTokenizer,
+    corpus: Corpus,
+    args: Any,
+    after: Callable[[bytes, dict[str, Any]], tuple[Any, ...]] = lambda raw, reply: (),
+) -> list[tuple[Any, ...]]:
+    """One seeded agent session through ``server``, from its ``args.opening`` to ``args.steady_context`` tokens,
+    ``args.delta`` new tokens a turn. Per turn after the opening: (context, the server's CPU for the call, the
+    turn's floor, *``after(body, reply)``), the last measured outside the call's window."""
+    rng, floor_rng = random.Random(args.seed), random.Random(args.seed + 100)
+    conv = Conversation(corpus, rng, args.opening)
+    context, rows = args.opening, []
+    reply = await call(client, server.url, orjson.dumps(conv.body()), key)
+    while context < args.steady_context:
+        new = conv.add_turn(reply, args.delta)
+        context += args.delta
+        raw = orjson.dumps(conv.body())
+        floor = turn_floor(tok, corpus, floor_rng, new, raw, args.delta)
+        before = server.run_s()
+        reply = await call(client, server.url, raw, key)
+        rows.append((context, server.run_s() - before, floor, *after(raw, reply)))
+    return rows
 
 
 def cpu_after_idle(fn: Any, *args: Any, idle_s: float = 0.02) -> float:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import sqlite3
 import statistics
 import sys
@@ -52,8 +51,8 @@ import numpy as np
 import orjson
 import xxhash
 
-from benchmarks.agent_sessions import Conversation, Corpus, call, open_session, start_backend, start_gateway
-from benchmarks.floors import turn_floor
+from benchmarks.agent_sessions import Corpus, open_session, start_backend, start_gateway
+from benchmarks.floors import steady_turns
 from benchmarks.gateway_support import Server, free_port
 from polar.digest import SEED, digest
 from polar.settings import get_settings
@@ -201,23 +200,6 @@ async def serve(port: int, backend_port: int, db_path: str, floor_only: bool) ->
 # ---- the benchmark --------------------------------------------------------------------------------------------
 
 
-async def replay(client: httpx.AsyncClient, server: Server, key: str, tok: ChatTokenizer, corpus: Corpus, args) -> list:
-    """One steady session through ``server``: (context, server CPU, floor) per turn after the opening."""
-    rng, floor_rng = random.Random(args.seed), random.Random(args.seed + 100)
-    conv = Conversation(corpus, rng, args.opening)
-    context, rows = args.opening, []
-    reply = await call(client, server.url, orjson.dumps(conv.body()), key)
-    while context < args.steady_context:
-        new = conv.add_turn(reply, args.delta)
-        context += args.delta
-        raw = orjson.dumps(conv.body())
-        floor = turn_floor(tok, corpus, floor_rng, new, raw, args.delta)
-        before = server.run_s()
-        reply = await call(client, server.url, raw, key)
-        rows.append((context, server.run_s() - before, floor))
-    return rows[-5:]
-
-
 def start_minimal(stack: ExitStack, tmp: Path, name: str, backend: Server, *flags: str) -> Server:
     port = free_port()
     argv = [sys.executable, __file__, "--serve", str(port), "--backend-port", str(backend.port)]
@@ -243,7 +225,7 @@ async def run(args: argparse.Namespace) -> None:
             arms = {}
             for name, server in servers.items():
                 key = await open_session(client, server) if name == "polar gateway" else name
-                arms[name] = await replay(client, server, key, tok, corpus, args)
+                arms[name] = (await steady_turns(client, server, key, tok, corpus, args))[-5:]
     cpu = {name: statistics.median(r[1] for r in rows) for name, rows in arms.items()}
     floor = statistics.median(r[2] for rows in arms.values() for r in rows)
     first, last = arms["polar gateway"][0][0], arms["polar gateway"][-1][0]

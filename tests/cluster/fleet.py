@@ -75,14 +75,15 @@ def prefect_env(home: Path, **extra: str) -> dict[str, str]:
 
 def haproxy_config(logs: Path) -> Path:
     """deploy/haproxy.cfg as shipped, but balancing round-robin (no affinity: a session's calls hit either replica)
-    and logging each request's server and session key, which is how the test sees which replica served a call."""
+    and logging each request's server, status and session key, which is how the test sees which replica served a
+    call."""
     text = (REPO / "deploy" / "haproxy.cfg").read_text()
     assert "balance hash var(txn.session_key)" in text
     text = text.replace("balance hash var(txn.session_key)", "balance roundrobin")
     text = text.replace(
         "frontend polar_gateway\n",
         "frontend polar_gateway\n    http-request capture req.hdr(authorization) len 120\n"
-        '    log-format "POLAR %s %[capture.req.hdr(0)]"\n',
+        '    log-format "POLAR %s %ST %[capture.req.hdr(0)]"\n',
     )
     path = logs / "haproxy.cfg"
     path.write_text(text)

@@ -46,12 +46,12 @@ from polar.auth import announce, bearer_of, install_access_log_redaction, matche
 from polar.clock import now
 from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, StoreError, invalid_from
 from polar.export.filters import ExportFilter
-from polar.models.tiny import get_spec
+from polar.models.tiny import named_tokenizer
 from polar.prefect_adapter import flow_run_states
 from polar.rollout.spec import TaskRequest
 from polar.rollout.submit import submit_tasks
 from polar.settings import Settings, TaskDispatch
-from polar.tokens.tokenizer import ChatTokenizer, load_tokenizer
+from polar.tokens.tokenizer import ChatTokenizer
 from polar.trajectory.extras import trajectory_extras_view
 from polar.ui import install_ui
 from polar.wire.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
@@ -79,7 +79,7 @@ def _error(exc: PolarError) -> JSONResponse:
 
 def model_tokenizer(settings: Settings) -> ChatTokenizer:
     """The tokenizer every gateway with ``settings`` renders prompts with (``polar.proxy.gateway`` picks it so)."""
-    return load_tokenizer(get_spec(settings.model).tokenizer, settings.cache_dir)
+    return named_tokenizer(settings.model, settings.cache_dir)
 
 
 def weight_targets(settings: Settings, gateway_url: str | None, registered: list[str] | None = None) -> list[str]:

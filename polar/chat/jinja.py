@@ -1,8 +1,11 @@
 """The fallback for a family we do not know: the folder's own Jinja chat_template, canonical mode only.
 
 Renders through the library's DefaultRenderer (``tokenizer.apply_chat_template``); ``extend`` is always None
-(a template's turn close is unknown, so append mode is never provably safe). At start the template must show
-it can render tools: a probe conversation with one tool must mention the tool's name, else ConfigError.
+(a template's turn close is unknown, so append mode is never provably safe). At start a probe conversation with
+one tool tells whether the template renders tools (the tool's name appears in the prompt). Many small chat models
+have no tool section (SmolLM2's ChatML template drops ``tools`` silently): such a format serves every call
+without tools and refuses a call with tools as an InvalidRequest naming ``tools`` (the caller's 400), rather
+than sampling from a prompt that never showed the model its tools.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from polar.chat.library import LibraryFormat
-from polar.errors import ConfigError
+from polar.errors import ConfigError, InvalidRequest
 from polar.models.folder import ModelFolder
 from polar.tokens.messages import Message, Role, ToolSpec
 
@@ -35,13 +38,21 @@ class JinjaFormat(LibraryFormat):
             raise ConfigError(
                 f"the chat_template of {folder.path} does not render: {exc}", field="chat_format"
             ) from exc
-        if PROBE_TOOL.name not in tok.decode(ids):
-            raise ConfigError(
-                f"the chat_template of {folder.path} cannot render tools (a tool given to it does not appear in the "
-                "prompt); agents need tools: set POLAR_CHAT_FORMAT to a known family",
-                field="chat_format",
-            )
+        fmt.renders_tools = PROBE_TOOL.name in tok.decode(ids)
         return fmt
+
+    renders_tools = True
+
+    def render_ids(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, add_generation_prompt: bool = True
+    ) -> list[int]:
+        if tools and not self.renders_tools:
+            raise InvalidRequest(
+                "tools: this model's chat template has no tool-call section, so it cannot be shown tools; send the "
+                "request without tools, or serve a model whose template renders them",
+                field="tools",
+            )
+        return super().render_ids(messages, tools, add_generation_prompt=add_generation_prompt)
 
     def extend(
         self,

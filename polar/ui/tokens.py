@@ -33,10 +33,9 @@ class TokenText:
     @classmethod
     def for_settings(cls, settings: Settings) -> TokenText:
         try:
-            from polar.models.tiny import get_spec
-            from polar.tokens.tokenizer import load_tokenizer
+            from polar.models.tiny import named_tokenizer
 
-            tokenizer = load_tokenizer(get_spec(settings.model).tokenizer, settings.cache_dir)
+            tokenizer = named_tokenizer(settings.model, settings.cache_dir)
         except (PolarError, OSError):  # a model this UI cannot load: show ids, never fail the page
             return cls(None)
         return cls(lambda token_id: tokenizer.decode([token_id]))

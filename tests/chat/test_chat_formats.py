@@ -174,8 +174,10 @@ def test_unknown_families_are_clear_errors(tmp_path: Path) -> None:
     assert detect_family(_folder(tmp_path / "b", {"architectures": ["X"]}, "{{ messages }}")).name == "jinja"
 
 
-def test_a_template_that_cannot_render_tools_is_refused(family_folder, tmp_path: Path) -> None:
+def test_a_template_without_tools_serves_calls_without_tools_and_refuses_tools(family_folder, tmp_path: Path) -> None:
     import shutil
+
+    from polar.errors import InvalidRequest
 
     folder = tmp_path / "jinja"
     shutil.copytree(family_folder("small"), folder)
@@ -188,8 +190,11 @@ def test_a_template_that_cannot_render_tools_is_refused(family_folder, tmp_path:
         "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     )
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
-    with pytest.raises(ConfigError, match="cannot render tools"):
-        chat_format_for(open_model_folder(folder))
+    fmt = chat_format_for(open_model_folder(folder))
+    assert fmt.family == "jinja" and fmt.render_ids([user("hi")])
+    with pytest.raises(InvalidRequest, match="no tool-call section") as info:
+        fmt.render_ids([user("hi")], TOOLS)
+    assert info.value.status_code == 400 and info.value.field == "tools"
 
 
 def test_llama3_joins_leading_system_messages_and_refuses_what_it_cannot_render(family_folder) -> None:

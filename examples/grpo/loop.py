@@ -1,18 +1,22 @@
 """The closed loop: submit → rollouts → claim groups → GRPO update → publish weights → the backend reloads.
 
     python -m examples.grpo --steps 4 --groups 2 --samples 6 --seed 0 --plot grpo_reward.png
+    python -m examples.grpo --model smollm2-135m-instruct --steps 12 --seed 0
 
 ``main`` runs everything in this process on the embedded defaults (SQLite, the local runtime, Prefect's
-ephemeral mode, the gateway on the tiny local model) behind a real control API on a loopback port; the loop
-itself only talks to that API through ``polar.client``, as a remote trainer would. Admission control is on
-(``POLAR_MAX_ASYNC_LEVEL=0``): the tasks of step ``s`` start only after the weights of step ``s`` are published,
-so every sample is on-policy and its captures must carry exactly that version, which the loop checks.
+ephemeral mode, the gateway on the local model ``--model`` names) behind a real control API on a loopback port;
+the loop itself only talks to that API through ``polar.client``, as a remote trainer would. Admission control is
+on (``POLAR_MAX_ASYNC_LEVEL=0``): the tasks of step ``s`` start only after the weights of step ``s`` are
+published, so every sample is on-policy and its captures must carry exactly that version, which the loop checks.
 
-A run is reproducible: every sample's call is seeded (``--seed``, see ``toy``) and the update depends only on the
-sampled ids and the rewards (``trainer``), so the same command prints the same rewards. The defaults (4 steps of
-2 groups x 6 samples, Adam at 5e-2, 8 epochs) raise the mean reward at every step, visibly (``tests/ui/
-test_ui_grpo_curves_browser.py`` checks it on ``/ui/live``); with 4 samples a group, one update's gain was within
-the noise of a step's mean.
+Each model has a recipe (``RECIPES``): the tiny random model learns the toy task (``toy``: letters from a to m,
+4 steps of 2 groups x 6 samples, Adam at 5e-2, 8 epochs, which raise the mean reward at every step, as
+``tests/ui/test_ui_grpo_curves_browser.py`` checks on ``/ui/live``); the real SmolLM2-135M-Instruct learns
+one-word answers to simple questions (``questions``: 4 groups x 8 samples at temperature 0.7, Adam at 3e-5, one
+epoch). Flags override a recipe's numbers.
+
+A run is reproducible: every sample's call is seeded (``--seed``) and the update depends only on the sampled ids
+and the rewards (``trainer``), so the same command prints the same rewards.
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ import argparse
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from examples.grpo.questions import question_task
 from examples.grpo.toy import toy_task
 from examples.grpo.trainer import GRPOTrainer, StepStats
 from polar.client import PolarClient
@@ -39,6 +46,23 @@ class StepRecord:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """What a model is trained on and how: the task of a group, and the loop's and trainer's defaults."""
+
+    task: Callable[..., dict[str, Any]]  # (step=, group=, samples=, seed=) -> a task, as toy_task
+    groups: int
+    samples: int
+    lr: float
+    epochs: int
+    temperature: float = 1.0
+
+
+TOY = Recipe(toy_task, groups=2, samples=6, lr=5e-2, epochs=8)
+QUESTIONS = Recipe(question_task, groups=4, samples=8, lr=3e-5, epochs=1, temperature=0.7)
+RECIPES: dict[str, Recipe] = {"smollm2-135m-instruct": QUESTIONS}  # any other model: the toy task
+
+
 def version_name(step: int) -> str:
     return f"grpo-step-{step}"
 
@@ -51,21 +75,24 @@ def run_closed_loop(
     groups: int,
     samples: int,
     seed: int | None = None,
-    log=print,
+    recipe: Recipe = TOY,
+    log: Callable[[str], object] = print,
 ) -> list[StepRecord]:
     """``steps`` GRPO steps; raises if a sample was drawn under any version but the one live for its step.
 
     The next step's tasks are submitted before the update, carrying the ordinal of the version they are for as
     ``metadata.step``; admission control (max async level 0) holds them until the trainer publishes it. With a
     ``seed`` every sample's call is seeded (``toy_task``); the trainer sees the groups in task order, whatever
-    order they finished in, so a run from the same start and seed repeats itself.
+    order they finished in, so a run from the same start and seed repeats itself. ``recipe.task`` makes the groups.
     """
     base = client.register_weights(version_name(0), state_dict=trainer.state_dict(), notes="the random start")[
         "ordinal"
     ]
 
     def submit(step: int) -> list[str]:
-        return client.submit([toy_task(step=base + step, group=g, samples=samples, seed=seed) for g in range(groups)])
+        return client.submit(
+            [recipe.task(step=base + step, group=g, samples=samples, seed=seed) for g in range(groups)]
+        )
 
     records, pending = [], submit(0)
     for step in range(steps):
@@ -93,14 +120,15 @@ def run_closed_loop(
         record = StepRecord(step, version, stats, time.monotonic() - started)
         records.append(record)
         log(
-            f"step {step:2d}  {version:14s} mean reward {stats.mean_reward:.3f}  "
-            f"({stats.trajectories} samples, {stats.trained_tokens} trained tokens, loss {stats.loss:+.4f}, "
-            f"max |logprob - captured| {stats.max_logprob_gap:.1e})  {record.seconds:5.1f} s"
+            f"step {step} mean_reward={stats.mean_reward:.3f} solve_rate={stats.solve_rate:.3f} "
+            f"trainable_tokens={stats.trained_tokens} seconds={record.seconds:.1f}  "
+            f"(version {version}, {stats.trajectories} samples, loss {stats.loss:+.4f}, "
+            f"max |logprob - captured| {stats.max_logprob_gap:.1e})"
         )
     return records
 
 
-def save_plot(records: list[StepRecord], path: Path) -> None:
+def save_plot(records: list[StepRecord], path: Path, model: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -110,7 +138,7 @@ def save_plot(records: list[StepRecord], path: Path) -> None:
     ax.plot([r.step for r in records], [r.stats.mean_reward for r in records], marker="o")
     ax.set_xlabel("GRPO step (weight version the samples came from)")
     ax.set_ylabel("mean reward")
-    ax.set_title("Toy task: share of letters in a-m, tiny model via Polar")
+    ax.set_title(f"GRPO through Polar: {model}")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -119,6 +147,10 @@ def save_plot(records: list[StepRecord], path: Path) -> None:
 
 
 def _environment(home: Path) -> None:
+    """Settings for a run in ``home``; models stay in the cache they were fetched into (``polar model fetch``)."""
+    from polar.settings import get_settings
+
+    os.environ.setdefault("POLAR_CACHE", str(get_settings().cache_dir))
     os.environ["POLAR_HOME"] = str(home)
     os.environ["POLAR_TASK_DISPATCH"] = "inline"
     os.environ["POLAR_MAX_ASYNC_LEVEL"] = "0"
@@ -128,20 +160,24 @@ def _environment(home: Path) -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    get_settings.cache_clear()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.grpo", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="the local model: a toy name or a pretrained one (default: $POLAR_MODEL)")
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--groups", type=int, default=2, help="tasks per step")
-    parser.add_argument("--samples", type=int, default=6, help="samples per task (the GRPO group size)")
-    parser.add_argument("--lr", type=float, default=5e-2)
-    parser.add_argument("--epochs", type=int, default=8, help="optimizer steps per GRPO step")
+    parser.add_argument("--groups", type=int, help="tasks per step (default: the model's recipe)")
+    parser.add_argument("--samples", type=int, help="samples per task, the GRPO group size (default: the recipe's)")
+    parser.add_argument("--lr", type=float, help="Adam's learning rate (default: the recipe's)")
+    parser.add_argument("--epochs", type=int, help="optimizer steps per GRPO step (default: the recipe's)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the trainer and every sample's call")
     parser.add_argument("--home", type=Path, help="POLAR_HOME (default: $POLAR_HOME, else a new temporary folder)")
     parser.add_argument("--plot", type=Path, default=Path("grpo_reward.png"))
     args = parser.parse_args(argv)
     home = args.home or Path(os.environ.get("POLAR_HOME") or tempfile.mkdtemp(prefix="polar-grpo-"))
+    if args.model:
+        os.environ["POLAR_MODEL"] = args.model
     _environment(home)
 
     from flows.dispatch import run_inline
@@ -153,25 +189,35 @@ def main(argv: list[str] | None = None) -> int:
     from polar.settings import get_settings
 
     settings = get_settings()
+    recipe = RECIPES.get(settings.model, TOY)
+    groups, samples = args.groups or recipe.groups, args.samples or recipe.samples
     trainer = GRPOTrainer(
-        ensure_model_dir(settings.model, settings.cache_dir), lr=args.lr, epochs=args.epochs, seed=args.seed
+        ensure_model_dir(settings.model, settings.cache_dir),
+        lr=args.lr or recipe.lr,
+        epochs=args.epochs or recipe.epochs,
+        seed=args.seed,
+        temperature=recipe.temperature,
     )
-    print(
-        f"POLAR_HOME={home}; model {settings.model}; {args.steps} steps x {args.groups} groups x {args.samples} samples"
-    )
+    print(f"POLAR_HOME={home}; model {settings.model}; {args.steps} steps x {groups} groups x {samples} samples")
+    started = time.monotonic()
     try:
         with (
             ServerThread(build_app(settings, run_inline, start_embedded), lifespan="on") as api,
             PolarClient(api.url) as client,
         ):
             records = run_closed_loop(
-                client, trainer, steps=args.steps, groups=args.groups, samples=args.samples, seed=args.seed
+                client, trainer, steps=args.steps, groups=groups, samples=samples, seed=args.seed, recipe=recipe
             )
     finally:
         close_contexts()
     curve = [round(r.stats.mean_reward, 3) for r in records]
     print(f"mean reward per step: {curve}")
     print(f"first -> last: {curve[0]:.3f} -> {curve[-1]:.3f}; best {max(curve):.3f}")
-    save_plot(records, args.plot)
+    if len(curve) >= 4:
+        first, last = sum(curve[:2]) / 2, sum(curve[-2:]) / 2
+        print(f"first two steps {first:.3f} -> last two {last:.3f} ({last - first:+.3f})")
+    tokens = sum(r.stats.trained_tokens for r in records)
+    print(f"total: {len(records)} steps, {tokens} trainable tokens, {time.monotonic() - started:.0f} s")
+    save_plot(records, args.plot, settings.model)
     print(f"plot: {args.plot.resolve()}")
     return 0

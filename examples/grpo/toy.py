@@ -27,7 +27,7 @@ body = {
     "model": os.environ["POLAR_MODEL"],
     "messages": [{"role": "user", "content": instruction}],
     "max_tokens": int(os.environ.get("TOY_MAX_TOKENS", "12")),
-    "temperature": 1.0,
+    "temperature": float(os.environ.get("TOY_TEMPERATURE", "1.0")),
 }
 if "TOY_SEED" in os.environ:  # a reproducible run: one seed per sample
     key = f"{os.environ['TOY_SEED']}/{os.environ['POLAR_SAMPLE_INDEX']}"

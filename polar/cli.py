@@ -72,7 +72,7 @@ def _demo(args: argparse.Namespace) -> None:
     with temporary_server(settings):
         from flows.demo import run_demo
 
-        asyncio.run(run_demo(settings, samples=args.samples))
+        asyncio.run(run_demo(settings, samples=args.samples, real_samples=args.real_samples))
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -214,8 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--temperature", type=float, default=1.0)
     gen.set_defaults(func=_generate)
 
-    demo = sub.add_parser("demo", help="the embedded main job: toy tasks through the whole pipeline (no servers)")
+    demo = sub.add_parser(
+        "demo", help="the embedded main job: toy tasks, then a real model's, through the whole pipeline (no servers)"
+    )
     demo.add_argument("--samples", type=int, default=4, help="samples per toy task")
+    demo.add_argument(
+        "--real-samples", type=int, default=4, help="samples per question of the real model's part (0: skip it)"
+    )
     demo.set_defaults(func=_demo)
 
     run = sub.add_parser("run", help="run TaskRequests (a JSON file) or Harbor task folders in this process")

@@ -12,7 +12,7 @@ published, so every sample is on-policy and its captures must carry exactly that
 Each model has a recipe (``RECIPES``): the tiny random model learns the toy task (``toy``: letters from a to m,
 4 steps of 2 groups x 6 samples, Adam at 5e-2, 8 epochs, which raise the mean reward at every step, as
 ``tests/ui/test_ui_grpo_curves_browser.py`` checks on ``/ui/live``); the real SmolLM2-135M-Instruct learns
-one-word answers to simple questions (``questions``: 4 groups x 8 samples at temperature 0.7, Adam at 3e-5, one
+one-word answers to simple questions (``flows.demo_tasks.question_task``: 4 groups x 8 samples at temperature 0.7, Adam at 3e-5, one
 epoch). Flags override a recipe's numbers.
 
 A run is reproducible: every sample's call is seeded (``--seed``) and the update depends only on the sampled ids
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from examples.grpo.questions import question_task
 from examples.grpo.toy import toy_task
 from examples.grpo.trainer import GRPOTrainer, StepStats
+from flows.demo_tasks import question_task
 from polar.client import PolarClient
 
 TRAINER = "grpo-example"

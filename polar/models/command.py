@@ -8,8 +8,12 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from polar.errors import ConfigError
+
+if TYPE_CHECKING:
+    from polar.settings import Settings
 
 
 def use_model_path(path: Path | None) -> None:
@@ -20,6 +24,15 @@ def use_model_path(path: Path | None) -> None:
 
     os.environ["POLAR_MODEL_PATH"] = str(Path(path).expanduser().resolve())
     get_settings.cache_clear()
+
+
+def use_model(name: str) -> Settings:
+    """The process's POLAR_MODEL from now on (flows read the process's settings); returns the new settings."""
+    from polar.settings import get_settings
+
+    os.environ["POLAR_MODEL"] = name
+    get_settings.cache_clear()
+    return get_settings()
 
 
 def _init(args: argparse.Namespace) -> None:

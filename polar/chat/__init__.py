@@ -11,7 +11,7 @@ from polar.models.folder import ModelFolder, folder_tokenizer
 def chat_format_for(folder: ModelFolder, override: str = "") -> ChatFormat:
     """The chat format of a model folder (``override``: POLAR_CHAT_FORMAT), whatever its family: the family
     registry (families.py) says how it is built. ConfigError when the family is unknown, when the folder's
-    tokenizer lacks what the family's format needs, or when a Jinja fallback template cannot render tools."""
+    tokenizer lacks what the family's format needs, or when a Jinja fallback template does not render."""
     family = detect_family(folder, override)
     if family.tool_format is not None:
         from polar.chat.native import NativeFormat

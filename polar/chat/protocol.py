@@ -105,17 +105,21 @@ class ReparseStreamParser:
     def _diff(self, parsed: ParsedOutput, final: bool) -> list[Event]:
         events: list[Event] = []
         self._opened = self._opened or parsed.reasoning is not None
-        reasoning = parsed.reasoning or ""
+        # A re-parse that ends inside a character (its UTF-8 bytes split over two ids) decodes it as U+FFFD: hold
+        # it back until the next ids complete it, or the text sent would stop being a prefix of the text parsed.
+        reasoning, content = parsed.reasoning or "", parsed.content
+        if not final:
+            reasoning, content = reasoning.rstrip("\ufffd"), content.rstrip("\ufffd")
         if reasoning.startswith(self._reasoning) and len(reasoning) > len(self._reasoning):
             events.append(ReasoningDelta(reasoning[len(self._reasoning) :]))
             self._reasoning = reasoning
         # Content is held back while a call may be open (a partial call's text is not content yet), and to the
         # end for formats whose calls are bare JSON in the content (Llama 3): any content may still become a call.
         early = getattr(self._fmt, "calls_delimited", True)
-        if (final or (early and not parsed.malformed)) and parsed.content.startswith(self._content):
-            if len(parsed.content) > len(self._content):
-                events.append(TextDelta(parsed.content[len(self._content) :]))
-                self._content = parsed.content
+        if (final or (early and not parsed.malformed)) and content.startswith(self._content):
+            if len(content) > len(self._content):
+                events.append(TextDelta(content[len(self._content) :]))
+                self._content = content
         for index in range(self._calls, len(parsed.tool_calls)):
             events.append(ToolCallParsed(parsed.tool_calls[index], index))
         self._calls = max(self._calls, len(parsed.tool_calls))

@@ -18,7 +18,6 @@ from typing import Any
 
 import httpx
 import openai
-import pytest
 import torch
 
 from tests.conftest import CONTROL
@@ -45,18 +44,6 @@ CASES: dict[str, tuple[float, bool, list[Any]]] = {
     "sampled-stream": (1.0, True, QUESTION),
     "greek-stream": (0.0, True, GREEK),
 }
-# A known bug: ReparseStreamParser (polar/chat/protocol.py) diffs each re-parse's content against the text it
-# already sent; a re-parse that ends in half a character decodes to U+FFFD, which is sent, and once the next id
-# completes the character the content no longer starts with what was sent, so the rest of the stream is lost.
-SPLIT_CHARACTER_BUG = pytest.mark.xfail(
-    reason="ReparseStreamParser streams a half character as U+FFFD and then loses the rest of the text",
-    strict=True,
-)
-
-
-def case_params() -> list[Any]:
-    """CASES as pytest parameters, the streamed split characters marked as the known bug."""
-    return [pytest.param(name, marks=SPLIT_CHARACTER_BUG) if name == "greek-stream" else name for name in CASES]
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,7 @@ are the folder's chat template, the output ids decode to the reply the SDK got, 
 greedy ``generate``, and the logprobs are a transformers forward's log_softmax at the sampled ids. SmolLM2's
 template has no tool section, so a request with tools is the caller's 400 and records nothing OK.
 
-One case is a known bug, marked xfail (strict, so the fix shows): a streamed reply whose characters are split over
-two ids (served_folder.SPLIT_CHARACTER_BUG).
+``greek-stream`` streams a reply whose characters are split over two ids: the text must arrive whole.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from polar.models.pretrained import (
     install_wheel,
     sha256_of,
 )
-from tests.models.served_folder import QUESTION, Reference, Served, case_params, check_call, gateway
+from tests.models.served_folder import CASES, QUESTION, Reference, Served, check_call, gateway
 
 MODEL = "smollm2-135m-instruct"
 FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
@@ -146,7 +145,7 @@ def test_models_lists_the_folder(local: Served) -> None:
     assert [m["id"] for m in models["data"]] == [MODEL]
 
 
-@pytest.mark.parametrize("case", case_params())
+@pytest.mark.parametrize("case", list(CASES))
 def test_local_engine_matches_transformers(local: Served, reference: Reference, case: str) -> None:
     diff = check_call(local, reference, case, LOCAL_TOLERANCE)
     print(f"\n[local] {MODEL} {case}: max |logprob - transformers| = {diff:.2e}", file=sys.stderr)

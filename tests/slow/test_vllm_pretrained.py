@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.models.served_folder import Reference, Served, case_params, check_call, gateway
+from tests.models.served_folder import CASES, Reference, Served, check_call, gateway
 from tests.slow.conftest import MAX_MODEL_LEN, _ensure_venv, _free_port, _stop, _wait_ready
 
 pytestmark = pytest.mark.slow
@@ -88,7 +88,7 @@ def reference(smollm2_dir: Path) -> Reference:
     return Reference(smollm2_dir)
 
 
-@pytest.mark.parametrize("case", case_params())
+@pytest.mark.parametrize("case", list(CASES))
 def test_vllm_serves_the_pretrained_folder(served: Served, reference: Reference, case: str) -> None:
     diff = check_call(served, reference, case, VLLM_TOLERANCE)
     print(f"\n[vllm] {MODEL} {case}: max |logprob - transformers| = {diff:.2e}", file=sys.stderr)

@@ -33,6 +33,7 @@ from polar.rollout.state.stages import (
     cancel_unstarted,
     finish_stage,
     mark_failed,
+    never_started,
     record_progress,
     reopen_stage,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "interrupted_runs",
     "load",
     "mark_failed",
+    "never_started",
     "now",
     "record_progress",
     "reopen_stage",

@@ -152,6 +152,23 @@ def _update_task_status(db: Session, task_id: str | None) -> None:
         task.status = TaskStatus.RUNNING
 
 
+def never_started(factory: sessionmaker[Session], rollout_ids: Sequence[str]) -> list[str]:
+    """The rollouts of ``rollout_ids`` that no flow run has claimed (PENDING, no owner), in the given order."""
+    if not rollout_ids:
+        return []
+    with factory() as db:
+        found = set(
+            db.scalars(
+                sa.select(Rollout.id).where(
+                    Rollout.id.in_(list(rollout_ids)),
+                    Rollout.status == RolloutStatus.PENDING,
+                    Rollout.flow_run_id.is_(None),
+                )
+            )
+        )
+    return [rollout_id for rollout_id in rollout_ids if rollout_id in found]
+
+
 def cancel_unstarted(factory: sessionmaker[Session], rollout_ids: Sequence[str], reason: str) -> list[str]:
     """Mark the rollouts of ``rollout_ids`` that no flow run has claimed yet (PENDING, no owner) CANCELLED with
     ``reason``; returns their ids. A stopped batch's rollouts that never started end so, not left PENDING."""

@@ -50,29 +50,41 @@ def test_generate_prints_ids_and_logprobs(polar_env, tiny_model_dir):
     assert out["weight_version"] == "default" and out["finish_reason"] in ("stop", "length")
 
 
-def test_demo_runs_toy_tasks_through_the_pipeline_then_trajectories_rebuild(polar_env, tiny_model_dir):
+def test_demo_runs_toy_tasks_then_the_real_model_through_the_pipeline(polar_env, tiny_model_dir, smollm2_dir):
     """``polar demo`` on a fresh POLAR_HOME: Prefect's ephemeral mode, SQLite, the local runtime, no servers; no
-    control token configured, so one is generated (0600) and passed internally, and never printed."""
-    proc = run_polar("demo", "--samples", "2", env={**polar_env, "POLAR_CONTROL_TOKEN": ""}, timeout=300)
+    control token configured, so one is generated (0600) and passed internally, and never printed. The scripted
+    batch on the tiny model, then the real part: SmolLM2 sampling its own answers, whose tokens are trainable."""
+    models = Path(polar_env["POLAR_CACHE"]) / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    if not (models / smollm2_dir.name).exists():  # the converted folder, as `polar model fetch` left it
+        (models / smollm2_dir.name).symlink_to(smollm2_dir)
+    argv = ("demo", "--samples", "2", "--real-samples", "2")
+    proc = run_polar(*argv, env={**polar_env, "POLAR_CONTROL_TOKEN": ""}, timeout=420)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     token_file = Path(polar_env["POLAR_HOME"]) / "control-token"
     assert token_file.stat().st_mode & 0o777 == 0o600 and str(token_file) in proc.stderr
     assert token_file.read_text().strip() not in proc.stdout + proc.stderr
     out = proc.stdout
-    assert "6 rollouts: COMPLETED 6; mean reward 0.50 (3 solved); 13 captures -> 6 trajectories" in out
+    assert "6 rollouts: COMPLETED 6; mean reward 0.50 (3 solved); 13 captures -> 6 trajectories, 0 trainable" in out
     table = [line for line in out.splitlines() if re.match(r"^[\w-]+ +\d+ [0-9a-f]{8} ", line)]
-    assert len(table) == 6 and all(" COMPLETED " in line for line in table) and "changed calc.py" in out
+    assert len(table) == 10 and all(" COMPLETED " in line for line in table) and "changed calc.py" in out
     assert "rollouts: pending" in out  # progress lines
+    real = re.search(
+        r"^4 rollouts: COMPLETED 4; mean reward [\d.]+ \(\d solved\); 4 captures -> 4 trajectories, (\d+)", out, re.M
+    )
+    assert real and int(real.group(1)) > 0, out  # the real model's own samples train
+    whole = re.search(r"^the whole demo: 10 rollouts: COMPLETED 10; .* (\d+) trainable tokens$", out, re.M)
+    assert whole and int(whole.group(1)) == int(real.group(1)), out
     assert (Path(polar_env["POLAR_HOME"]) / "polar.db").exists()
     assert f"POLAR_HOME={polar_env['POLAR_HOME']} polar serve" in out and "/ui" in out  # where to look at them
 
     proc = run_polar("trajectories", "rebuild", "--builder", "per_request", "--since", "2000-01-01", env=polar_env)
     assert proc.returncode == 0, proc.stderr
-    assert "per_request: rebuilt 6 rollouts (13 captures -> 13 trajectories)" in proc.stdout
+    assert "per_request: rebuilt 10 rollouts (17 captures -> 17 trajectories)" in proc.stdout
     proc = run_polar("trajectories", "rebuild", "--builder", "nope", "--since", "2000-01-01", env=polar_env)
     assert proc.returncode == 2 and "nope" in proc.stderr
     proc = run_polar("status", env=polar_env)
-    assert proc.returncode == 0 and "6 rollouts: COMPLETED 6" in proc.stdout
+    assert proc.returncode == 0 and "10 rollouts: COMPLETED 10" in proc.stdout
 
 
 def test_errors_are_reported_without_a_traceback(polar_env):

@@ -12,8 +12,8 @@ published, so every sample is on-policy and its captures must carry exactly that
 Each model has a recipe (``RECIPES``): the tiny random model learns the toy task (``toy``: letters from a to m,
 4 steps of 2 groups x 6 samples, Adam at 5e-2, 8 epochs, which raise the mean reward at every step, as
 ``tests/ui/test_ui_grpo_curves_browser.py`` checks on ``/ui/live``); the real SmolLM2-135M-Instruct learns
-one-word answers to simple questions (``flows.demo_tasks.question_task``: 4 groups x 8 samples at temperature 0.7, Adam at 3e-5, one
-epoch). Flags override a recipe's numbers.
+one-word answers to simple questions (``flows.demo_tasks.question_task``: 4 groups x 6 samples at temperature
+0.7, Adam at 3e-5, one epoch). Flags override a recipe's numbers.
 
 A run is reproducible: every sample's call is seeded (``--seed``) and the update depends only on the sampled ids
 and the rewards (``trainer``), so the same command prints the same rewards.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -59,7 +60,7 @@ class Recipe:
 
 
 TOY = Recipe(toy_task, groups=2, samples=6, lr=5e-2, epochs=8)
-QUESTIONS = Recipe(question_task, groups=4, samples=8, lr=3e-5, epochs=1, temperature=0.7)
+QUESTIONS = Recipe(question_task, groups=4, samples=6, lr=3e-5, epochs=1, temperature=0.7)
 RECIPES: dict[str, Recipe] = {"smollm2-135m-instruct": QUESTIONS}  # any other model: the toy task
 
 
@@ -76,6 +77,7 @@ def run_closed_loop(
     samples: int,
     seed: int | None = None,
     recipe: Recipe = TOY,
+    checkpoints: Path | None = None,
     log: Callable[[str], object] = print,
 ) -> list[StepRecord]:
     """``steps`` GRPO steps; raises if a sample was drawn under any version but the one live for its step.
@@ -84,10 +86,24 @@ def run_closed_loop(
     ``metadata.step``; admission control (max async level 0) holds them until the trainer publishes it. With a
     ``seed`` every sample's call is seeded (``toy_task``); the trainer sees the groups in task order, whatever
     order they finished in, so a run from the same start and seed repeats itself. ``recipe.task`` makes the groups.
+
+    Weights are published as uploaded tensors, or with ``checkpoints`` as a safetensors folder there per version
+    (what a real trainer does: the backends read the path; uploading 0.5 GB through two HTTP hops in one process
+    costs minutes), each removed once the next version is live.
     """
-    base = client.register_weights(version_name(0), state_dict=trainer.state_dict(), notes="the random start")[
-        "ordinal"
-    ]
+
+    def publish(version: str, notes: str) -> dict[str, Any]:
+        if checkpoints is None:
+            return client.register_weights(version, state_dict=trainer.state_dict(), notes=notes)
+        folder = checkpoints / version
+        trainer.save(folder)
+        record = client.register_weights(version, checkpoint_path=str(folder), notes=notes)
+        for older in checkpoints.iterdir():
+            if older != folder:
+                shutil.rmtree(older)
+        return record
+
+    base = publish(version_name(0), "the start")["ordinal"]
 
     def submit(step: int) -> list[str]:
         return client.submit(
@@ -116,7 +132,7 @@ def run_closed_loop(
             raise RuntimeError(f"step {step}: admission control let tasks of the next step start before its weights")
         stats = trainer.step(claimed)
         client.ack(batch["claim_id"], TRAINER)
-        client.register_weights(version_name(step + 1), state_dict=trainer.state_dict(), notes=f"after step {step}")
+        publish(version_name(step + 1), f"after step {step}")
         record = StepRecord(step, version, stats, time.monotonic() - started)
         records.append(record)
         log(
@@ -206,7 +222,14 @@ def main(argv: list[str] | None = None) -> int:
             PolarClient(api.url) as client,
         ):
             records = run_closed_loop(
-                client, trainer, steps=args.steps, groups=groups, samples=samples, seed=args.seed, recipe=recipe
+                client,
+                trainer,
+                steps=args.steps,
+                groups=groups,
+                samples=samples,
+                seed=args.seed,
+                recipe=recipe,
+                checkpoints=home / "checkpoints",
             )
     finally:
         close_contexts()

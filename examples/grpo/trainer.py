@@ -81,6 +81,13 @@ class GRPOTrainer:
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
+    def save(self, folder: Path) -> None:
+        """The weights as ``folder/model.safetensors`` (every key of the state dict, tied ones included)."""
+        from safetensors.torch import save_file
+
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file(self.state_dict(), folder / "model.safetensors")
+
     def step(self, groups: list[dict[str, Any]]) -> StepStats:
         """``epochs`` clipped updates over every trajectory of ``groups`` (as ``PolarClient.claim`` returns them)."""
         samples, rewards_all = [], []

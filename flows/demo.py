@@ -122,6 +122,14 @@ def viewer_hint(settings: Settings, rows: Sequence[RolloutRow]) -> str:
     )
 
 
+async def _batch_then_close(settings: Settings, tasks: Sequence[dict[str, Any]], title: str) -> BatchRun:
+    """``run_batch``, then stop what it started (the gateway and its model: the next batch may use another)."""
+    try:
+        return await run_batch(settings, tasks, title=title)
+    finally:
+        await asyncio.to_thread(close_contexts)
+
+
 async def run_demo(settings: Settings, samples: int = 4, real_samples: int = 4) -> None:
     """The scripted batch on the tiny model, then (``real_samples`` > 0) the real part: the pretrained
     ``REAL_MODEL`` answering questions by itself, through the same pipeline and store."""
@@ -130,10 +138,7 @@ async def run_demo(settings: Settings, samples: int = 4, real_samples: int = 4) 
         f"polar demo: {len(tasks)} toy tasks x {samples} samples, built-in agent on scripted policies, "
         f"local model, {describe_database(normalize_url(settings.resolved_database_url))}, Prefect ephemeral mode"
     )
-    try:
-        run = await run_batch(settings, tasks, title=title)
-    finally:
-        await asyncio.to_thread(close_contexts)
+    run = await _batch_then_close(settings, tasks, title)
     rows, not_run = list(run.rows), dict(run.not_run)
     if real_samples > 0:
         real = use_model(REAL_MODEL)  # the flows read the process's settings
@@ -144,10 +149,7 @@ async def run_demo(settings: Settings, samples: int = 4, real_samples: int = 4) 
             f"polar demo, real part: {REAL_MODEL} samples freely: {len(questions)} one-word questions x "
             f"{real_samples} samples, one Chat Completions call each, scored by the answer word"
         )
-        try:
-            real_run = await run_batch(real, questions, title=title)
-        finally:
-            await asyncio.to_thread(close_contexts)
+        real_run = await _batch_then_close(real, questions, title)
         rows += real_run.rows
         not_run |= real_run.not_run
         print(f"\nthe whole demo: {format_totals(rows)}")

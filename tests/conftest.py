@@ -78,6 +78,18 @@ def smollm2_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def verl_site() -> Path:
+    """verl's overlay (``bash scripts/verl_env.sh`` builds it beside the repository); under CI its absence fails."""
+    site = Path(__file__).resolve().parents[1] / ".verl-site"
+    if not (site / ".polar-verl-ready").exists():
+        reason = f"no verl overlay at {site} (bash scripts/verl_env.sh builds it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return site
+
+
+@pytest.fixture(scope="session")
 def engine(tiny_model_dir: Path, small_tokenizer):
     """One engine for the session (its weights are never changed; weight tests build their own)."""
     from polar.models.engine import LocalEngine

@@ -22,17 +22,6 @@ from polar.client import PolarClient
 from tests.api.retry_task import check_kept_chain, retry_task
 
 ROOT = Path(__file__).resolve().parents[2]
-SITE = ROOT / ".verl-site"
-
-
-@pytest.fixture(scope="module")
-def verl_site() -> Path:
-    if not (SITE / ".polar-verl-ready").exists():
-        reason = f"no verl overlay at {SITE} (bash scripts/verl_env.sh builds it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return SITE
 
 
 def probe(api, tiny_model_dir, verl_site, task) -> dict:

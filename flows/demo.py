@@ -1,15 +1,19 @@
-"""The embedded main job: a small batch of toy tasks × samples through the whole rollout pipeline.
+"""The embedded main job: small batches of tasks × samples through the whole rollout pipeline.
 
 No server is needed: Prefect runs in its ephemeral mode (a temporary local server, state under
 ``POLAR_HOME/prefect``), the store is the SQLite file in ``POLAR_HOME``, the gateway runs inside this process on
-the local model, and each sample runs the built-in agent in the local runtime. Every rollout is a Prefect flow
-run with four task runs (init, run, postrun, evaluate); the batch runs them concurrently under the stage limits.
+the local model, and each sample runs in the local runtime. Every rollout is a Prefect flow run with four task
+runs (init, run, postrun, evaluate); a batch runs them concurrently under the stage limits.
 
-The local model is a tiny random network, so the agent's actions come from a scripted gateway policy per
-sample (``policies``): the gateway answers with scripted tool calls, rendered into real token ids and scored by
-the real local model, so captures hold true ids and logprobs. Half of the samples are scripted to solve their
-task and half to fail it. The demo therefore proves the pipeline (sessions, captures, trajectories, runtimes,
-evaluators, rewards, Prefect orchestration), not a trained policy.
+First the scripted batch (``demo_tasks.toy_tasks``): the tiny random model cannot act, so the built-in agent's
+actions come from a scripted gateway policy per sample; the gateway renders the scripted tool calls into real
+token ids scored by the model, so captures hold true ids and logprobs, but scripted replies never train. Half of
+the samples are scripted to solve their task and half to fail it. This proves the pipeline on agent work
+(sessions, captures, trajectories, runtimes, evaluators, rewards, Prefect orchestration).
+
+Then the real part (``REAL_MODEL``, fetched and converted on first use, ``demo_tasks.real_tasks``): a pretrained
+chat model samples its own one-word answers through a second gateway on the same store, and its tokens are
+trainable. Neither part is a trained policy (``examples.grpo`` trains one).
 """
 
 from __future__ import annotations

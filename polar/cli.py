@@ -8,7 +8,6 @@ import json
 import signal
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -157,10 +156,15 @@ def _status(args: argparse.Namespace) -> None:
     if not args.watch:
         print(screen())
         return
-    while True:  # one screen, redrawn; Ctrl-C ends it
+    # One screen, redrawn; Ctrl-C ends it after the screen being drawn. Our own handler, not KeyboardInterrupt:
+    # raised inside asyncio.run it cancels the snapshot, whose scrapes (gathered with return_exceptions) can
+    # swallow the cancellation, and the loop went on drawing.
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    while not stop.is_set():
         text = screen()
         print("\x1b[H\x1b[2J" + text, flush=True)
-        time.sleep(args.watch)
+        stop.wait(args.watch)
 
 
 def _serve(args: argparse.Namespace) -> None:

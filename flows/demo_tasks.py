@@ -127,27 +127,59 @@ PY
 """
 
 
+def one_call_task(
+    *,
+    name: str,
+    instruction: str,
+    score_script: str,
+    step: int,
+    group: int,
+    samples: int,
+    max_tokens: int,
+    temperature: float = 1.0,
+    seed: int | None = None,
+    timeout_s: float = 120,
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A group whose harness is ``ONE_CALL_PY`` (one call of at most ``max_tokens`` at ``temperature``) and whose
+    reward is what ``score_script`` prints, for trainer step ``step`` (admission control reads ``metadata.step``);
+    with a ``seed``, its samples' calls are seeded from it, ``step``, ``group`` and their sample index."""
+    env = {"TOY_MAX_TOKENS": str(max_tokens), "TOY_TEMPERATURE": str(temperature)}
+    if seed is not None:
+        env["TOY_SEED"] = f"{seed}/{step}/{group}"
+    return {
+        "name": name,
+        "instruction": instruction,
+        "harness": {
+            "name": "command",
+            "config": {"command": "{python} reply.py", "files": {"reply.py": ONE_CALL_PY}, "env": env},
+        },
+        "evaluator": {"type": "script", "config": {"script": score_script}},
+        "builder": "prefix_merge",
+        "num_samples": samples,
+        "timeout_s": timeout_s,
+        "metadata": {"step": step, "group": group, **(metadata or {})},
+    }
+
+
 def question_task(
     *, step: int, group: int, samples: int, max_tokens: int = 8, temperature: float = 0.7, seed: int | None = None
 ) -> dict[str, Any]:
     """Group ``group`` of trainer step ``step``: question ``group`` (mod the set), ``samples`` samples."""
     question, answer = QUESTIONS[group % len(QUESTIONS)]
-    env = {"TOY_MAX_TOKENS": str(max_tokens), "TOY_TEMPERATURE": str(temperature)}
-    if seed is not None:
-        env["TOY_SEED"] = f"{seed}/{step}/{group}"
-    return {
-        "name": f"one-word-{step}-{group}",
-        "instruction": f"{question} Answer in one word.",
-        "harness": {
-            "name": "command",
-            "config": {"command": "{python} reply.py", "files": {"reply.py": ONE_CALL_PY}, "env": env},
-        },
-        "evaluator": {"type": "script", "config": {"script": SCORE_ANSWER_SH.format(answer=shlex.quote(answer))}},
-        "builder": "prefix_merge",
-        "num_samples": samples,
-        "timeout_s": 300,
-        "metadata": {"step": step, "group": group, "task": "one-word", "answer": answer},
-    }
+    return one_call_task(
+        name=f"one-word-{step}-{group}",
+        instruction=f"{question} Answer in one word.",
+        score_script=SCORE_ANSWER_SH.format(answer=shlex.quote(answer)),
+        step=step,
+        group=group,
+        samples=samples,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        seed=seed,
+        timeout_s=300,
+        metadata={"task": "one-word", "answer": answer},
+    )
 
 
 def real_tasks(samples: int) -> list[dict[str, Any]]:

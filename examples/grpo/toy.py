@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flows.demo_tasks import ONE_CALL_PY
+from flows.demo_tasks import one_call_task
 
 SCORE_SH = """\
 python3 - <<'PY'
@@ -23,25 +23,15 @@ PY
 
 
 def toy_task(*, step: int, group: int, samples: int, max_tokens: int = 12, seed: int | None = None) -> dict[str, Any]:
-    """One group of the toy task for trainer step ``step`` (admission control reads ``metadata.step``); with a
-    ``seed``, its samples' calls are seeded from it, ``step``, ``group`` and their sample index."""
-    env = {"TOY_MAX_TOKENS": str(max_tokens)}
-    if seed is not None:
-        env["TOY_SEED"] = f"{seed}/{step}/{group}"
-    return {
-        "name": f"first-half-{step}-{group}",
-        "instruction": "Write a few words using only the letters a to m.",
-        "harness": {
-            "name": "command",
-            "config": {
-                "command": "{python} reply.py",
-                "files": {"reply.py": ONE_CALL_PY},
-                "env": env,
-            },
-        },
-        "evaluator": {"type": "script", "config": {"script": SCORE_SH}},
-        "builder": "prefix_merge",
-        "num_samples": samples,
-        "timeout_s": 120,
-        "metadata": {"step": step, "group": group, "toy": "first-half"},
-    }
+    """One group of the toy task for trainer step ``step``, its calls seeded from ``seed`` when given."""
+    return one_call_task(
+        name=f"first-half-{step}-{group}",
+        instruction="Write a few words using only the letters a to m.",
+        score_script=SCORE_SH,
+        step=step,
+        group=group,
+        samples=samples,
+        max_tokens=max_tokens,
+        seed=seed,
+        metadata={"toy": "first-half"},
+    )

@@ -67,19 +67,10 @@ def _init(args: argparse.Namespace) -> None:
 
 
 def _fetch(args: argparse.Namespace) -> None:
-    import time
-
-    from polar.models.pretrained import fetch_model, folder_for, get_pretrained, is_complete
+    from polar.models.pretrained import fetch_model
     from polar.settings import get_settings
 
-    cache = get_settings().cache_dir
-    spec = get_pretrained(args.name)
-    started = time.monotonic()
-    fresh = spec is not None and not is_complete(folder_for(spec, cache))
-    out = fetch_model(args.name, cache, log=lambda line: print(line, flush=True))
-    if fresh:
-        print(f"{args.name}: sha256 ok, converted in {time.monotonic() - started:.1f} s", flush=True)
-    print(out)
+    print(fetch_model(args.name, get_settings().cache_dir, log=lambda line: print(line, flush=True)))
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

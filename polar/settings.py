@@ -27,7 +27,8 @@ class RenderMode(StrEnum):
 
 
 class Isolation(StrEnum):
-    """How the local runtime confines a harness: not at all, or with bubblewrap (``auto``: when ``bwrap`` exists)."""
+    """How the local runtime confines a command: with bubblewrap (``polar.runtime.bwrap``), not at all (host exec), or
+    ``auto``: bubblewrap when it works on this machine, else host exec with a logged warning."""
 
     NONE = "none"
     BWRAP = "bwrap"
@@ -143,6 +144,12 @@ class Settings(BaseSettings):
         "longer than clients' own pool expiry (httpx 5 s, undici 4 s), so the client, not the gateway, closes it and "
         "no call is sent on a connection the gateway is closing",
     )
+    header_timeout_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="a connection that has not sent a whole request line and headers this long after it opened (or "
+        "after its request began) is closed, on the gateway and on polar serve",
+    )
     backend_max_in_flight: int = Field(
         default=512, ge=0, description="calls generating at once on each inference server; 0: no bound"
     )
@@ -167,7 +174,11 @@ class Settings(BaseSettings):
     runtime_root: Path | None = Field(
         default=None, description="per-rollout working folders; empty means home/runtimes"
     )
-    runtime_isolation: Isolation = Isolation.NONE
+    runtime_isolation: Isolation = Field(
+        default=Isolation.AUTO,
+        description="local runtime: bwrap confines each command to its folder, the tools and the system folders; "
+        "none runs it on the host (it can read every host file); auto: bwrap where it works, else none with a warning",
+    )
     copy_roots: str = Field(
         default="", description="comma-separated host folders a task's copy action may read; empty: none"
     )

@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     from flows.dispatch import run_inline
     from polar.api.server import build_app
     from polar.models.tiny import ensure_model_dir
+    from polar.proxy.embedded import start_embedded
     from polar.rollout.context import close_contexts
     from polar.serving import ServerThread
     from polar.settings import get_settings
@@ -182,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     _start_prefect()
     print(f"POLAR_HOME={home}; model {settings.model}; {args.steps} steps x {args.prompts} x {args.generations}")
     try:
-        with ServerThread(build_app(settings, run_inline), lifespan="on") as api, PolarClient(api.url) as client:
+        with (
+            ServerThread(build_app(settings, run_inline, start_embedded), lifespan="on") as api,
+            PolarClient(api.url) as client,
+        ):
             results = train(
                 client,
                 model_dir,

@@ -3,8 +3,9 @@
 Every error leaves through one handler as ``{"error": {"type", "message", "field"}}`` with the status of its
 ``PolarError`` class; request validation errors are 400s naming the field. Every ``/v1`` route needs the control
 token (``polar.auth``: ``POLAR_CONTROL_TOKEN``, or the one generated in ``$POLAR_HOME/control-token``) as a Bearer
-token. A background loop admits and starts submitted tasks
-(``TaskRunner``) and delivers completion callbacks.
+token, checked before a byte of the body is read, and every body is size-limited (``polar.api.guard``); store work
+waits at most ``POLAR_STORE_STATEMENT_TIMEOUT_S`` (then a 503 with ``Retry-After``). A background loop admits and
+starts submitted tasks (``TaskRunner``) and delivers completion callbacks.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db import gateways
 from db.enums import TaskStatus
 from db.models import MergeStat, Rollout
 from polar import errors, feed, metrics
 from polar.api import queries
 from polar.api.callbacks import deliver_due
+from polar.api.guard import api_screen
 from polar.api.imports import TaskImport, import_requests
 from polar.api.runner import InlineDispatch, TaskRunner
 from polar.api.schemas import (
@@ -41,20 +42,20 @@ from polar.api.schemas import (
     TrainerBody,
     WeightsRequest,
 )
-from polar.api.weights import WeightSource, publish
+from polar.api.weights import live_gateways, publish, weight_source, weight_targets
 from polar.auth import announce, bearer_of, install_access_log_redaction, matches
-from polar.clock import now
-from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, StoreError, invalid_from
+from polar.errors import AuthenticationError, InvalidRequest, NotFound, PolarError, StoreError
 from polar.export.filters import ExportFilter
+from polar.http_guard import BodyGuard
 from polar.models.tiny import named_tokenizer
 from polar.prefect_adapter import flow_run_states
 from polar.rollout.spec import TaskRequest
 from polar.rollout.submit import submit_tasks
 from polar.settings import Settings, TaskDispatch
+from polar.store_bound import in_store
 from polar.tokens.tokenizer import ChatTokenizer
 from polar.trajectory.extras import trajectory_extras_view
 from polar.ui import install_ui
-from polar.wire.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 
 log = logging.getLogger(__name__)
 # Row ids are 64-bit integers in both stores: a larger id is a 400 naming the field, not a 500 from the driver.
@@ -80,21 +81,6 @@ def _error(exc: PolarError) -> JSONResponse:
 def model_tokenizer(settings: Settings) -> ChatTokenizer:
     """The tokenizer every gateway with ``settings`` renders prompts with (``polar.proxy.gateway`` picks it so)."""
     return named_tokenizer(settings.model, settings.cache_dir)
-
-
-def weight_targets(settings: Settings, gateway_url: str | None, registered: list[str] | None = None) -> list[str]:
-    """Every gateway new weights go to: the live registered ones, those listed in POLAR_WEIGHT_TARGETS and the
-    rollouts' gateway, each once."""
-    listed = [url.strip() for url in settings.weight_targets.split(",") if url.strip()]
-    candidates = [*(registered or []), *listed, *(url for url in (gateway_url or settings.gateway_url,) if url)]
-    seen: dict[str, str] = {}
-    for url in candidates:
-        seen.setdefault(url.rstrip("/"), url)
-    return list(seen.values())
-
-
-def live_gateways(factory: sessionmaker[Session], settings: Settings) -> list[str]:
-    return [url for _, url in gateways.live(factory, now(), settings.gateway_stale_s)]
 
 
 def create_api(
@@ -153,6 +139,12 @@ def create_api(
 
     token = announce(settings)  # closed by default: generated on first start when none is set
     install_access_log_redaction()
+    # The token and the body's size are checked before FastAPI reads a byte of a body (polar.api.guard).
+    app.add_middleware(BodyGuard, screen=api_screen(settings, token), shape=_error)
+    wait_s = settings.store_statement_timeout_s  # every store wait of a request: a frozen store is a 503 by then
+
+    def bounded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Awaitable[T]:
+        return in_store(fn, *args, timeout_s=wait_s, **kwargs)
 
     async def control(request: Request) -> None:
         if not matches(bearer_of(request.headers.get("authorization")), token):
@@ -163,12 +155,21 @@ def create_api(
             with factory() as db:
                 return fn(db, *args, **kwargs)
 
-        return asyncio.to_thread(run)
+        return in_store(run, timeout_s=wait_s)
+
+    def current_version() -> str | None:
+        with factory() as db:
+            current = feed.current(db)
+        return current.version if current else None
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        current = await read(feed.current)
-        return {"status": "ok", "dispatch": runner.mode.value, "current_version": current.version if current else None}
+        """Liveness: always 200 while the process serves; the store's part waits at most POLAR_HEALTH_TIMEOUT_S."""
+        try:
+            version = await in_store(current_version, timeout_s=settings.health_timeout_s)
+        except StoreError:
+            return {"status": "ok", "dispatch": runner.mode.value, "store": "unavailable", "current_version": None}
+        return {"status": "ok", "dispatch": runner.mode.value, "store": "ok", "current_version": version}
 
     v1 = [Depends(control)]
 
@@ -218,7 +219,7 @@ def create_api(
         return await store(requests, idempotency_key)
 
     async def store(requests: list[TaskRequest], idempotency_key: str | None) -> dict[str, Any]:
-        submitted = await asyncio.to_thread(submit_tasks, factory, requests, idempotency_key=idempotency_key)
+        submitted = await bounded(submit_tasks, factory, requests, idempotency_key=idempotency_key)
         wake.set()
         return {
             "tasks": [{"task_id": t.task_id, "name": t.name, "rollout_ids": list(t.rollout_ids)} for t in submitted]
@@ -319,7 +320,7 @@ def create_api(
 
     @app.post("/v1/claims", dependencies=v1)
     async def claim(body: ClaimRequest) -> dict[str, Any]:
-        batch = await asyncio.to_thread(
+        batch = await bounded(
             feed.claim,
             factory,
             body.trainer,
@@ -334,20 +335,20 @@ def create_api(
 
     @app.post("/v1/claims/{claim_id}/ack", dependencies=v1)
     async def ack(claim_id: str, body: TrainerBody) -> dict[str, Any]:
-        return await asyncio.to_thread(feed.ack, factory, claim_id, body.trainer)
+        return await bounded(feed.ack, factory, claim_id, body.trainer)
 
     @app.post("/v1/claims/{claim_id}/release", dependencies=v1)
     async def release(claim_id: str, body: TrainerBody) -> dict[str, Any]:
-        return await asyncio.to_thread(feed.release, factory, claim_id, body.trainer)
+        return await bounded(feed.release, factory, claim_id, body.trainer)
 
     @app.post("/v1/claims/{claim_id}/renew", dependencies=v1)
     async def renew(claim_id: str, body: RenewRequest) -> dict[str, Any]:
-        until = await asyncio.to_thread(feed.renew, factory, claim_id, body.trainer, body.lease_s)
+        until = await bounded(feed.renew, factory, claim_id, body.trainer, body.lease_s)
         return {"claim_id": claim_id, "lease_expires_at": until.isoformat()}
 
     @app.get("/v1/weights", dependencies=v1)
     async def weights() -> dict[str, Any]:
-        rows = await asyncio.to_thread(feed.list_versions, factory)
+        rows = await bounded(feed.list_versions, factory)
         items = [{**asdict(r), "created_at": r.created_at.isoformat()} for r in rows]
         return {"versions": items, "current": items[-1]["version"] if items else None}
 
@@ -366,10 +367,12 @@ def create_api(
     )
     async def register_weights(request: Request) -> dict[str, Any]:
         """JSON ``{version, checkpoint_path?, notes?}``, or one safetensors file's bytes with ``?version=``."""
-        source = await _weight_source(request)
-        registered = await asyncio.to_thread(live_gateways, factory, settings)
+        source = await weight_source(request)
+        registered = await bounded(live_gateways, factory, settings)
         targets = weight_targets(settings, gateway_url, registered)
-        record, pushes = await publish(factory, targets, source, token, attempts=settings.weight_push_attempts)
+        record, pushes = await publish(
+            factory, targets, source, token, attempts=settings.weight_push_attempts, store_timeout_s=wait_s
+        )
         wake.set()  # tasks held by admission control may start now
         return {
             **asdict(record),
@@ -380,17 +383,3 @@ def create_api(
 
     install_ui(app, settings, factory, token)  # the web UI at /ui, behind the same control token
     return app
-
-
-async def _weight_source(request: Request) -> WeightSource:
-    from pydantic import ValidationError
-
-    version = tensor_upload_version(request)
-    if version is not None:
-        body = await read_body(request, MAX_WEIGHT_BYTES)
-        return WeightSource(version, tensors=body, notes=request.query_params.get("notes"))
-    try:
-        parsed = WeightsRequest.model_validate_json(await request.body() or b"{}")
-    except ValidationError as exc:
-        raise invalid_from(exc, "weights request") from None
-    return WeightSource(parsed.version, checkpoint_path=parsed.checkpoint_path, notes=parsed.notes)

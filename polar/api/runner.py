@@ -40,6 +40,7 @@ from polar.prefect_adapter import cancel_flow_runs, ensure_limits, start_deploym
 from polar.rollout.dispatcher import new_dispatcher, take
 from polar.rollout.fleet_limits import limit_scope, warn_unbounded
 from polar.settings import LimitScope, Settings, TaskDispatch
+from polar.store_bound import in_store
 
 log = logging.getLogger(__name__)
 CANCELLED_OWNER = "cancelled"
@@ -164,7 +165,8 @@ class TaskRunner:
             db.execute(sa.update(Rollout).where(Rollout.id == rollout_id).values(dispatch_id=flow_run_id))
 
     async def cancel(self, task_id: str) -> dict[str, Any]:
-        status, cancelled = await asyncio.to_thread(mark_cancelled, self.factory, task_id)
+        timeout_s = self.settings.store_statement_timeout_s  # a frozen store: a 503, not a hang
+        status, cancelled = await in_store(mark_cancelled, self.factory, task_id, timeout_s=timeout_s)
         inline = self._inline.pop(task_id, None)
         if inline is not None:
             inline.cancel()

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from polar.api.app import create_api
 from polar.api.runner import InlineDispatch, resolve_dispatch
 from polar.auth import control_token, where
+from polar.header_timeout import with_header_timeout
 from polar.rollout.context import GatewayStarter, rollout_context, store_factory
 from polar.settings import Settings, TaskDispatch, get_settings
 
@@ -42,11 +43,22 @@ def serve(
     settings = get_settings()
     control_token(settings)  # generated on first start when none is configured
     print(f"polar serve: /v1 routes need the control token from {where(settings)}", flush=True)
-    uvicorn.run(
-        build_app(settings, run_inline, start_gateway),
+    config = api_config(build_app(settings, run_inline, start_gateway), settings, host=host, port=port)
+    server = uvicorn.Server(config)
+    server.run()
+    if not server.started:
+        raise SystemExit(3)  # as uvicorn.run exits when the server could not start (its port taken)
+
+
+def api_config(app: FastAPI, settings: Settings, *, host: str | None = None, port: int | None = None) -> uvicorn.Config:
+    """``polar serve``'s HTTP server: a connection that has not sent whole request headers within
+    ``POLAR_HEADER_TIMEOUT_S`` is closed (``polar.header_timeout``)."""
+    return uvicorn.Config(
+        app,
         host=host or settings.api_host,
         port=port or settings.api_port,
         log_level="info",
+        http=with_header_timeout(settings.header_timeout_s),
         # Not uvloop: an inline flow swaps SIGTERM's handler for Prefect's, which raises TerminationSignal, and
         # uvloop swallows an exception raised by a signal handler (the process then ignored SIGTERM). On asyncio's
         # loop it unwinds this call, so what the process started (Prefect's temporary server, harnesses) stops.

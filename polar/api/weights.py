@@ -17,12 +17,20 @@ from dataclasses import dataclass
 
 import httpx
 import sqlalchemy as sa
+from fastapi import Request
+from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
+from db import gateways
 from db.models import WeightVersion
-from polar.errors import Conflict, GatewayError, InvalidRequest, NotConfigured, PartialPush
+from polar.api.schemas import WeightsRequest
+from polar.clock import now
+from polar.errors import Conflict, GatewayError, InvalidRequest, NotConfigured, PartialPush, invalid_from
 from polar.feed import versions
 from polar.feed.versions import VersionRecord
+from polar.settings import Settings
+from polar.store_bound import in_store
+from polar.wire.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 
 PUSH_TIMEOUT_S = 600.0
 RETRY_DELAY_S = 0.5
@@ -96,7 +104,10 @@ async def publish(
     control_token: str = "",
     *,
     attempts: int = 1,
+    store_timeout_s: float = 30.0,
 ) -> tuple[VersionRecord, list[PushReport]]:
+    """Push ``source`` to every target, then register it; the name check waits at most ``store_timeout_s`` for
+    the store (a frozen store is a 503 before any push)."""
     if not targets:
         raise NotConfigured(
             "no gateway to push weights to: none is registered and live (start gateways with the store), "
@@ -104,7 +115,7 @@ async def publish(
         )
     if not source.version or len(source.version) > 128:
         raise InvalidRequest("version must be 1 to 128 characters", field="version")
-    if await asyncio.to_thread(_exists, factory, source.version):
+    if await in_store(_exists, factory, source.version, timeout_s=store_timeout_s):
         raise Conflict(f"weight version {source.version!r} is already registered", field="version")
     reports = await asyncio.gather(*(push_with_retries(t, source, control_token, attempts) for t in targets))
     failed = [r for r in reports if r.error is not None]
@@ -117,6 +128,8 @@ async def publish(
             field="version",
         )
     uri = source.checkpoint_path or "tensors://uploaded"
+    # Not bounded: every gateway already serves the version, and a 503 here would leave the caller unsure
+    # whether it was registered (a retry of a registration that then went through is a 409).
     record = await asyncio.to_thread(versions.register, factory, source.version, checkpoint_uri=uri, notes=source.notes)
     return record, list(reports)
 
@@ -124,3 +137,32 @@ async def publish(
 def _exists(factory: sessionmaker[Session], version: str) -> bool:
     with factory() as db:
         return (db.scalar(sa.select(sa.func.count()).where(WeightVersion.version == version)) or 0) > 0
+
+
+def weight_targets(settings: Settings, gateway_url: str | None, registered: list[str] | None = None) -> list[str]:
+    """Every gateway new weights go to: the live registered ones, those listed in POLAR_WEIGHT_TARGETS and the
+    rollouts' gateway, each once."""
+    listed = [url.strip() for url in settings.weight_targets.split(",") if url.strip()]
+    candidates = [*(registered or []), *listed, *(url for url in (gateway_url or settings.gateway_url,) if url)]
+    seen: dict[str, str] = {}
+    for url in candidates:
+        seen.setdefault(url.rstrip("/"), url)
+    return list(seen.values())
+
+
+def live_gateways(factory: sessionmaker[Session], settings: Settings) -> list[str]:
+    return [url for _, url in gateways.live(factory, now(), settings.gateway_stale_s)]
+
+
+async def weight_source(request: Request) -> WeightSource:
+    """The new version a ``POST /v1/weights`` names: JSON ``{version, checkpoint_path?, notes?}``, or safetensors
+    bytes with ``?version=`` (up to ``MAX_WEIGHT_BYTES``; ``polar.api.guard`` lets that upload past the usual limit)."""
+    version = tensor_upload_version(request)
+    if version is not None:
+        body = await read_body(request, MAX_WEIGHT_BYTES)
+        return WeightSource(version, tensors=body, notes=request.query_params.get("notes"))
+    try:
+        parsed = WeightsRequest.model_validate_json(await request.body() or b"{}")
+    except ValidationError as exc:
+        raise invalid_from(exc, "weights request") from None
+    return WeightSource(parsed.version, checkpoint_path=parsed.checkpoint_path, notes=parsed.notes)

@@ -23,6 +23,7 @@ import uvicorn
 from db import migrate
 from db.engine import describe_database, normalize_url
 from polar.auth import control_token, where
+from polar.header_timeout import with_header_timeout
 from polar.proxy.gateway import Gateway
 from polar.proxy.http.app import create_app
 from polar.proxy.registration import registered, watch_drain
@@ -67,9 +68,15 @@ def tune_runtime() -> None:
 def uvicorn_config(app: Any, settings: Settings, **where: Any) -> uvicorn.Config:
     """The gateway's HTTP server: quiet, five seconds to finish calls at shutdown, idle connections kept
     ``connection_idle_s`` (uvicorn's 5 s default equals httpx's pool expiry: a call sent as the gateway closed its
-    connection failed with a read error at 96 agent sessions)."""
+    connection failed with a read error at 96 agent sessions), and connections without whole request headers within
+    ``header_timeout_s`` closed (``polar.header_timeout``: uvicorn itself never times out unfinished headers)."""
     return uvicorn.Config(
-        app, log_level="warning", timeout_graceful_shutdown=5, timeout_keep_alive=settings.connection_idle_s, **where
+        app,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+        timeout_keep_alive=settings.connection_idle_s,
+        http=with_header_timeout(settings.header_timeout_s),
+        **where,
     )
 
 

@@ -43,6 +43,16 @@ def cookie_value(token: str) -> str:
     return hmac.new(token.encode(), b"polar-ui-session", hashlib.sha256).hexdigest()
 
 
+def holds_token(request: Request, token: str) -> bool:
+    """Whether ``request`` holds ``token`` in any form the UI takes (Bearer, ``?token=``, the cookie), decided from
+    its headers alone: ``polar serve`` checks this before the body is read (``polar.api.guard``)."""
+    if matches(bearer_of(request.headers.get("authorization")), token):
+        return True
+    if matches(request.query_params.get("token"), token):
+        return True
+    return bool(token) and matches(request.cookies.get(COOKIE), cookie_value(token))
+
+
 def ui_guard(token: str) -> Callable[[Request], Awaitable[None]]:
     """The FastAPI dependency that guards every ``/ui`` route (raises ``UIRefused`` / ``UITokenAccepted``).
 

@@ -8,7 +8,6 @@ control token); none is in the OpenAPI schema. A bad query parameter is a 400 pa
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from polar.auth import control_token
 from polar.errors import NotFound
 from polar.live import LiveView
 from polar.settings import Settings
+from polar.store_bound import in_store
 from polar.ui.auth import COOKIE, UIRefused, UITokenAccepted, ui_guard
 from polar.ui.detail import RolloutDetail, capture_json, rollout_detail, trajectory_row
 from polar.ui.listing import RolloutFilter, filter_choices, group_view, list_rollouts
@@ -148,7 +148,8 @@ def ui_router(settings: Settings, factory: sessionmaker[Session], page: Pages, t
                 return fn(db, *args, **kwargs)
 
         try:
-            return await asyncio.to_thread(run)
+            # bounded: a frozen store is a 503 with Retry-After (polar.store_bound), not a page that never loads
+            return await in_store(run, timeout_s=settings.store_statement_timeout_s)
         except NotFound as exc:
             raise UIPageError(404, "Not found", exc.message) from None
 

@@ -128,3 +128,26 @@ def test_trl_trains_the_chain_the_harness_kept_after_a_final_call_retry(api, tin
             check_kept_chain(client, sample.rollout_id, sample.completion_ids, sample.loss_mask)
         assert result.trained_tokens == sum(map(sum, (s.loss_mask for s in result.record.samples))) > 0
         assert result.max_logprob_gap < 1e-5  # TRL's logprobs of what it trained are the sampled ones
+
+
+def test_the_closed_loop_runs_as_typed(tmp_path, tiny_model_dir):
+    """``python -m examples.trl_grpo --steps 2`` (docs/trainers.md's command, shortened) on the embedded defaults in
+    a clean environment: the entry point starts its own gateway, every step trains, and the summary lines print."""
+    import os
+    import re
+    from pathlib import Path
+
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    (cache / "models" / tiny_model_dir.name).symlink_to(tiny_model_dir)
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("POLAR_", "PREFECT_"))}
+    env["POLAR_CACHE"] = str(cache)
+    argv = [sys.executable, "-m", "examples.trl_grpo", "--steps", "2", "--prompts", "1", "--generations", "3"]
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [*argv, "--home", str(tmp_path / "home")], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"^mean reward per step: \[[\d., ]+\]$", done.stdout, re.M), done.stdout
+    gap = re.search(r"^max \|TRL logprob - captured\| over all steps: ([\d.e+-]+)$", done.stdout, re.M)
+    assert gap and float(gap.group(1)) < 1e-5, done.stdout

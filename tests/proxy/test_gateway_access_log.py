@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from db import make_engine, make_session_factory
 from db.models import Capture
+from polar.auth import redact_url
 from polar.backends.local import LocalBackend
 from polar.proxy.access_log import _Record, format_line
 from polar.settings import AccessLog
@@ -91,3 +92,45 @@ def test_the_text_format_and_off(tmp_path, cache_dir, engine, access_lines):
         key = {"Authorization": f"Bearer {session['api_key']}"}
         assert httpx.post(gw.url + "/v1/chat/completions", json=body, headers=key, timeout=60).status_code == 200
     assert access_lines == []
+
+
+class _Access(logging.Handler):
+    """uvicorn's access lines, after the logger's filters (the redaction) ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.mark.parametrize(
+    "query", ["key", "%6Bey", "ke%79", "KEY", "Api_Key", "%61pi_key", "token", "%74oken", "%2574oken", "TOKEN"]
+)
+def test_every_spelling_of_a_secret_query_parameter_is_redacted(query):
+    line = redact_url(f"POST /v1beta/models/tiny:generateContent?alt=sse&{query}=sk-polar-SECRET&keys=shown HTTP/1.1")
+    assert "SECRET" not in line and f"{query}=REDACTED" in line and "alt=sse" in line and "keys=shown" in line
+
+
+def test_the_gateway_takes_a_percent_encoded_key_and_its_access_line_hides_it(tmp_path, cache_dir, engine):
+    """``?%6Bey=`` is ``?key=`` to the gateway (query names are percent-decoded before they are read), so the
+    redaction decodes names too: what is accepted as a key is never logged; spellings that are not accepted
+    (``?KEY=``) are refused and redacted all the same."""
+    access = logging.getLogger("uvicorn.access")
+    handler, level = _Access(), access.level
+    with GatewayServer(settings_for(tmp_path, cache_dir), backend=LocalBackend(engine)) as gw:
+        key = httpx.post(gw.url + "/v1/sessions", json={}, headers=gw.control).json()["api_key"]
+        body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 2}}
+        access.addHandler(handler)
+        access.setLevel(logging.INFO)
+        try:
+            accepted = httpx.post(f"{gw.url}/v1beta/models/tiny:generateContent?%6Bey={key}", json=body, timeout=60)
+            refused = httpx.post(f"{gw.url}/v1beta/models/tiny:generateContent?KEY={key}", json=body, timeout=60)
+        finally:
+            access.removeHandler(handler)
+            access.setLevel(level)
+    assert accepted.status_code == 200, accepted.text
+    assert refused.status_code == 401
+    assert len(handler.lines) == 2 and all(key not in line for line in handler.lines), handler.lines
+    assert "%6Bey=REDACTED" in handler.lines[0] and "KEY=REDACTED" in handler.lines[1]

@@ -1,6 +1,7 @@
 """Do huge tool lists and tool descriptions hold other sessions? The isolation check of issue 32, timed.
 
     .venv/bin/python benchmarks/bench_big_tools.py [--rounds 5] [--tools 100000] [--description-mib 8]
+    .venv/bin/python benchmarks/bench_big_tools.py --messages 200000 [--messages 800000 ...]
 
 One live gateway (``polar gateway`` in a process of its own on a loopback port, so the clients here take none
 of its CPU or its GIL; the tiny local model, SQLite in a temporary folder). Eight sessions
@@ -9,6 +10,10 @@ while one session sends an Anthropic body with ``--tools`` tools and another an 
 ``--description-mib`` MiB description, each in a loop; ``/health/live`` is polled every 20 ms throughout. Prints
 the small calls' p50 / p99 latency in both runs and their ratio (measured in the same run), the worst and p99
 ``/health/live`` latency, and how long the big requests took to get their 400.
+
+``--messages N`` instead sends, one at a time, an OpenAI Chat body and an Anthropic body of ``N`` one-character
+messages (refused by the cost bound from the body's shape: each message costs the chat template's per-message
+tokens) and prints, for each, the time to its 400 and the worst ``/health/live`` latency while it was handled.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import httpx
 from benchmarks.bench_big_body import session
 from benchmarks.gateway_support import Server, free_port
 from polar.settings import get_settings
-from tests.proxy.big_bodies import long_description_body, many_tools_body
+from tests.proxy.big_bodies import long_description_body, many_messages_body, many_tools_body
 from tests.proxy.shapes import PROTOCOLS
 
 KINDS = [(protocol, stream) for protocol in PROTOCOLS.values() for stream in (False, True)]
@@ -93,6 +98,34 @@ async def run(url: str, args: argparse.Namespace, bodies: tuple[bytes, bytes] | 
     return took
 
 
+async def many_messages(url: str, count: int) -> None:
+    """One many-message body per protocol, each timed to its 400 while ``/health/live`` is polled."""
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+        for name, path, raw, header in (
+            ("openai_chat", "/v1/chat/completions", many_messages_body(count), ""),
+            ("anthropic", "/v1/messages", many_messages_body(count), "x-api-key"),
+        ):
+            stop, probes, took = asyncio.Event(), [], []
+            poller = asyncio.create_task(health(client, stop, probes))
+            await asyncio.sleep(0.2)
+            await big_calls_once(client, path, raw, header, took)
+            stop.set()
+            await poller
+            print(
+                f"{name:11s} {count} messages ({len(raw) / 1e6:.1f} MB): 400 in {took[0]:.2f} s; /health/live "
+                f"{len(probes)} probes, max {max(probes) * 1000:.1f} ms"
+            )
+
+
+async def big_calls_once(client: httpx.AsyncClient, path: str, raw: bytes, header: str, took: list[float]) -> None:
+    key = await session(client)
+    headers = {"content-type": "application/json", **({header: key} if header else {"Authorization": f"Bearer {key}"})}
+    started = time.perf_counter()
+    reply = await client.post(path, content=raw, headers=headers)
+    took.append(time.perf_counter() - started)
+    assert reply.status_code == 400, reply.text[:300]
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
@@ -103,6 +136,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tools", type=int, default=100_000)
     parser.add_argument("--description-mib", type=float, default=8.0)
+    parser.add_argument("--messages", type=int, action="append", help="many-message bodies of this many messages")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="polar-bench-tools-"))
     bodies = (many_tools_body(args.tools), long_description_body(int(args.description_mib * 1024 * 1024) - 1024))
@@ -120,6 +154,10 @@ def main() -> None:
     server = Server("gateway", argv, env=env, log_dir=home, port=port, ready_path="/health/live")
     try:
         server.wait_ready()
+        if args.messages:
+            for count in args.messages:
+                asyncio.run(many_messages(server.url, count))
+            return
         asyncio.run(run(server.url, args, None))  # warm-up
         baseline = asyncio.run(run(server.url, args, None))
         loaded = asyncio.run(run(server.url, args, bodies))

@@ -19,6 +19,7 @@ from polar.live.curves import Curves, learning_curves
 from polar.live.fleet import FleetState, GatewayEntry, GatewayState, fleet_state, state_of
 from polar.live.scrape import GatewayLoad, Scraper
 from polar.settings import Settings
+from polar.store_bound import in_store
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class LiveView:
             return fleet, alarms, learning_curves(db) if curves else None
 
     async def snapshot(self, *, curves: bool = False) -> LiveSnapshot:
-        fleet, alarms, learned = await asyncio.to_thread(self._read, curves)
+        # Bounded like every store read of ``polar serve``: a frozen store is a shaped 503, never a page that hangs.
+        fleet, alarms, learned = await in_store(self._read, curves, timeout_s=self.settings.store_statement_timeout_s)
         stale = self.settings.gateway_stale_s
         reachable = [(g.id, g.url) for g in fleet.gateways if not g.stopped and g.silent_s <= stale]
         loads = await self.scraper.scrape(reachable) if reachable else {}

@@ -54,6 +54,7 @@ from polar.wire.anthropic_output import (
 )
 from polar.wire.base import StreamMeta
 from polar.wire.canonical import ChatRequest, Completion
+from polar.wire.tool_schema import check_schema
 
 BILLING_HEADER = "x-anthropic-billing-header:"
 TOOL_ERROR_PREFIX = "Error: "
@@ -280,6 +281,7 @@ def _tools(tools: list[_Tool]) -> tuple[ToolSpec, ...]:
             if tool.type not in (None, "custom"):
                 continue  # a server tool (web search, code execution): Anthropic runs those, we cannot
             raise InvalidRequest(f"tools[{j}].input_schema: Field required", field=f"tools[{j}].input_schema")
+        check_schema(tool.input_schema, f"tools[{j}].input_schema")
         specs.append(ToolSpec(tool.name, tool.description or "", tool.input_schema, deferred=tool.defer_loading))
     return tuple(specs)
 
@@ -318,6 +320,7 @@ class AnthropicCodec:
     """The ``anthropic_messages`` protocol codec (see the module docstring for the mapping)."""
 
     name = "anthropic_messages"
+    messages_field = "messages"
     key_in_query = False
     count_tokens_defaults: Mapping[str, Any] = MappingProxyType({"max_tokens": 1})
 
@@ -327,6 +330,11 @@ class AnthropicCodec:
         if not isinstance(tools, list):
             return 0
         return sum(1 for t in tools if isinstance(t, dict) and t.get("input_schema") is not None)
+
+    def count_messages(self, body: Any) -> int:
+        """Messages (objects): each is at least one message (a user one of tool results only, one per result)."""
+        messages = body.get("messages") if isinstance(body, dict) else None
+        return sum(1 for m in messages if isinstance(m, dict)) if isinstance(messages, list) else 0
 
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None

@@ -55,6 +55,7 @@ class ProtocolCodec(Protocol):
     key_in_query: bool
     # What a token-count body lacks to be a valid request of this protocol (Anthropic's has no max_tokens).
     count_tokens_defaults: Mapping[str, Any]
+    messages_field: str  # where a body holds its conversation: messages | input | contents
 
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None
@@ -69,6 +70,13 @@ class ProtocolCodec(Protocol):
         """How many tool definitions a render of ``body`` surely writes, counted on the decoded body before it is
         checked or validated (cheap: no walk); 0 for a malformed body, whose validation names the problem. The
         cost bound (``polar.proxy.call.cost``) uses it to refuse a body of 100,000 tools before any work."""
+        ...
+
+    def count_messages(self, body: Any) -> int:
+        """At least how many messages other than system ones a render of ``body`` writes, counted on the decoded
+        body before it is checked or validated (cheap: no conversion); what is malformed is not counted. The cost
+        bound charges each the chat template's per-message tokens (``polar.proxy.call.cost``), so a body of
+        800,000 messages is refused before any work per message."""
         ...
 
     def response(self, completion: Completion, *, request: ChatRequest | None = None) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from polar.wire._wire import media_placeholder, not_none, parse_body
 from polar.wire.base import StreamMeta
 from polar.wire.canonical import ChatRequest, Completion
 from polar.wire.gemini_output import GeminiStream, error_body, finish_chunk, function_call
+from polar.wire.tool_schema import TYPES, check_schema
 
 INT32_MAX = 2**31 - 1
 
@@ -251,14 +252,20 @@ def json_schema(schema: Any) -> Any:
     return converted
 
 
-def _tools(tools: list[_Tool]) -> tuple[ToolSpec, ...]:
+GEMINI_TYPES = TYPES | {"type_unspecified"}  # Gemini's OpenAPI ``Type`` enum, lower-cased (``json_schema``)
+
+
+def _tools(tools: list[_Tool], path: str) -> tuple[ToolSpec, ...]:
     specs = []
-    for tool in tools:
-        for declaration in tool.function_declarations or []:
+    for i, tool in enumerate(tools):
+        for k, declaration in enumerate(tool.function_declarations or []):
+            where = f"{path}[{i}].functionDeclarations[{k}]"
             if declaration.parameters_json_schema is not None:
                 schema = declaration.parameters_json_schema
+                check_schema(schema, f"{where}.parametersJsonSchema")
             else:
                 schema = json_schema(declaration.parameters or {})
+                check_schema(schema, f"{where}.parameters", GEMINI_TYPES)
             specs.append(ToolSpec(declaration.name, declaration.description or "", schema))
     return tuple(specs)
 
@@ -296,14 +303,16 @@ def _translate(request: _Request, path_model: str | None, path_stream: bool | No
             messages.append(_model_turn(content, path))
         else:
             messages.extend(_user_turn(content, path))
-    tools = request.tools if request.tools is not None else (config.tools if config else None)
+    tools, tools_path = request.tools, "tools"
+    if tools is None and config is not None:
+        tools, tools_path = config.tools, "config.tools"
     generation, generation_path = request.generation_config, "generationConfig"
     if generation is None:
         generation, generation_path = config, "config"
     return ChatRequest(
         model=model,
         messages=tuple(messages),
-        tools=_tools(tools or []),
+        tools=_tools(tools or [], tools_path),
         max_tokens=generation.max_output_tokens if generation else None,
         sampling=_sampling(generation, generation_path) if generation else {},
         stream=bool(path_stream),
@@ -314,6 +323,7 @@ class GeminiCodec:
     """The ``gemini`` protocol codec (see the module docstring for the mapping)."""
 
     name = "gemini"
+    messages_field = "contents"
     key_in_query = True
     count_tokens_defaults: Mapping[str, Any] = MappingProxyType({})
 
@@ -328,6 +338,11 @@ class GeminiCodec:
                 declared = tool.get("functionDeclarations", tool.get("function_declarations"))
                 n += len(declared) if isinstance(declared, list) else 0
         return n
+
+    def count_messages(self, body: Any) -> int:
+        """``contents`` (objects): each is at least one message (a user turn of results only, one per result)."""
+        contents = body.get("contents") if isinstance(body, dict) else None
+        return sum(1 for c in contents if isinstance(c, dict)) if isinstance(contents, list) else 0
 
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None

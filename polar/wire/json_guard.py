@@ -133,6 +133,52 @@ def _object(pairs: list[tuple[str, Any]], limits: JsonLimits) -> dict[str, Any]:
     return value
 
 
+MAX_TEXT_DEPTH = 256
+"""How deep JSON held in a string field (``parse_json_text``) may nest: far beyond any real tool call, and well
+within what Python's parser and the renders after it follow (past about 1,000 levels they raise RecursionError)."""
+
+
+class NotJsonText(InvalidRequest):
+    """Text that is not JSON at all (a syntax error); a caller may keep such text as it is (``parse_json_text``)."""
+
+
+def parse_json_text(text: str, field: str, max_depth: int = MAX_TEXT_DEPTH) -> Any:
+    """JSON held in a string field of a client's body (a tool call's arguments), decoded. Every failure either parser
+    can raise is an ``InvalidRequest`` naming ``field``: ``NotJsonText`` for text that is not JSON; plain for JSON
+    this gateway cannot take (nested deeper than ``max_depth``, which also keeps it out of the parsers' own
+    recursion limits; an integer of more digits than Python converts, 4,300). orjson first (fast); what it refuses
+    is decoded again by the standard parser, which takes NaN and integers beyond 64 bits as every model's client
+    does, and whose error says what is wrong."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:
+            value = json.loads(text)
+        except RecursionError:
+            raise InvalidRequest(
+                f"{field}: JSON nested deeper than the limit of {max_depth} levels", field=field
+            ) from None
+        except json.JSONDecodeError as exc:
+            raise NotJsonText(f"{field}: not valid JSON: {exc}", field=field) from None
+        except (ValueError, UnicodeError, TypeError) as exc:  # ints beyond Python's digit limit; odd code points
+            raise InvalidRequest(f"{field}: JSON this gateway cannot read: {exc}", field=field) from None
+    if _deeper_than(value, max_depth):
+        raise InvalidRequest(f"{field}: JSON nested deeper than the limit of {max_depth} levels", field=field)
+    return value
+
+
+def _deeper_than(value: Any, max_depth: int) -> bool:
+    """Whether ``value`` nests containers more than ``max_depth`` levels deep (iteratively: no stack to exhaust)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth >= max_depth:
+                return True
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return False
+
+
 class _MaybeBigInteger(Exception):
     """A float of 2**63 or more on the strict path: orjson may have read an integer beyond 64 bits as it."""
 

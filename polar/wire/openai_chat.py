@@ -39,10 +39,12 @@ from polar.wire.openai_common import (
     Content,
     MaxTokens,
     ModelName,
+    ReasoningEffort,
     SamplingWire,
     Text,
     WireModel,
     call_id,
+    checked_arguments,
     content_text,
     error_response,
     index_path,
@@ -50,6 +52,7 @@ from polar.wire.openai_common import (
     validate,
 )
 from polar.wire.openai_common import error_object as _error_object
+from polar.wire.tool_schema import check_schema
 
 # ---------------------------------------------------------------------------------------------- wire models
 
@@ -101,9 +104,14 @@ class ChatBody(SamplingWire):
     max_tokens: MaxTokens | None = None
     max_completion_tokens: MaxTokens | None = None
     stop: Stop | None = None
+    reasoning_effort: ReasoningEffort | None = None
     n: int | None = None
     stream: bool | None = None
     stream_options: StreamOptionsWire | None = None
+
+
+MAX_STOP = 4  # OpenAI's documented limit on chat's ``stop`` sequences
+_TURN_ROLES = frozenset({"user", "assistant", "tool", "function"})  # each a message of its own, never merged
 
 
 @dataclass(frozen=True)
@@ -124,9 +132,15 @@ def _message(wire: ChatMessageWire, path: str) -> Message:
         return Message(Role.USER, text)
     if wire.role in ("tool", "function"):
         return Message(Role.TOOL, text, tool_call_id=wire.tool_call_id, name=wire.name)
-    calls = tuple(ToolCall(c.function.name, c.function.arguments, c.id) for c in wire.tool_calls or ())
+    calls = tuple(
+        ToolCall(
+            c.function.name, checked_arguments(c.function.arguments, f"{path}.tool_calls[{j}].function.arguments"), c.id
+        )
+        for j, c in enumerate(wire.tool_calls or ())
+    )
     if wire.function_call is not None:
-        calls += (ToolCall(wire.function_call.name, wire.function_call.arguments),)
+        arguments = checked_arguments(wire.function_call.arguments, f"{path}.function_call.arguments")
+        calls += (ToolCall(wire.function_call.name, arguments),)
     reasoning = wire.reasoning_content or wire.reasoning or None
     return Message(Role.ASSISTANT, text, reasoning=reasoning, tool_calls=calls)
 
@@ -139,12 +153,14 @@ def _tools(body: ChatBody) -> tuple[ToolSpec, ...]:
         if tool.function is None:
             where = f"{index_path('tools', index)}.function"
             raise InvalidRequest(f"{where}: a function tool needs a function", field=where)
-        specs.append(_spec(tool.function))
-    specs.extend(_spec(function) for function in body.functions or ())
+        specs.append(_spec(tool.function, f"{index_path('tools', index)}.function"))
+    specs.extend(_spec(function, index_path("functions", index)) for index, function in enumerate(body.functions or ()))
     return tuple(specs)
 
 
-def _spec(function: FunctionWire) -> ToolSpec:
+def _spec(function: FunctionWire, path: str) -> ToolSpec:
+    if function.parameters is not None:
+        check_schema(function.parameters, f"{path}.parameters")
     return ToolSpec(function.name, function.description or "", function.parameters or {})
 
 
@@ -259,6 +275,7 @@ class OpenAIChatCodec:
     request) for per-request choices; without it the usage chunk is not sent."""
 
     name = "openai_chat"
+    messages_field = "messages"
     key_in_query = False
     count_tokens_defaults: Mapping[str, Any] = MappingProxyType({})
 
@@ -274,6 +291,14 @@ class OpenAIChatCodec:
         )
         return n + (len(functions) if isinstance(functions, list) else 0)
 
+    def count_messages(self, body: Any) -> int:
+        """Messages of a role other than ``system`` and ``developer``: each is one message of its own."""
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list):
+            return 0
+        roles = (m.get("role") for m in messages if isinstance(m, dict))
+        return sum(1 for role in roles if isinstance(role, str) and role in _TURN_ROLES)
+
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None
     ) -> OpenAIChatRequest:
@@ -282,6 +307,8 @@ class OpenAIChatCodec:
     def _request(self, wire: ChatBody, offset: int = 0) -> OpenAIChatRequest:
         if wire.n is not None and wire.n != 1:
             raise InvalidRequest("n: only one choice per request is supported (n=1)", field="n")
+        if isinstance(wire.stop, list) and len(wire.stop) > MAX_STOP:
+            raise InvalidRequest(f"stop: at most {MAX_STOP} stop sequences, not {len(wire.stop)}", field="stop")
         messages = tuple(_message(m, index_path("messages", offset + i)) for i, m in enumerate(wire.messages))
         include_usage = bool(wire.stream_options and wire.stream_options.include_usage)
         return OpenAIChatRequest(

@@ -10,11 +10,12 @@ validate raises ``InvalidRequest`` whose ``field`` is the JSON path of the first
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
 from polar.errors import ContextLengthExceeded, InvalidRequest, PolarError
+from polar.wire.json_guard import NotJsonText, parse_json_text
 
 # Images cannot be shown to a text-only model. A placeholder (rather than a 400) keeps an agent loop alive
 # when a harness tool returns a screenshot (Codex's view_image): the model reads that it cannot see it, and
@@ -72,6 +73,10 @@ class SamplingWire(WireModel):
         return out
 
 
+# A reasoning effort: OpenAI's documented values across its models (``none`` and ``xhigh`` on the newest); the
+# template decides how the model reasons, but a value OpenAI refuses is refused here too.
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+
 # A token budget: a positive integer (0 or a negative number is a mistake, not "no limit").
 MaxTokens = Annotated[int, Field(ge=1)]
 # A model name: never empty (every provider refuses one).
@@ -94,6 +99,17 @@ def validate(model: type[M], data: Any, *, root: str = "body", prefix: str = "")
         # pydantic names the model class here ("a valid dictionary or instance of ChatBody"): say it plainly.
         message = "expected a JSON object" if first["type"] == "model_type" else first["msg"]
         raise InvalidRequest(f"{field}: {message}", field=field) from None
+
+
+def checked_arguments(text: str, field: str) -> str:
+    """A tool call's arguments as a client sent them (JSON text, kept verbatim), unless they are JSON this gateway
+    cannot read (``parse_json_text``: nested past its limit, an integer of thousands of digits): then a 400 naming
+    ``field``. Text that is not JSON at all is kept as it is: a harness may echo a model's malformed call."""
+    try:
+        parse_json_text(text, field)
+    except NotJsonText:
+        pass
+    return text
 
 
 def join_path(prefix: str, rest: str) -> str:

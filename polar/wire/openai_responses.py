@@ -50,9 +50,11 @@ from polar.wire.openai_common import (
     Content,
     MaxTokens,
     ModelName,
+    ReasoningEffort,
     SamplingWire,
     Text,
     WireModel,
+    checked_arguments,
     content_text,
     error_response,
     index_path,
@@ -78,11 +80,16 @@ ShellOutput = Annotated[
 ]
 
 
+class ReasoningWire(WireModel):
+    effort: ReasoningEffort | None = None
+
+
 class ResponsesBody(SamplingWire):
     model: ModelName
     input: Input
     instructions: str | None = None
     tools: list[Any] | None = None
+    reasoning: ReasoningWire | None = None
     max_output_tokens: MaxTokens | None = None
     stream: bool | None = None
     previous_response_id: str | None = None
@@ -162,6 +169,17 @@ def _reasoning_text(item: ReasoningItem, path: str) -> str | None:
     return "\n\n".join(p.text for p in parts) or None
 
 
+_OUTPUT_ITEMS = frozenset(
+    {"function_call_output", "custom_tool_call_output", "local_shell_call_output", "shell_call_output"}
+)
+
+
+def _own_message(item: dict[str, Any]) -> bool:
+    """Whether an input item is surely a message of its own: a user message, or a tool's output."""
+    kind = item.get("type", "message")
+    return (isinstance(kind, str) and kind in _OUTPUT_ITEMS) or (kind == "message" and item.get("role") == "user")
+
+
 class _History:
     """Input items → canonical messages, one assistant message per model reply."""
 
@@ -185,7 +203,7 @@ class _History:
             call: FunctionCallItem | CustomToolCallItem
             if kind == "function_call":
                 call = validate(FunctionCallItem, raw, prefix=path)
-                arguments = call.arguments
+                arguments = checked_arguments(call.arguments, f"{path}.arguments")
             else:
                 call = validate(CustomToolCallItem, raw, prefix=path)
                 arguments = _custom_arguments(call.input)
@@ -285,6 +303,7 @@ class OpenAIResponsesCodec:
     parsed request) so custom and namespaced tool calls go back in the shape the harness declared."""
 
     name = "openai_responses"
+    messages_field = "input"
     key_in_query = False
     count_tokens_defaults: Mapping[str, Any] = MappingProxyType({})
 
@@ -295,6 +314,16 @@ class OpenAIResponsesCodec:
             return 0
         kinds = ("function", "custom")
         return len({t.get("name") for t in tools if isinstance(t, dict) and t.get("type") in kinds})
+
+    def count_messages(self, body: Any) -> int:
+        """User message items and tool outputs, each a message of its own (a model reply's items are grouped into
+        one assistant message, so they are not counted); a string ``input`` is one user message."""
+        items = body.get("input") if isinstance(body, dict) else None
+        if isinstance(items, str):
+            return 1
+        if not isinstance(items, list):
+            return 0
+        return sum(1 for item in items if isinstance(item, dict) and _own_message(item))
 
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None

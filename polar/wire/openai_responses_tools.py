@@ -8,6 +8,7 @@ from typing import Any, Literal
 from polar.tokens.messages import ToolSpec
 from polar.wire.openai_common import WireModel, index_path, validate
 from polar.wire.openai_responses_output import ToolRoute
+from polar.wire.tool_schema import check_schema
 
 
 class ToolTypeWire(WireModel):
@@ -66,6 +67,8 @@ class OfferedTools:
         kind = validate(ToolTypeWire, raw, prefix=path).type
         if kind == "function":
             tool = validate(FunctionToolWire, raw, prefix=path)
+            if tool.parameters is not None:
+                check_schema(tool.parameters, f"{path}.parameters")
             self._offer(tool.name, tool.description, tool.parameters or {}, "function", namespace)
         elif kind == "custom":
             custom = validate(CustomToolWire, raw, prefix=path)

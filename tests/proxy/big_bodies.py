@@ -24,3 +24,11 @@ def long_description_body(chars: int = DESCRIPTION_CHARS) -> bytes:
     tool = {"type": "function", "function": {"name": "read", "description": text, "parameters": {"type": "object"}}}
     body = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}], "tools": [tool]}
     return json.dumps(body).encode()
+
+
+def many_messages_body(messages: int) -> bytes:
+    """A body of about ``messages`` one-character user and assistant messages, alternating and ending with a user
+    message (the odd count at or below it): valid OpenAI Chat and Anthropic Messages alike."""
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": "x"} for i in range((messages - 1) | 1)]
+    body = {"model": "tiny", "max_tokens": 2, "messages": turns}
+    return json.dumps(body).encode()

@@ -10,12 +10,14 @@ import json
 import pytest
 
 from polar.errors import ContextLengthExceeded, InvalidRequest, PolarError
+from polar.proxy.call.cost import CostBound
 from polar.proxy.call.screen import BodyScreen, ScreenRules, screen
 from polar.wire.json_guard import JsonLimits
-from tests.proxy.big_bodies import long_description_body, many_tools_body
+from tests.proxy.big_bodies import long_description_body, many_messages_body, many_tools_body
 
-TINY = ScreenRules("anthropic_messages", JsonLimits(), max_token_chars=16, context_length=2048)
-OPENAI = ScreenRules("openai_chat", JsonLimits(), max_token_chars=16, context_length=2048)
+BOUND = CostBound(max_token_chars=16, context_length=2048, message_tokens=2)
+TINY = ScreenRules("anthropic_messages", JsonLimits(), BOUND)
+OPENAI = ScreenRules("openai_chat", JsonLimits(), BOUND)
 
 
 def in_process(raw: bytes, rules: ScreenRules) -> PolarError | None:
@@ -37,10 +39,11 @@ def same_error(a: PolarError | None, b: PolarError | None) -> None:
     [
         (many_tools_body(20_000), TINY, ContextLengthExceeded),
         (long_description_body(200_000), OPENAI, ContextLengthExceeded),
+        (many_messages_body(20_000), OPENAI, ContextLengthExceeded),
         (b'{"model": "tiny", "messages": [' + b"1," * 50_000 + b"1]}", OPENAI, InvalidRequest),
         (b'{"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}', TINY, InvalidRequest),
     ],
-    ids=["many-tools", "long-description", "bad-message", "truncated-json"],
+    ids=["many-tools", "long-description", "many-messages", "bad-message", "truncated-json"],
 )
 def test_the_childs_refusal_is_the_gateways_own(raw, rules, kind):
     expected = in_process(raw, rules)
@@ -66,7 +69,7 @@ def test_the_childs_refusal_is_the_gateways_own(raw, rules, kind):
 def test_a_body_that_fits_passes_and_the_child_serves_many():
     text = "x" * 30_000  # over a 2048-token window's byte bound at 8 chars/token, yet 30k chars / 16 fits it
     fits = json.dumps({"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": text}]}).encode()
-    rules = ScreenRules("anthropic_messages", JsonLimits(), max_token_chars=16, context_length=2048)
+    rules = ScreenRules("anthropic_messages", JsonLimits(), BOUND)
 
     async def scenario() -> tuple[int, int, list[str]]:
         checker = BodyScreen()

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
 
 from polar.collector import collector_paused
 from polar.errors import PolarError
-from polar.proxy.call.cost import MIN_TOOL_CHARS, message_chars, tool_chars
-from polar.proxy.call.plan import INLINE_CHARS, Planner
+from polar.proxy.call.decode import Decoded, Prior, decode_body
+from polar.proxy.call.plan import Planner
 from polar.proxy.call.screen import BodyScreen, ScreenRules
 from polar.proxy.session.history import HistoryCache, LastRequest
 from polar.proxy.session.sessions import SessionInfo, SessionStore
@@ -26,19 +24,11 @@ from polar.proxy.store_wait import in_store
 from polar.slices import in_thread
 from polar.wire.base import ProtocolCodec, parse_after
 from polar.wire.body import OFFLOAD_BYTES
-from polar.wire.body_digest import BodyDigest
-from polar.wire.canonical import ChatRequest
-from polar.wire.json_guard import JsonLimits, parse_json_after
+from polar.wire.json_guard import JsonLimits
+
+__all__ = ["BodyReader", "Decoded", "Intake"]
 
 BodyReader = Callable[[], Awaitable[bytes]]
-
-
-@dataclass(frozen=True)
-class Decoded:
-    body: Any
-    request: ChatRequest
-    digest: BodyDigest | None  # set when it went the strict (orjson) way: it may spare the next call the same work
-    tool_chars: int  # characters its tool definitions render (counted only for a body large enough to matter)
 
 
 class Intake:
@@ -76,62 +66,58 @@ class Intake:
         *,
         count: bool = False,
     ) -> Decoded:
-        """The body read, checked and decoded (``count``: a token-count body, which is never remembered).
+        """The body read, checked and decoded (``polar.proxy.call.decode``; ``count``: a token-count body, which is
+        never remembered).
 
-        Also the cost bound (``polar.proxy.call.cost``): a body whose rendered text (messages, system, tool
-        results and tool definitions) surely needs more tokens than the context window is refused with the
-        provider's 400 here, before any tokenization."""
+        Also the cost bound (``polar.proxy.call.cost``): a body whose shape (its counts of messages and tools) or,
+        for one over ``CostBound.bound_bytes``, whose rendered text surely needs more tokens than the context window
+        is refused with the provider's 400 here, before any tokenization; on its shape, before any work per
+        message."""
         raw = await read()
-        prior = None if count else self._prior(session, codec)
-        bound = self.planner.bound_bytes()
-        big = bool(bound) and len(raw) > bound
+        last = None if count else self._prior(session, codec)
+        prior = Prior(last.digest, last.request) if last is not None else None
+        bound = self.planner.bound
+        big = bool(bound.bound_bytes()) and len(raw) > bound.bound_bytes()
+        path_stream = False if count else stream
         if big and self.screen is not None:
-            rules = ScreenRules(
-                codec.name,
-                self.limits,
-                self.planner.max_token_chars,
-                self.planner.context_length,
-                model,
-                False if count else stream,
-                count,
-            )
+            rules = ScreenRules(codec.name, self.limits, bound, model, path_stream, count)
             await self.screen.check(raw, rules)  # raises its refusal; else this process decodes it below
-
-        def count_tools(value: Any) -> None:  # before the body is walked: 100,000 tools are refused at once
-            self.planner.refuse_surely_too_long(codec.count_tools(value) * MIN_TOOL_CHARS)
 
         def decode() -> Decoded:
             if not big:
-                return decode_body()
+                return decode_remembered()
             # Likely refused: its million containers are freed, by reference counting, before the collector is
             # back (polar.collector); the refusal leaves without the frames that held them.
             with collector_paused():
                 try:
-                    return decode_body()
+                    return decode_remembered()
                 except PolarError as exc:
                     exc.__traceback__ = None
                     raise exc from None
 
-        def decode_body() -> Decoded:
-            checked = prior.digest if prior is not None else None
-            parsed = parse_json_after(raw, self.limits, checked, count_tools if big else None, digests=not count)
-            body = parsed.value
-            if count and isinstance(body, dict):
-                body = {**codec.count_tokens_defaults, **body}
-            known = (parsed.repeats, prior.request) if prior is not None and parsed.repeats is not None else None
-            chat = parse_after(codec, body, known, path_model=model, path_stream=False if count else stream)
-            tools = tool_chars(chat.tools) if len(raw) > INLINE_CHARS else 0
-            if big:
-                self.planner.refuse_surely_too_long(message_chars(chat.messages) + tools)
-            return Decoded(body, chat, parsed.digest, tools)
+        def decode_remembered() -> Decoded:
+            decoded = decode_body(
+                raw,
+                codec,
+                self.limits,
+                bound,
+                path_model=model,
+                path_stream=path_stream,
+                count=count,
+                prior=prior,
+                digests=not count,
+                whole_bound=big,
+            )
+            # The session's latest request, for the next call's decode to build on. Here, where the decode ran (a
+            # worker thread for a large body): sealing a long conversation's messages is work per message.
+            if not count:
+                if decoded.digest is not None:
+                    self.histories.remember_request(session.id, codec.name, decoded.digest, decoded.request)
+                else:
+                    self.histories.forget_request(session.id)
+            return decoded
 
-        decoded = await in_thread(_freed_in_thread, decode) if len(raw) >= OFFLOAD_BYTES else decode()
-        if not count:  # the session's latest request, for the next call's decode to build on
-            if decoded.digest is not None:
-                self.histories.remember_request(session.id, codec.name, decoded.digest, decoded.request)
-            else:
-                self.histories.forget_request(session.id)
-        return decoded
+        return await in_thread(_freed_in_thread, decode) if len(raw) >= OFFLOAD_BYTES else decode()
 
     async def decode_whole(
         self, decoded: Decoded, codec: ProtocolCodec, model: str | None, stream: bool | None

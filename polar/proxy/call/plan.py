@@ -17,7 +17,7 @@ from polar.errors import ContextLengthExceeded, InvalidRequest, NotFound
 from polar.ids import random_hex
 from polar.inference import SamplingParams
 from polar.proxy.call.admission import Verdict, admit
-from polar.proxy.call.cost import message_chars, surely_too_long
+from polar.proxy.call.cost import INLINE_CHARS, CostBound, counted_messages, message_chars, message_tokens
 from polar.proxy.call.policy import Policy, PolicyContext
 from polar.proxy.session.history import HistoryCache, SessionHistory
 from polar.proxy.session.sessions import SessionInfo
@@ -32,7 +32,6 @@ from polar.wire.body_digest import BodyDigest
 from polar.wire.canonical import ChatRequest
 
 MAX_MODEL_NAME = 256  # the width of captures.model
-INLINE_CHARS = 16_384  # a build tokenizing up to this much text runs on the event loop (about 1 ms at most)
 
 
 @dataclass(frozen=True)
@@ -77,6 +76,8 @@ class Planner:
         self.default_max_tokens = default_max_tokens
         self.render_mode = render_mode
         self.max_token_chars = max_token_chars
+        # The cost bound (polar.proxy.call.cost); the template's per-message tokens measured once, here.
+        self.bound = CostBound(max_token_chars, context_length, message_tokens(builder) if max_token_chars > 0 else 0)
         self.store_timeout_s = store_timeout_s
 
     def _parent(
@@ -100,10 +101,11 @@ class Planner:
         found = self.builder.find_parent(messages, request.tools, history.candidates(len(messages)), ordered=True)
         # Of an append-mode extension only the new messages are tokenized (the rest are the parent's ids).
         only_new = found is not None and self._appends and self.builder.tokenizes_only_new_messages
-        chars = message_chars(messages[found[1] if found is not None and only_new else 0 :])
+        rendered = messages[found[1] if found is not None and only_new else 0 :]
+        chars = message_chars(rendered)
         if found is None or not only_new:
             chars += tools_chars
-        self.refuse_surely_too_long(chars)
+        self.bound.refuse(chars, counted_messages(rendered))
         if not fresh and any(m.role is Role.ASSISTANT for m in messages[found[1] if found else 0 :]):
             raise _Stale()
         return found, chars
@@ -200,19 +202,6 @@ class Planner:
         """Whether a call extending an earlier one renders only its new messages: then a request may be decoded
         on top of the session's last one, its earlier messages sealed (``polar.tokens.render.SealedText``)."""
         return self._appends and self.builder.tokenizes_only_new_messages
-
-    def refuse_surely_too_long(self, chars: int) -> None:
-        """A prompt whose text to tokenize (``chars`` characters) alone needs more tokens than the context window
-        holds is refused before it is tokenized (``polar.proxy.call.cost``): a 10 MB body then costs no tokenizing,
-        and never a wrong refusal."""
-        error = surely_too_long(chars, self.max_token_chars, self.context_length)
-        if error is not None:
-            raise error
-
-    def bound_bytes(self) -> int:
-        """A body of at most this many bytes cannot hold a prompt ``refuse_surely_too_long`` refuses (its decoded
-        text is no longer than its bytes); 0 when there is no bound."""
-        return self.context_length * self.max_token_chars if self.max_token_chars > 0 else 0
 
     async def load_history(self, session_id: str) -> SessionHistory:
         return await in_store(self.histories.load, session_id, timeout_s=self.store_timeout_s)

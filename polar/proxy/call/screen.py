@@ -1,14 +1,15 @@
 """Over-size bodies screened in a process of their own, so that refusing one never holds the gateway's loop.
 
-A body larger than the cost bound's byte limit (``Planner.bound_bytes``) is likely refused: 100,000 tool
+A body larger than the cost bound's byte limit (``CostBound.bound_bytes``) is likely refused: 100,000 tool
 definitions, an 8 MiB description. Deciding so means decoding it, and in the gateway's process that holds the
 interpreter lock whichever thread does it: orjson builds a million objects in one call (60 ms for 13 MB) and
 freeing them takes as long, while the event loop waits for the lock after each socket operation; with two such
 bodies in a loop ``/health/live`` took 250-735 ms (``benchmarks/bench_big_tools.py``, 2 cores).
 
 ``BodyScreen.check`` sends the body to one child process (``python -m polar.proxy.call.screen``, started on the
-first over-size body and kept), which applies the checks ``Intake.decode`` applies to such a body (``screen``:
-JSON limits, the tool count bound, the protocol's validation, the cost bound) and answers with the refusal or
+first over-size body and kept), which applies the checks ``Intake.decode`` applies to such a body, by the same
+function (``polar.proxy.call.decode.decode_body``: the cost bound on the body's shape, JSON limits, the protocol's
+validation, the cost bound on its text) and answers with the refusal or
 with nothing. A refusal is raised here as the very ``PolarError`` the gateway would have raised itself; a body
 that passes is then decoded by the gateway as any large body (a worker thread), so it is decoded twice, which
 only bodies that are both over the bound and valid pay (images, escapes). If the child dies or does not answer
@@ -35,10 +36,10 @@ from typing import Any
 
 from polar.collector import collector_paused
 from polar.errors import PolarError
-from polar.proxy.call.cost import MIN_TOOL_CHARS, message_chars, surely_too_long, tool_chars
+from polar.proxy.call.cost import CostBound
+from polar.proxy.call.decode import decode_body
 from polar.wire import get_codec
-from polar.wire.base import parse_after
-from polar.wire.json_guard import JsonLimits, parse_json_after
+from polar.wire.json_guard import JsonLimits
 
 log = logging.getLogger(__name__)
 
@@ -50,36 +51,31 @@ Refusal = tuple[type[PolarError], tuple[Any, ...], dict[str, Any]]
 
 @dataclass(frozen=True)
 class ScreenRules:
-    """What an over-size body is checked against: its protocol and where it came from (the path's model and
-    stream flag), the gateway's JSON limits and the cost bound's numbers (``polar.proxy.call.cost``)."""
+    """What an over-size body is checked against: its protocol, the gateway's JSON limits and cost bound, and where
+    the body came from (the path's model and stream flag)."""
 
     codec: str
     limits: JsonLimits
-    max_token_chars: int
-    context_length: int
+    bound: CostBound
     path_model: str | None = None
     path_stream: bool | None = None
     count: bool = False  # a token-count body (its protocol's defaults fill what it lacks)
 
-    def refuse_surely_too_long(self, chars: int) -> None:
-        error = surely_too_long(chars, self.max_token_chars, self.context_length)
-        if error is not None:
-            raise error
-
 
 def screen(raw: bytes, rules: ScreenRules) -> None:
-    """Raises the ``PolarError`` that decoding ``raw`` under ``rules`` gives (a malformed body, or one whose text
-    surely exceeds the context window); returns when the body passes."""
+    """Raises the ``PolarError`` that decoding ``raw`` under ``rules`` gives (a malformed body, or one that surely
+    exceeds the context window); returns when the body passes."""
     codec = get_codec(rules.codec)
-
-    def count_tools(value: Any) -> None:  # before the body is walked: 100,000 tools are refused at once
-        rules.refuse_surely_too_long(codec.count_tools(value) * MIN_TOOL_CHARS)
-
-    body = parse_json_after(raw, rules.limits, None, count_tools).value
-    if rules.count and isinstance(body, dict):
-        body = {**codec.count_tokens_defaults, **body}
-    chat = parse_after(codec, body, None, path_model=rules.path_model, path_stream=rules.path_stream)
-    rules.refuse_surely_too_long(message_chars(chat.messages) + tool_chars(chat.tools))
+    decode_body(
+        raw,
+        codec,
+        rules.limits,
+        rules.bound,
+        path_model=rules.path_model,
+        path_stream=rules.path_stream,
+        count=rules.count,
+        whole_bound=True,
+    )
 
 
 class BodyScreen:

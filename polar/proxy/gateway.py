@@ -25,8 +25,8 @@ from polar.proxy.call.service import CallService
 from polar.proxy.capture.writer import CaptureWriter
 from polar.proxy.session.history import HistoryCache
 from polar.proxy.session.sessions import SessionInfo, SessionStore
-from polar.proxy.store_wait import in_store
 from polar.settings import Settings
+from polar.store_bound import in_store
 from polar.tokens.messages import Message
 from polar.tokens.offload import TokenizerChild
 from polar.tokens.render import PromptBuilder

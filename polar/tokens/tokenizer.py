@@ -131,6 +131,10 @@ class ChatTokenizer:
     def _segments(self) -> _SegmentCache | None:
         return _SegmentCache.for_tokenizer(self)
 
+    def added_tokens(self) -> dict[int, str]:
+        """The added (special and marker) tokens by id, with their text; those with an empty text left out."""
+        return {i: t.content for i, t in self._tok.get_added_tokens_decoder().items() if t.content}
+
     def to_json(self) -> str:
         """The tokenizer as ``tokenizers`` serialises it (``Tokenizer.from_str`` rebuilds the same one)."""
         return str(self._tok.to_str())

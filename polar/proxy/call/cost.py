@@ -120,7 +120,7 @@ def marker_ids(tokenizer: ChatTokenizer) -> frozenset[int]:
     """The tokenizer's added tokens that are surely one token wherever a render writes them: the tokenizer matches
     added tokens before it splits the rest, so one whose text overlaps no other added token's (neither contains
     the other, nor ends as the other starts) can neither be absorbed by neighbouring text nor straddle it."""
-    added = {i: t.content for i, t in tokenizer._tok.get_added_tokens_decoder().items() if t.content}
+    added = tokenizer.added_tokens()
     texts = set(added.values())
     return frozenset(i for i, text in added.items() if not any(_overlap(text, o) for o in texts if o != text))
 

@@ -20,8 +20,8 @@ from polar.proxy.call.plan import Planner
 from polar.proxy.call.screen import BodyScreen, ScreenRules
 from polar.proxy.session.history import HistoryCache, LastRequest
 from polar.proxy.session.sessions import SessionInfo, SessionStore
-from polar.proxy.store_wait import in_store
 from polar.slices import in_thread
+from polar.store_bound import in_store
 from polar.wire.base import ProtocolCodec, parse_after
 from polar.wire.body import OFFLOAD_BYTES
 from polar.wire.json_guard import JsonLimits

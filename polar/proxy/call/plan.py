@@ -22,9 +22,9 @@ from polar.proxy.call.policy import Policy, PolicyContext
 from polar.proxy.session.history import HistoryCache, SessionHistory
 from polar.proxy.session.sessions import SessionInfo
 from polar.proxy.session.witness import single_out
-from polar.proxy.store_wait import in_store
 from polar.settings import RenderMode
 from polar.slices import in_thread
+from polar.store_bound import in_store
 from polar.tokens.messages import Role
 from polar.tokens.render import PriorCall, Prompt, PromptBuilder
 from polar.wire.base import ProtocolCodec, StreamMeta

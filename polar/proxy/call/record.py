@@ -26,8 +26,8 @@ from polar.proxy.capture.row import capture_row
 from polar.proxy.capture.writer import CaptureWriter
 from polar.proxy.session.call_node import CallNode
 from polar.proxy.session.history import HistoryCache
-from polar.proxy.store_wait import in_store
 from polar.slices import turn
+from polar.store_bound import in_store
 from polar.tokens.messages import Message, Role
 from polar.wire.canonical import Completion
 from polar.wire.replies import minted_ids

@@ -103,7 +103,7 @@ def build_rollout_flow(stage_functions: Mapping[Stage, StageFunction], *, name: 
                 call=call,
                 takeover=takeover,
                 stale_after_s=stale_after_s,
-                owner_gone=prefect_owner_probe(ctx.settings),
+                owner_gone=prefect_owner_probe(ctx.settings, stale_after_s),
             )
         finally:  # a rollout that failed a stage gets its artifact too (its failure cause is the point)
             await publish_rollout(ctx.factory, ctx.settings, rollout_id)

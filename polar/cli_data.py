@@ -35,6 +35,8 @@ def _trajectories(args: argparse.Namespace) -> None:
         print(f"  skipped {rollout_id}: {reason}")
     for rollout_id, reason in report.failed:
         print(f"  failed {rollout_id}: {reason}")
+    if report.failed:  # a script (or CI) must see that some rollouts kept their old rows or none
+        raise SystemExit(1)
 
 
 def _export(args: argparse.Namespace) -> None:

@@ -84,8 +84,11 @@ def rl_row(trajectory: Trajectory, rollout: Rollout, task: Task | None, harness:
 def rows(
     factory: sessionmaker[Session], settings: Settings, kind: ExportKind, filters: ExportFilter, *, yield_per: int = 500
 ) -> Iterator[dict[str, Any]]:
-    """Export rows in trajectory-id order, streamed from the store."""
-    with factory() as db:
+    """Export rows in trajectory-id order, streamed from the store.
+
+    An SFT row's conversation is read through a second session, emptied after each row: the streaming session
+    must not be expunged while ``yield_per`` holds its next batch (that broke every export past one batch)."""
+    with factory() as db, factory() as side:
         dialect = db.get_bind().dialect.name
         query = (
             sa.select(Trajectory, Rollout, Task, harness_name(dialect))
@@ -99,10 +102,11 @@ def rows(
             if parse_reply is None:  # an RL row is the trajectory's own token arrays (and its captures' extras)
                 yield rl_row(trajectory, rollout, task, harness) | extras_columns(db, trajectory)
                 continue
-            last = db.get(Capture, trajectory.capture_ids[-1]) if trajectory.capture_ids else None
+            last = side.get(Capture, trajectory.capture_ids[-1]) if trajectory.capture_ids else None
             if last is None:
                 continue
-            messages, tools = conversation(db, last, parse_reply)
+            messages, tools = conversation(side, last, parse_reply)
+            side.expunge_all()  # the chain's captures were loaded to rebuild the request: let them go
             yield {
                 **_common(trajectory, rollout, task, harness),
                 "instruction": task.instruction if task is not None else None,
@@ -113,7 +117,6 @@ def rows(
                 "response_ids": list(trajectory.response_ids),
                 "loss_mask": list(trajectory.loss_mask),
             }
-            db.expunge_all()  # the chain's captures were loaded to rebuild the request: let them go
 
 
 def _format(path: Path, fmt: str | None) -> str:

@@ -112,7 +112,11 @@ class CaptureRecord:
             output_logprobs=tuple(row.output_logprobs),
             finish_reason=row.finish_reason,
             weight_version=row.weight_version,
-            version_spans=tuple(VersionRange.from_json(span) for span in row.version_spans or ()),
+            # An empty span covers nothing: the gateway stored one with an empty output (an OK capture of no
+            # tokens) before an empty output became a backend error, and such rows must still read.
+            version_spans=tuple(
+                VersionRange.from_json(span) for span in row.version_spans or () if span["end"] != span["start"]
+            ),
             status=CaptureStatus(row.status),
             render_mode=row.render_mode,
             n_malformed_tool_calls=row.n_malformed_tool_calls or 0,

@@ -1,9 +1,10 @@
 """Backend output checked before it is decoded, stored or sent (impossible output is never OK).
 
 Whatever backend produced them (SGLang, vLLM, the local engine, a scripted policy), the sampled ids of one call
-must be ids the tokenizer knows (``0 <= id < vocab_size``), there may be no more of them than the call allowed
-(``max_new_tokens``), each must have exactly one logprob, and every logprob must be a finite number (not a
-boolean) and not positive (a log probability is at most 0). Every other field of the result that reaches a
+must be ids the tokenizer knows (``0 <= id < vocab_size``), there is at least one of them (an empty output is an
+engine fault: every turn ends on a sampled id) and no more than the call allowed (``max_new_tokens``), each must
+have exactly one logprob, and every logprob must be a finite number (not a boolean) and not positive (a log
+probability is at most 0). Every other field of the result that reaches a
 capture, a header or a metric is checked too: the finish reason is one of ours, a matched stop token id is in
 the vocabulary (a matched stop string is a bounded string), weight versions are non-empty strings of at most
 ``MAX_VERSION_CHARS`` printable characters (the store's column) whose spans are integers covering the output
@@ -64,6 +65,7 @@ class OutputCheck:
         if streamed and len(ids) != self.seen:
             raise BackendProtocolError(f"the backend streamed {self.seen} token ids but its result holds {len(ids)}")
         self._count(len(ids))
+        self._some(result)
         self._ids(ids, 0)
         self._logprobs(logprobs, 0)
         self._spans(result.version_spans, len(ids))
@@ -111,6 +113,16 @@ class OutputCheck:
         if spans and at != n_output:
             raise BackendProtocolError(
                 f"the backend's weight-version spans end at {at}, not at the {n_output} output tokens"
+            )
+
+    @staticmethod
+    def _some(result: GenerateResult) -> None:
+        """At least one id: every generation samples one (a turn ends on a sampled stop id), so none is an engine
+        fault (stored as OK it was a reply of nothing, neither trainable nor continuable)."""
+        if not result.output_ids:
+            reason = getattr(result.finish_reason, "value", result.finish_reason)
+            raise BackendProtocolError(
+                f"the backend returned no output tokens (finish reason {reason!r}); a generation samples at least one"
             )
 
     def _count(self, n: int) -> None:

@@ -46,6 +46,8 @@ tools:
 	bash scripts/verl_env.sh
 	# HAProxy and ip netns for the multi-host test (tests/cluster).
 	bash scripts/cluster_env.sh
+	# bubblewrap: the local runtime's boundary (POLAR_RUNTIME_ISOLATION=auto, tests/runtime/test_local_sandbox.py).
+	bash scripts/sandbox_env.sh
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -p no:cacheprovider -m "not slow and not e2e"

@@ -7,15 +7,26 @@ stopped at exit, so one is left running. ``temporary_server`` starts it instead,
 any flow runs, and stops it when the command ends: on return, on an error, and on SIGTERM (which ``polar.cli``
 turns into ``SystemExit``, and which ``polar serve``'s uvicorn raises again once it has shut down). Every later
 Prefect client in the process finds that one server running (``SubprocessASGIServer()`` is one per process).
+
+That server listens on loopback, where a harness in the local runtime (which shares the host's network to reach
+the gateway) could reach it too. So it is started locked: Prefect's basic auth, with a random secret made per
+start and set in this process's environment before the server starts, on the server's side
+(``PREFECT_SERVER_API_AUTH_STRING``: every route but ``/health`` and ``/ready`` answers 401 without it) and on
+its clients' (``PREFECT_API_AUTH_STRING``). The secret lives only in this process's environment and what it
+starts with that environment (the server itself); runtimes give their commands a clean environment, so no
+harness sees it. Both variables are restored when the server stops.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from polar.settings import Settings
+
+AUTH_VARIABLES = ("PREFECT_SERVER_API_AUTH_STRING", "PREFECT_API_AUTH_STRING")
 
 
 def prepare_prefect_environment(settings: Settings) -> None:
@@ -39,13 +50,43 @@ def temporary_server(settings: Settings) -> Iterator[str | None]:
         return
     from prefect.server.api.server import SubprocessASGIServer
 
+    previous = _lock()
     server = SubprocessASGIServer()
-    server.start()
     try:
+        server.start()
         yield server.api_url
     finally:
-        _drain_workers()
-        server.stop()
+        if server.running:
+            _drain_workers()
+            server.stop()
+        _restore(previous)
+
+
+def _lock() -> dict[str, str | None]:
+    """A fresh basic-auth secret on both the server's and the clients' side; returns what they were before."""
+    previous = {name: os.environ.get(name) for name in AUTH_VARIABLES}
+    secret = f"polar:{secrets.token_urlsafe(32)}"
+    for name in AUTH_VARIABLES:
+        os.environ[name] = secret
+    _refresh_prefect_settings()
+    return previous
+
+
+def _restore(previous: dict[str, str | None]) -> None:
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    _refresh_prefect_settings()
+
+
+def _refresh_prefect_settings() -> None:
+    """Prefect reads its environment once, into its global settings context, when first imported: when it already
+    was (a flow module imported earlier), that context is rebuilt so its clients and the server see the change."""
+    from prefect.context import refresh_global_settings_context
+
+    refresh_global_settings_context()
 
 
 def _drain_workers(timeout_s: float = 10.0) -> None:

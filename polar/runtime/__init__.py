@@ -1,7 +1,8 @@
 """Runtimes: where a rollout's commands run. ``Runtime`` is the contract (``base``); ``RUNTIMES``
 maps a name to a factory and ``open_runtime`` builds one. Built in: ``local`` (a subprocess in a per-rollout
-folder with its own ``HOME``, optionally confined with bubblewrap), ``docker`` (a container per rollout, on the
-Docker SDK) and ``apptainer`` (an Apptainer instance per rollout, on the ``apptainer`` command line).
+folder with its own ``HOME``, confined with bubblewrap where it works: ``polar.runtime.bwrap``), ``docker`` (a
+container per rollout, on the Docker SDK) and ``apptainer`` (an Apptainer instance per rollout, on the
+``apptainer`` command line).
 
 A task's ``runtime.options`` are validated against the runtime's ``OPTIONS`` model at submission.
 """
@@ -16,9 +17,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from polar.errors import InvalidRequest, invalid_from
 from polar.runtime.apptainer import ApptainerOptions, ApptainerRuntime
 from polar.runtime.base import ExecResult, ProcessHandle, Runtime, RuntimeLayout
+from polar.runtime.bwrap import bwrap_available, bwrap_problem
 from polar.runtime.docker import DockerRuntime
 from polar.runtime.docker_engine import DockerOptions
-from polar.runtime.local import LocalRuntime, bwrap_available
+from polar.runtime.local import LocalRuntime
 from polar.settings import Isolation, Settings
 
 RuntimeFactory = Callable[[Settings, str, Mapping[str, str], Isolation | None, Any], Runtime]
@@ -105,6 +107,7 @@ __all__ = [
     "Runtime",
     "RuntimeLayout",
     "bwrap_available",
+    "bwrap_problem",
     "check_runtime",
     "open_runtime",
 ]

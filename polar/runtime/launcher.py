@@ -26,7 +26,8 @@ from polar.runtime.base import Runtime
 EXIT_FILE = "harness.exit"
 
 # A status above 128 is a harness killed by signal status-128: the launcher then dies by that signal too, so the
-# runtime reports the harness's death as its own (exit code -N).
+# runtime reports the harness's death as its own (exit code -N; 128+N under bubblewrap, which reports a command
+# killed by a signal so, as docker does).
 SCRIPT = (
     's=$1 l=$2; shift 2; trap "kill -s KILL 0" TERM HUP; "$@" </dev/null & c=$!; wait "$c"; r=$?; '
     'printf \'{"launch": "%s", "exit_code": %d, "ended_at": %s}\\n\' "$l" "$r" "$(date +%s)" > "$s.tmp" '

@@ -7,10 +7,13 @@ their whole process group is killed when they end, time out or are cancelled. Th
 process dies (a parent-death signal, set by ``setpriv`` from util-linux), which the harness launcher
 (``polar.runtime.launcher``) turns into SIGKILL of its whole group: a killed worker leaves no harness running.
 
-Isolation ``bwrap`` wraps each command in bubblewrap: the host filesystem is read-only, only the runtime's
-folder is writable, ``/tmp`` is private, and the command gets its own PID namespace and dies with its parent.
-The network is shared on purpose: the harness must reach the gateway on loopback. ``auto`` uses bubblewrap
-when ``bwrap`` is installed.
+Isolation ``bwrap`` wraps each command in bubblewrap (``polar.runtime.bwrap``): the command sees only its
+runtime's folder (read-write), the tools folder, the interpreter and the system folders a program needs
+(read-only); the rest of the host (``/root``, ``/home``, ``POLAR_HOME`` with the store and the control token,
+other rollouts) is absent. ``/tmp`` is private, the command gets its own PID namespace and dies with its parent.
+The network is shared on purpose: the harness must reach the gateway on loopback. ``auto`` (the default) uses
+bubblewrap where it works and otherwise runs on the host with a logged warning; ``none`` runs on the host.
+Under bubblewrap a command killed by signal N ends with exit code 128+N (bubblewrap's report), not -N.
 """
 
 from __future__ import annotations
@@ -29,17 +32,11 @@ from typing import Any
 
 from polar.errors import SandboxError
 from polar.runtime.base import ExecResult, ProcessHandle, RuntimeLayout, SpawnHook
+from polar.runtime.bwrap import confine, isolation_for
 from polar.settings import Isolation
 
 OUTPUT_TAIL_BYTES = 16_384
 """How much of a command's stdout/stderr an ``ExecResult`` keeps (the full output stays in its log file)."""
-
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def bwrap_available() -> bool:
-    return shutil.which("bwrap") is not None
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -104,7 +101,7 @@ class LocalRuntime:
         base: Path,
         *,
         env: Mapping[str, str] | None = None,
-        isolation: Isolation = Isolation.NONE,
+        isolation: Isolation | None = None,
         tools_dir: Path | None = None,
     ):
         if not key or "/" in key or key.startswith("."):
@@ -114,13 +111,12 @@ class LocalRuntime:
         self.env = dict(env or {})
         # The tools folder's Node (harness_adapters.install: the version the pinned CLIs need) goes first on PATH
         # when it is there, ahead of whatever Node this machine has.
-        node_bin = Path(tools_dir).expanduser().resolve() / "node" / "bin" if tools_dir else None
+        self.tools = Path(tools_dir).expanduser() if tools_dir else None  # visible under bubblewrap
+        node_bin = self.tools.resolve() / "node" / "bin" if self.tools else None
         self.node_bin = node_bin if node_bin is not None and (node_bin / "node").is_file() else None
-        if isolation is Isolation.AUTO:
-            isolation = Isolation.BWRAP if bwrap_available() else Isolation.NONE
-        if isolation is Isolation.BWRAP and not bwrap_available():
-            raise SandboxError("runtime isolation 'bwrap' needs bubblewrap (the bwrap command) on this machine")
-        self.isolation = isolation
+        if isolation is None:  # AUTO for this runtime; the container runtimes built on it confine commands themselves
+            isolation = Isolation.AUTO if self.kind == "local" else Isolation.NONE
+        self.isolation = isolation_for(isolation)
         self._exec_count = 0
 
     # ---- lifecycle ----------------------------------------------------------------------------------
@@ -141,7 +137,7 @@ class LocalRuntime:
             await asyncio.to_thread(shutil.rmtree, self.layout.root, True)
 
     def interpreter(self, host_python: str) -> str:
-        return host_python  # the host's filesystem is visible
+        return host_python  # visible under bubblewrap too (polar.runtime.bwrap binds this interpreter)
 
     @contextlib.asynccontextmanager
     async def reach(self, url: str) -> AsyncIterator[str]:
@@ -238,37 +234,7 @@ class LocalRuntime:
         argv = ["bash", "-c", command] if isinstance(command, str) else [str(part) for part in command]
         if self.isolation is not Isolation.BWRAP:
             return argv
-        root = str(self.layout.root)
-        # The private /tmp would hide a checkout or virtualenv that lives under /tmp (CI clones often do):
-        # bind those back, read-only, so the harness's interpreter and the agent code stay visible.
-        visible = sorted({p for p in (sys.prefix, str(REPO_ROOT)) if Path(p).is_relative_to("/tmp")})
-        keep = [arg for path in visible for arg in ("--ro-bind", path, path)]
-        return [
-            "bwrap",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-            *keep,
-            "--bind",
-            root,
-            root,
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--hostname",
-            "polar-sandbox",
-            "--die-with-parent",
-            "--chdir",
-            str(cwd),
-            "--",
-            *argv,
-        ]
+        return confine(argv, root=self.layout.root, cwd=cwd, tools_dir=self.tools)
 
     async def exec(
         self,

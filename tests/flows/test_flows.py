@@ -58,7 +58,8 @@ async def test_a_batch_runs_each_rollout_as_a_flow_run_with_four_task_runs(flow_
 
 
 async def test_an_evaluator_failure_is_retried_by_resuming_only_evaluate(flow_env, tmp_path):
-    flow_env(POLAR_EVALUATE_RETRIES="0")
+    # The task's commands share a counter or gate file with the test on the host: host exec, set explicitly.
+    flow_env(POLAR_EVALUATE_RETRIES="0", POLAR_RUNTIME_ISOLATION="none")
     counter = tmp_path / "evaluations"
     # The check crashes on its first run (say, its scoring service was down), then works.
     check = f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; [ "$n" -ge 1 ] || exit 2; echo 1'
@@ -114,7 +115,8 @@ async def test_a_batch_whose_evaluator_always_fails_writes_an_alarm_artifact_on_
 
 
 async def test_prefect_task_retries_rerun_only_the_failed_stage_within_one_flow_run(flow_env, tmp_path):
-    flow_env(POLAR_EVALUATE_RETRIES="1")
+    # The task's commands share a counter or gate file with the test on the host: host exec, set explicitly.
+    flow_env(POLAR_EVALUATE_RETRIES="1", POLAR_RUNTIME_ISOLATION="none")
     counter = tmp_path / "evaluations"
     check = f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; [ "$n" -ge 1 ] || exit 2; echo 1'
     task = answer_task(
@@ -162,6 +164,8 @@ def wait_for(condition, timeout_s: float = 60.0, what: str = "condition"):
 async def test_a_flow_run_killed_during_evaluate_resumes_without_redoing_finished_stages(
     flow_env, prefect_server, tmp_path
 ):
+    # The task's commands share a counter or gate file with the test on the host: host exec, set explicitly.
+    flow_env(POLAR_RUNTIME_ISOLATION="none")
     gate = tmp_path / "hold-evaluation"
     gate.touch()
     check = f"while [ -f {gate} ]; do sleep 0.1; done; grep -qx polar answer.txt && echo 1 || echo 0"
@@ -198,6 +202,8 @@ async def test_a_flow_run_killed_during_evaluate_resumes_without_redoing_finishe
 
 
 async def test_a_flow_run_killed_mid_run_is_resumed_by_launching_the_harness_again(flow_env, prefect_server, tmp_path):
+    # The task's commands share a counter or gate file with the test on the host: host exec, set explicitly.
+    flow_env(POLAR_RUNTIME_ISOLATION="none")
     gate = tmp_path / "hold-harness"
     gate.touch()
     blocked = script(f"while [ -f {gate} ]; do sleep 0.1; done; echo polar > answer.txt")

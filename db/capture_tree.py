@@ -68,24 +68,13 @@ def prompt_from_chain(chain: Iterable[TokenLink]) -> list[int]:
 
 def chain_to_root(session: Session, capture: Capture) -> list[Capture]:
     """``capture``, its parent, its grandparent, ..., its root, loaded in one query."""
-    ancestors = _ancestors(capture)
-    rows = session.scalars(sa.select(Capture).join(ancestors, Capture.id == ancestors.c.id)).all()
+    rows = session.scalars(_CHAIN_ROWS, {"leaf": _id_of(capture)}).all()
     return _order_leaf_first(capture, {row.id: row for row in rows})
 
 
 def full_prompt_ids(session: Session, capture: Capture) -> list[int]:
     """The full prompt token ids of ``capture``, rebuilt from its chain (one query, only the token columns)."""
-    ancestors = _ancestors(capture)
-    rows = session.execute(
-        sa.select(
-            Capture.id,
-            Capture.parent_id,
-            Capture.prefix_len,
-            Capture.prompt_delta_ids,
-            Capture.output_ids,
-            Capture.n_prompt,
-        ).join(ancestors, Capture.id == ancestors.c.id)
-    ).all()
+    rows = session.execute(_CHAIN_TOKENS, {"leaf": _id_of(capture)}).all()
     chain = _order_leaf_first(capture, {row.id: row for row in rows})
     return prompt_from_chain(reversed(chain))
 
@@ -100,15 +89,30 @@ class _ParentLinked(Protocol):
 _Node = TypeVar("_Node", bound=_ParentLinked)
 
 
-def _ancestors(capture: Capture) -> sa.CTE:
-    """A CTE of the ids of ``capture`` and all its ancestors."""
+def _id_of(capture: Capture) -> int:
     if capture.id is None:
         raise ValueError("the capture has no id yet; flush the session before walking its tree")
-    chain = sa.select(Capture.id, Capture.parent_id).where(Capture.id == capture.id).cte("chain", recursive=True)
+    return capture.id
+
+
+def _ancestors() -> sa.CTE:
+    """A CTE of the ids of the capture ``:leaf`` and all its ancestors."""
+    chain = (
+        sa.select(Capture.id, Capture.parent_id).where(Capture.id == sa.bindparam("leaf")).cte("chain", recursive=True)
+    )
     parent = aliased(Capture)
     # UNION, not UNION ALL: a (corrupt) cycle then ends the recursion instead of running forever, and the
     # walk below reports it.
     return chain.union(sa.select(parent.id, parent.parent_id).join(chain, parent.id == chain.c.parent_id))
+
+
+# Built once: a statement constructed per call (an alias, a CTE) costs more than its cached execution, and leaves
+# cyclic garbage behind it (an export reading a chain per row held ~16 MiB of it between collections).
+_ANCESTORS = _ancestors()
+_CHAIN_ROWS = sa.select(Capture).join(_ANCESTORS, Capture.id == _ANCESTORS.c.id)
+_CHAIN_TOKENS = sa.select(
+    Capture.id, Capture.parent_id, Capture.prefix_len, Capture.prompt_delta_ids, Capture.output_ids, Capture.n_prompt
+).join(_ANCESTORS, Capture.id == _ANCESTORS.c.id)
 
 
 def _order_leaf_first(capture: Capture, by_id: dict[int, _Node]) -> list[_Node]:

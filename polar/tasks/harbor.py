@@ -20,11 +20,18 @@ Mapping onto a ``TaskRequest`` (``HarborTask.request``):
 
 Unknown keys in the sections acted on (``agent``, ``verifier``, ``environment``) are errors: a limit we would
 silently ignore is worse than a refused import. ``[metadata]`` and other sections are kept as they are.
+
+Symlinks are never followed out of a task folder. A task folder (anything in it: ``instruction.md``, ``tests/``,
+``solution/``, the ``environment/`` build context) holding a symlink whose target lies outside the folder, or
+does not resolve (a loop), is refused with the link's path named, before any file is read; and a task folder that
+is itself a symlink out of the folder of task folders it was found in is refused the same way. An import path
+inside ``POLAR_COPY_ROOTS`` therefore never reads a host file outside it. Links inside the folder are kept.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -211,10 +218,32 @@ def _files(task: str, folder: Path, label: str) -> tuple[dict[str, str], dict[st
     return text, binary, tuple(executables)
 
 
+def _escapes(link: Path, base: Path, label: str = "the task folder") -> str | None:
+    """Why the symlink ``link`` leads out of ``base`` (a resolved folder), or None when it stays inside."""
+    try:
+        target = link.resolve(strict=False)
+    except (OSError, RuntimeError) as exc:  # a loop
+        return f"it does not resolve ({exc})"
+    if target != base and not target.is_relative_to(base):
+        return f"it points to {os.readlink(link)}, outside {label} (links are not followed out of it)"
+    return None
+
+
+def check_links(task: str, folder: Path) -> None:
+    """Refuse ``folder`` if a symlink in it leads outside it; folders are walked without following links."""
+    base = folder.resolve()
+    for where, folders, files in os.walk(folder):
+        for name in sorted((*folders, *files)):
+            path = Path(where, name)
+            if path.is_symlink() and (reason := _escapes(path, base)):
+                raise _bad(task, path.relative_to(folder).as_posix(), f"a symlink: {reason}")
+
+
 def read_task(path: Path) -> HarborTask:
-    """One task folder; ``InvalidRequest`` names the task and what is wrong."""
+    """One task folder; ``InvalidRequest`` names the task and what is wrong (a symlink out of it, too)."""
     path = Path(path)
     task = path.name
+    check_links(task, path)
     toml_path = path / "task.toml"
     if not toml_path.is_file():
         raise _bad(task, "task.toml", f"missing in {path}")
@@ -266,6 +295,9 @@ def load_harbor(paths: list[Path] | list[str]) -> list[HarborTask]:
             tasks.append(read_task(path))
             continue
         children = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+        for child in children:
+            if child.is_symlink() and (reason := _escapes(child, path.resolve(), f"{path}")):
+                raise _bad(child.name, str(child), f"the task folder is a symlink: {reason}")
         found = [read_task(child) for child in children if is_task_folder(child) or (child / "instruction.md").exists()]
         if not found:
             raise InvalidRequest(f"{path}: no Harbor task folders (a folder with task.toml) in it", field="path")

@@ -52,6 +52,17 @@ def test_relative_links_in_the_docs_resolve():
     assert not broken
 
 
+def test_every_test_the_docs_name_exists():
+    """A doc that says which test shows a claim (``tests/x.py`` or ``tests/x.py::test_name``) names a real one."""
+    missing = []
+    for page in [ROOT / "README.md", *DOCS.glob("*.md")]:
+        for path, name in re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?", page.read_text()):
+            source = ROOT / path
+            if not source.exists() or (name and not re.search(rf"def {name}\b", source.read_text())):
+                missing.append(f"{page.relative_to(ROOT)}: {path}{'::' + name if name else ''}")
+    assert not missing
+
+
 def test_nothing_points_outside_the_repository():
     hits = [
         f"{path.relative_to(ROOT)}: {line.strip()}"

@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     _environment(home)
 
     from flows.dispatch import run_inline
+    from flows.prefect_server import temporary_server
     from polar.api.server import build_app
     from polar.models.tiny import ensure_model_dir
     from polar.proxy.embedded import start_embedded
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         with (
+            temporary_server(settings),  # started once, locked, before any flow, and stopped at the end
             ServerThread(build_app(settings, run_inline, start_embedded), lifespan="on") as api,
             PolarClient(api.url) as client,
         ):

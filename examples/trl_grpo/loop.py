@@ -148,14 +148,6 @@ def train(
     return results
 
 
-def _start_prefect() -> None:
-    """Start Prefect's ephemeral server with one empty flow run, before any rollout: two inline dispatches that
-    both find no server start two at once, which race for its port and its database migration."""
-    from prefect import flow
-
-    flow(name="polar-trl-start")(lambda: None)()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.trl_grpo", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
@@ -167,10 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     home = args.home or Path(tempfile.mkdtemp(prefix="polar-trl-"))
     _environment(home)
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")  # as `polar demo` does
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL 1.16
 
     from flows.dispatch import run_inline
+    from flows.prefect_server import temporary_server
     from polar.api.server import build_app
     from polar.models.tiny import ensure_model_dir
     from polar.proxy.embedded import start_embedded
@@ -180,10 +172,10 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = get_settings()
     model_dir = ensure_model_dir(settings.model, settings.cache_dir)
-    _start_prefect()
     print(f"POLAR_HOME={home}; model {settings.model}; {args.steps} steps x {args.prompts} x {args.generations}")
     try:
         with (
+            temporary_server(settings),  # started once, locked, before any flow, and stopped at the end
             ServerThread(build_app(settings, run_inline, start_embedded), lifespan="on") as api,
             PolarClient(api.url) as client,
         ):

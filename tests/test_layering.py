@@ -55,14 +55,9 @@ def _cycles(graph: grimp.ImportGraph) -> list[frozenset[str]]:
     return found
 
 
-# The gateway's call service and its streaming half still call into each other; splitting the call pipeline
-# (one recorder of outcomes, no mixin) removes it. No other cycle may appear.
-KNOWN_CYCLES = {frozenset({"polar.proxy.call.service", "polar.proxy.call.stream"})}
-
-
 def test_no_import_cycle_type_only_imports_included() -> None:
     graph = grimp.build_graph("polar", "db", "flows", "harness_adapters", cache_dir=None)
-    assert set(_cycles(graph)) <= KNOWN_CYCLES
+    assert _cycles(graph) == []
 
 
 MAX_MODULE_LINES = 400

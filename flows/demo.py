@@ -33,6 +33,7 @@ from db.models import Rollout
 from flows.demo_tasks import real_tasks, toy_tasks
 from flows.prefect_server import prepare_prefect_environment
 from polar.auth import token_path
+from polar.errors import BatchStopped
 from polar.models.command import use_model
 from polar.models.tiny import ensure_model_dir
 from polar.report.rollouts import RolloutRow, format_groups, format_rollouts, format_totals, rollout_rows
@@ -94,23 +95,39 @@ async def run_batch(settings: Settings, tasks: Sequence[dict[str, Any]], *, titl
     monitor = asyncio.create_task(_progress(factory, since, started, stop))
     try:
         summary = await rollout_batch(tasks=list(tasks), dispatch=Dispatch.INLINE)
+    except BatchStopped:
+        # The breaker's cause is the error raised next; the table says what ran, what failed and what was cancelled.
+        print(f"\nbatch stopped after {time.monotonic() - started:.1f} s\n")
+        _print_tables(rollout_rows(factory, _tasks_since(factory, since)))
+        raise
     finally:
         stop.set()
         await monitor
     rows = rollout_rows(factory, list(summary["tasks"]))
     print(f"\nbatch finished in {time.monotonic() - started:.1f} s\n")
-    print(format_rollouts(rows))
-    if any(r.sample > 0 for r in rows):  # groups of samples: each task's group at a glance
-        print()
-        print(format_groups(rows))
-    print()
-    print(format_totals(rows))
+    _print_tables(rows)
     not_run = summary.get("not_run") or {}
     if not_run:
         print(f"\n{len(not_run)} rollout(s) not run to a final status by this run:")
         for rollout_id, why in not_run.items():
             print(f"  {rollout_id}: {why}")
     return BatchRun(rows, not_run)
+
+
+def _print_tables(rows: Sequence[RolloutRow]) -> None:
+    print(format_rollouts(rows))
+    if any(r.sample > 0 for r in rows):  # groups of samples: each task's group at a glance
+        print()
+        print(format_groups(rows))
+    print()
+    print(format_totals(rows))
+
+
+def _tasks_since(factory: sessionmaker[Session], since: datetime) -> list[str]:
+    """The tasks of the rollouts created since ``since`` (this run's, as the progress lines count them)."""
+    with factory() as db:
+        query = sa.select(Rollout.task_id).where(Rollout.created_at >= since).group_by(Rollout.task_id)
+        return list(db.scalars(query.order_by(sa.func.min(Rollout.created_at))))
 
 
 def viewer_hint(settings: Settings, rows: Sequence[RolloutRow]) -> str:

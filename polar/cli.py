@@ -86,6 +86,9 @@ def _run(args: argparse.Namespace) -> None:
     rows = _batch(get_settings(), tasks, f"polar run: {len(tasks)} task(s) from {args.tasks}")
     if rows is None:  # a rollout this run did not take to its end is not a success (the lines above say why)
         raise SystemExit(1)
+    if rows and all(r.status == "ERROR" for r in rows):  # nothing was scored: the run failed, whatever it printed
+        print("every rollout ended ERROR: nothing was scored (the notes above give each cause)", file=sys.stderr)
+        raise SystemExit(1)
 
 
 def _batch(settings: Settings, tasks: Sequence[dict[str, Any]], title: str) -> list[RolloutRow] | None:

@@ -83,8 +83,10 @@ def rollout_rows(factory: sessionmaker[Session], task_ids: Sequence[str]) -> lis
 
 
 def format_rollouts(rows: Sequence[RolloutRow]) -> str:
+    """One line per rollout. Task names are written whole: cut short, different tasks could look alike."""
+    width = max([len("task"), *(len(r.task) for r in rows)])
     header = (
-        f"{'task':<12} {'#':>2} {'rollout':<8} {'status':<10} {'reward':>6} "
+        f"{'task':<{width}} {'#':>2} {'rollout':<8} {'status':<10} {'reward':>6} "
         f"{'capt':>4} {'traj':>4} {'loss':>5} {'secs':>5}  note"
     )
     lines = [header]
@@ -92,7 +94,7 @@ def format_rollouts(rows: Sequence[RolloutRow]) -> str:
         reward = f"{r.reward:.2f}" if r.reward is not None else "-"
         secs = f"{r.seconds:.1f}" if r.seconds is not None else "-"
         lines.append(
-            f"{r.task[:12]:<12} {r.sample:>2} {r.rollout_id[:8]:<8} {r.status:<10} {reward:>6} {r.captures:>4} "
+            f"{r.task:<{width}} {r.sample:>2} {r.rollout_id[:8]:<8} {r.status:<10} {reward:>6} {r.captures:>4} "
             f"{r.trajectories:>4} {r.loss_tokens:>5} {secs:>5}  {r.note}"
         )
     return "\n".join(lines)
@@ -110,7 +112,7 @@ def format_groups(rows: Sequence[RolloutRow]) -> str:
     groups: dict[str, list[RolloutRow]] = {}
     for r in rows:
         groups.setdefault(r.task, []).append(r)
-    width = min(28, max([len("task"), *map(len, groups)]))
+    width = max([len("task"), *map(len, groups)])
     lines = [f"{'task':<{width}} {'samples':>7} {'scored':>6} {'errors':>6} {'mean':>5} {'spread':>6} {'solved':>6}"]
     for name, group in groups.items():
         scores = _scored(group)
@@ -119,7 +121,7 @@ def format_groups(rows: Sequence[RolloutRow]) -> str:
         errors = sum(1 for r in group if r.status == "ERROR")
         solved = sum(1 for x in scores if x >= 1.0)
         lines.append(
-            f"{name[:width]:<{width}} {len(group):>7} {len(scores):>6} {errors:>6} "
+            f"{name:<{width}} {len(group):>7} {len(scores):>6} {errors:>6} "
             f"{'-' if mean is None else f'{mean:.2f}':>5} {'-' if spread is None else f'{spread:.2f}':>6} "
             f"{f'{solved}/{len(scores)}':>6}"
         )
@@ -131,11 +133,12 @@ def format_totals(rows: Sequence[RolloutRow]) -> str:
     for r in rows:
         statuses[r.status] = statuses.get(r.status, 0) + 1
     rewards = _scored(rows)
-    mean = sum(rewards) / len(rewards) if rewards else 0.0
+    # No scored rollout (all ERROR) has no mean: "-", never a 0.00 that reads as a policy's score.
+    mean = f"{sum(rewards) / len(rewards):.2f}" if rewards else "-"
     solved = sum(1 for value in rewards if value >= 1.0)
     by_status = ", ".join(f"{name} {count}" for name, count in sorted(statuses.items()))
     return (
-        f"{len(rows)} rollouts: {by_status}; mean reward {mean:.2f} ({solved} solved); "
+        f"{len(rows)} rollouts: {by_status}; mean reward {mean} ({solved} solved); "
         f"{sum(r.captures for r in rows)} captures -> {sum(r.trajectories for r in rows)} trajectories, "
         f"{sum(r.loss_tokens for r in rows)} trainable tokens"
     )

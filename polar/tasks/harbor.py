@@ -15,10 +15,11 @@ Mapping onto a ``TaskRequest`` (``HarborTask.request``):
   ``none`` (``true`` leaves ``POLAR_DOCKER_NETWORK``, whose default is also ``none``);
 - ``[agent] timeout_sec`` is the agent budget; the shared deadline adds the build timeout to it;
 - ``[verifier]`` becomes the ``harbor`` evaluator (``timeout_sec``, ``env``, ``user``) with ``tests/`` inline;
+  ``[solution] env`` is the oracle's environment (``solve.sh`` runs with it);
 - the task's id (its folder name) is the request's name; ``[metadata]`` and the source path go to
   ``metadata.harbor``.
 
-Unknown keys in the sections acted on (``agent``, ``verifier``, ``environment``) are errors: a limit we would
+Unknown keys in the sections acted on (``agent``, ``verifier``, ``environment``, ``solution``) are errors: a limit we would
 silently ignore is worse than a refused import. ``[metadata]`` and other sections are kept as they are.
 
 Symlinks are never followed out of a task folder. A task folder (anything in it: ``instruction.md``, ``tests/``,
@@ -33,6 +34,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +60,11 @@ class VerifierSection(BaseModel):
     user: str | None = None
 
 
+class SolutionSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    env: dict[str, str] = Field(default_factory=dict)  # the oracle's environment: solve.sh runs with it
+
+
 class EnvironmentSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
     build_timeout_sec: float = Field(default=600.0, gt=0)
@@ -68,6 +75,7 @@ class EnvironmentSection(BaseModel):
     storage: str | None = None  # recorded, not enforced (the engine's storage driver may not support quotas)
     storage_mb: int | None = None
     gpus: int = Field(default=0, ge=0, le=0, description="GPUs are not offered to task containers")
+    gpu_types: list[str] | None = None  # which GPUs would do: moot while no task gets one (``gpus`` is 0)
     allow_internet: bool = True
 
     @field_validator("memory")
@@ -88,6 +96,7 @@ class TaskToml(BaseModel):
     agent: AgentSection = Field(default_factory=AgentSection)
     verifier: VerifierSection = Field(default_factory=VerifierSection)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
+    solution: SolutionSection = Field(default_factory=SolutionSection)
 
 
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
@@ -184,7 +193,9 @@ class HarborTask:
             {"type": "write_file", "path": f"../{ORACLE_DIR}/{path}", "content": text}
             for path, text in sorted(self.solution.items())
         ]
-        command = f"rm -rf /solution && cp -a {{workdir}}/../{ORACLE_DIR} /solution && bash /solution/solve.sh"
+        env = " ".join(shlex.quote(f"{name}={value}") for name, value in sorted(self.config.solution.env.items()))
+        solve = f"env {env} bash /solution/solve.sh" if env else "bash /solution/solve.sh"
+        command = f"rm -rf /solution && cp -a {{workdir}}/../{ORACLE_DIR} /solution && {solve}"
         return self.request({"name": "command", "config": {"command": command}}, prepare=prepare, name_suffix=":oracle")
 
     def noop_request(self) -> dict[str, Any]:

@@ -94,9 +94,20 @@ def test_unknown_keys_in_sections_we_act_on_are_named(task_dir: Path, section: s
 
 def test_unknown_metadata_and_sections_are_kept(task_dir: Path):
     toml = (task_dir / "task.toml").read_text().replace("[metadata]\n", "[metadata]\nsource = 'x'\n")
-    (task_dir / "task.toml").write_text(toml + "\n[solution]\nenv = {}\n")
+    (task_dir / "task.toml").write_text(toml + "\n[review]\nstatus = 'draft'\n")
     task = read_task(task_dir)
-    assert task.config.metadata["source"] == "x" and task.extra == {"solution": {"env": {}}}
+    assert task.config.metadata["source"] == "x" and task.extra == {"review": {"status": "draft"}}
+
+
+def test_the_solution_env_reaches_the_oracle_and_gpu_types_are_accepted(task_dir: Path):
+    """``[solution] env`` is the environment ``solve.sh`` runs with (quoted for the shell); ``gpu_types`` says
+    which GPUs would do, moot with no GPU asked for, so it is no reason to refuse the task."""
+    toml = (task_dir / "task.toml").read_text().replace("cpus = 1", "cpus = 1\ngpu_types = ['H100']")
+    (task_dir / "task.toml").write_text(toml + "\n[solution]\nenv = { MODE = 'fast mode', N = '2' }\n")
+    command = read_task(task_dir).oracle_request()["harness"]["config"]["command"]
+    assert command.endswith("&& env 'MODE=fast mode' N=2 bash /solution/solve.sh")
+    (task_dir / "task.toml").write_text(toml + "\n[solution]\nenvs = {}\n")
+    assert _error(task_dir).field == "task.toml [solution] envs"
 
 
 def test_a_bad_memory_size_and_a_gpu_are_refused(task_dir: Path):

@@ -19,8 +19,8 @@ Mapping onto a ``TaskRequest`` (``HarborTask.request``):
 - the task's id (its folder name) is the request's name; ``[metadata]`` and the source path go to
   ``metadata.harbor``.
 
-Unknown keys in the sections acted on (``agent``, ``verifier``, ``environment``, ``solution``) are errors: a limit we would
-silently ignore is worse than a refused import. ``[metadata]`` and other sections are kept as they are.
+Unknown keys in the sections acted on (``agent``, ``verifier``, ``environment``, ``solution``) are errors: a limit
+we would silently ignore is worse than a refused import. ``[metadata]`` and other sections are kept as they are.
 
 Symlinks are never followed out of a task folder. A task folder (anything in it: ``instruction.md``, ``tests/``,
 ``solution/``, the ``environment/`` build context) holding a symlink whose target lies outside the folder, or

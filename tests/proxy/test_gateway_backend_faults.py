@@ -13,16 +13,16 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import Response, StreamingResponse
 
 from polar.backends.sglang import SGLangBackend
 from polar.serving import ServerThread
 from tests.proxy.asgi_gateway import asgi_gateway, captures, open_session
+from tests.proxy.fault_sglang import INFO, fault_sglang
 from tests.proxy.gateway_server import settings_for
 from tests.proxy.shapes import PROTOCOLS, error_problem, stream_outcome
 
-INFO = {"weight_version": "w0", "max_context_length": 4096}
 STALL_S = 30.0  # far past the gateway's stall deadline below
 STALL_DEADLINE_S = 1.0
 # Output faults answer at once; their deadline only has to outlast validating 5,001 ids on a loaded machine.
@@ -58,46 +58,37 @@ def _meta(ids: list[int], last_logprob: float, finished: bool) -> dict[str, Any]
 
 
 def faulty_sglang() -> FastAPI:
-    app = FastAPI()
-    app.state.fault = "negative_id"
+    return fault_sglang(_answer, "negative_id")
 
-    @app.get("/model_info")
-    async def model_info() -> dict[str, Any]:
-        return INFO
 
-    @app.post("/generate")
-    async def generate(request: Request) -> Response:
-        body = await request.json()
-        fault = app.state.fault
-        make, last, _ = FAULTS[fault]
-        if fault == "stall" or (fault == "stall_mid_stream" and not body["stream"]):
+async def _answer(body: dict[str, Any], fault: str) -> Response:
+    make, last, _ = FAULTS[fault]
+    if fault == "stall" or (fault == "stall_mid_stream" and not body["stream"]):
+        await asyncio.sleep(STALL_S)
+    ids = [100, 101] if make is None else make(body["sampling_params"]["max_new_tokens"])
+    if not body["stream"]:
+        # allow_nan: Python's json (as SGLang's server uses) writes NaN as the bare token NaN
+        payload = {"text": "", "output_ids": ids, "meta_info": _meta(ids, last, True)}
+        return Response(json.dumps(payload), media_type="application/json")
+
+    async def events() -> AsyncIterator[bytes]:
+        first = ids[:1]
+        yield (
+            b"data: "
+            + json.dumps({"text": "", "output_ids": first, "meta_info": _meta(first, -0.5, False)}).encode()
+            + b"\n\n"
+        )
+        if fault == "stall_mid_stream":
             await asyncio.sleep(STALL_S)
-        ids = [100, 101] if make is None else make(body["sampling_params"]["max_new_tokens"])
-        if not body["stream"]:
-            # allow_nan: Python's json (as SGLang's server uses) writes NaN as the bare token NaN
-            payload = {"text": "", "output_ids": ids, "meta_info": _meta(ids, last, True)}
-            return Response(json.dumps(payload), media_type="application/json")
+        # cumulative chunks, SGLang's default
+        yield (
+            b"data: "
+            + json.dumps({"text": "", "output_ids": ids, "meta_info": _meta(ids, last, True)}).encode()
+            + b"\n\n"
+        )
+        yield b"data: [DONE]\n\n"
 
-        async def events() -> AsyncIterator[bytes]:
-            first = ids[:1]
-            yield (
-                b"data: "
-                + json.dumps({"text": "", "output_ids": first, "meta_info": _meta(first, -0.5, False)}).encode()
-                + b"\n\n"
-            )
-            if fault == "stall_mid_stream":
-                await asyncio.sleep(STALL_S)
-            # cumulative chunks, SGLang's default
-            yield (
-                b"data: "
-                + json.dumps({"text": "", "output_ids": ids, "meta_info": _meta(ids, last, True)}).encode()
-                + b"\n\n"
-            )
-            yield b"data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    return app
+    return StreamingResponse(events(), media_type="text/event-stream")
 
 
 @pytest.fixture(scope="module")

@@ -15,16 +15,16 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import Response, StreamingResponse
 
 from polar.backends.sglang import SGLangBackend
 from polar.serving import ServerThread
 from tests.proxy.asgi_gateway import asgi_gateway, captures, open_session
+from tests.proxy.fault_sglang import INFO, fault_sglang
 from tests.proxy.gateway_server import settings_for
 from tests.proxy.shapes import PROTOCOLS, error_problem, stream_outcome
 
-INFO = {"weight_version": "w0", "max_context_length": 4096}
 IDS = [100, 101]
 
 
@@ -107,28 +107,20 @@ FAULTS: dict[str, tuple[list[bytes], bytes, tuple[str, ...]]] = {
 
 
 def faulty_sglang() -> FastAPI:
-    app = FastAPI()
-    app.state.fault = "e2e_latency_nan"
+    return fault_sglang(_answer, "e2e_latency_nan")
 
-    @app.get("/model_info")
-    async def model_info() -> dict[str, Any]:
-        return INFO
 
-    @app.post("/generate")
-    async def generate(request: Request) -> Response:
-        body = await request.json()
-        writes, plain, _ = FAULTS[app.state.fault]
-        if not body["stream"]:
-            return Response(plain, media_type="application/json")
+async def _answer(body: dict[str, Any], fault: str) -> Response:
+    writes, plain, _ = FAULTS[fault]
+    if not body["stream"]:
+        return Response(plain, media_type="application/json")
 
-        async def events() -> AsyncIterator[bytes]:
-            for write in writes:
-                yield write
-                await asyncio.sleep(0.01)  # separate writes arrive in separate reads
+    async def events() -> AsyncIterator[bytes]:
+        for write in writes:
+            yield write
+            await asyncio.sleep(0.01)  # separate writes arrive in separate reads
 
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    return app
+    return StreamingResponse(events(), media_type="text/event-stream")
 
 
 @pytest.fixture(scope="module")

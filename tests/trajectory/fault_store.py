@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 import sqlalchemy as sa
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -36,9 +36,9 @@ from polar.proxy.call.output_check import OutputCheck
 from polar.serving import ServerThread
 from polar.settings import Settings
 from tests.proxy.asgi_gateway import CONTROL, asgi_gateway, open_session
+from tests.proxy.fault_sglang import INFO, fault_sglang
 from tests.proxy.gateway_server import settings_for
 
-INFO = {"weight_version": "w0", "max_context_length": 4096}
 STALL_S = 5.0
 DEADLINE_S = 1.0
 FAULTS = ("empty", "negative_id", "nan_logprob", "server_error", "stall")
@@ -61,33 +61,25 @@ def _meta(ids: list[int], logprob: float) -> dict[str, Any]:
 
 def fake_sglang() -> FastAPI:
     """SGLang's ``/generate``, answering as ``app.state.fault`` says (``ok`` or one of ``FAULTS``)."""
-    app = FastAPI()
-    app.state.fault = "ok"
+    return fault_sglang(_answer, "ok")
 
-    @app.get("/model_info")
-    async def model_info() -> dict[str, Any]:
-        return INFO
 
-    @app.post("/generate")
-    async def generate(request: Request) -> Response:
-        body, fault = await request.json(), app.state.fault
-        if fault == "server_error":
-            return Response("engine exploded", status_code=500)
-        if fault == "stall":
-            await asyncio.sleep(STALL_S)
-        ids = {"empty": [], "negative_id": [100, -3]}.get(fault, OK_IDS)
-        logprob = float("nan") if fault == "nan_logprob" else -0.5
-        payload = {"text": "", "output_ids": ids, "meta_info": _meta(ids, logprob)}
-        if not body["stream"]:
-            return Response(json.dumps(payload), media_type="application/json")
+async def _answer(body: dict[str, Any], fault: str) -> Response:
+    if fault == "server_error":
+        return Response("engine exploded", status_code=500)
+    if fault == "stall":
+        await asyncio.sleep(STALL_S)
+    ids = {"empty": [], "negative_id": [100, -3]}.get(fault, OK_IDS)
+    logprob = float("nan") if fault == "nan_logprob" else -0.5
+    payload = {"text": "", "output_ids": ids, "meta_info": _meta(ids, logprob)}
+    if not body["stream"]:
+        return Response(json.dumps(payload), media_type="application/json")
 
-        async def events() -> AsyncIterator[bytes]:
-            yield b"data: " + json.dumps(payload).encode() + b"\n\n"
-            yield b"data: [DONE]\n\n"
+    async def events() -> AsyncIterator[bytes]:
+        yield b"data: " + json.dumps(payload).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"
 
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    return app
+    return StreamingResponse(events(), media_type="text/event-stream")
 
 
 @dataclass

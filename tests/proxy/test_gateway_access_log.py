@@ -23,6 +23,8 @@ from tests.proxy.gateway_server import GatewayServer, settings_for
 
 
 class Lines(logging.Handler):
+    """The messages of the records it receives (after the logger's own filters ran)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.lines: list[str] = []
@@ -94,17 +96,6 @@ def test_the_text_format_and_off(tmp_path, cache_dir, engine, access_lines):
     assert access_lines == []
 
 
-class _Access(logging.Handler):
-    """uvicorn's access lines, after the logger's filters (the redaction) ran."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 @pytest.mark.parametrize(
     "query", ["key", "%6Bey", "ke%79", "KEY", "Api_Key", "%61pi_key", "token", "%74oken", "%2574oken", "TOKEN"]
 )
@@ -118,7 +109,7 @@ def test_the_gateway_takes_a_percent_encoded_key_and_its_access_line_hides_it(tm
     redaction decodes names too: what is accepted as a key is never logged; spellings that are not accepted
     (``?KEY=``) are refused and redacted all the same."""
     access = logging.getLogger("uvicorn.access")
-    handler, level = _Access(), access.level
+    handler, level = Lines(), access.level  # uvicorn's access lines, after its logger's filters (the redaction)
     with GatewayServer(settings_for(tmp_path, cache_dir), backend=LocalBackend(engine)) as gw:
         key = httpx.post(gw.url + "/v1/sessions", json={}, headers=gw.control).json()["api_key"]
         body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 2}}

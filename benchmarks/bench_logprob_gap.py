@@ -50,7 +50,7 @@ from polar.backends.local import LocalBackend
 from polar.backends.vllm import VLLMBackend
 from polar.chat import chat_format_for
 from polar.inference import Backend, GenerateRequest, GenerateResult, LogprobSemantics, SamplingParams
-from polar.models.folder import open_model_folder
+from polar.model_folder import open_model_folder
 from polar.models.tiny import ensure_model_dir
 from polar.settings import get_settings
 from polar.tokens.messages import Message, Role

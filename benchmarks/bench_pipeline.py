@@ -69,15 +69,22 @@ def configure(args: argparse.Namespace, home: Path) -> None:
 def simulated_stages(durations: dict[str, float]):
     """Stage functions that do the real bookkeeping around a sleep of the stage's duration."""
     from db.enums import RolloutStatus
+    from db.stage_results import EvaluateResult, InitResult, PostrunResult, RunResult
     from polar.rollout.stages.common import run_stage
     from polar.rollout.state import Stage, StageOutput
+
+    results = {
+        Stage.INIT: InitResult(),
+        Stage.RUN: RunResult(outcome=RolloutStatus.COMPLETED),
+        Stage.POSTRUN: PostrunResult(),
+    }
 
     def make(stage: Stage):
         async def body(ctx, view, owner):
             await asyncio.sleep(durations[stage.value])
             if stage is Stage.EVALUATE:
-                return StageOutput({"reward": 1.0}, status=RolloutStatus.COMPLETED, reward=1.0)
-            return StageOutput({"outcome": "COMPLETED"} if stage is Stage.RUN else {})
+                return StageOutput(EvaluateResult(reward=1.0), status=RolloutStatus.COMPLETED, reward=1.0)
+            return StageOutput(results[stage])
 
         async def function(ctx, rollout_id, *, owner):
             return await run_stage(ctx, rollout_id, stage, owner, body)

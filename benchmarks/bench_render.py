@@ -52,7 +52,7 @@ def bench_families(families: list[str], repeat: int) -> None:
     from pathlib import Path
 
     from polar.chat import chat_format_for
-    from polar.models.folder import open_model_folder
+    from polar.model_folder import open_model_folder
     from polar.models.init import TinyModelSpec, init_model_folder
 
     cache = get_settings().cache_dir

@@ -4,7 +4,8 @@ Per harness of the e2e tier (the tool loops of tests/e2e/harnesses.py and the mu
 tests/e2e/multiagent.py), the share of the sampled tokens that ``prefix_merge`` trains under the default builder
 options (main and sub_agent roles train), and the share masked for each reason: ``dead_branch`` (a retry the
 harness did not continue), ``poisoned`` (a chain from an unresolved call on), ``ambiguous_witness``,
-``unacknowledged`` (a reply its caller never got), and the role filter's ``role_not_trained``. Shares add up to
+``unacknowledged`` (a reply its caller never got), the role filter's ``role_not_trained``, and ``last_call_*`` (a
+session whose last main call has no clean answer trains nothing). Shares add up to
 100% per row. The e2e runs use the scripted policy, whose captures a rollout never trains; the record is computed
 as if they were sampled (the builders' decisions do not depend on that).
 
@@ -19,12 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
+
 from benchmarks.bench_harness_merge import ALL, add_selection_args, load_session, record_selected
+from db.enums import RolloutStatus
 from polar.trajectory.choices import BuilderOptions, select_roles
 from polar.trajectory.prefix_merge import prefix_merge
+from polar.trajectory.training_filter import apply_training_filter
 
 TRAINED = "trained"
 
@@ -35,7 +41,9 @@ def token_record(name: str, result: dict) -> Counter[str]:
     merged = prefix_merge(records, roles=roles)
     out: Counter[str] = Counter(merged.stats.untrained_tokens or {})
     before = {t.chain_index: t.n_loss_tokens for t in merged.traces}
-    for trace in select_roles(merged.traces, BuilderOptions().train_roles):
+    # As a COMPLETED rollout trains: a session whose last main call has no clean answer trains nothing.
+    filtered = apply_training_filter(merged.traces, status=RolloutStatus.COMPLETED, unfinished=merged.stats.unfinished)
+    for trace in select_roles(filtered, BuilderOptions().train_roles):
         out[TRAINED] += trace.n_loss_tokens
         lost = before[trace.chain_index] - trace.n_loss_tokens
         if lost:

@@ -18,10 +18,13 @@ from __future__ import annotations
 import argparse
 import functools
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
 
 from db import migrate
 from db.engine import make_engine, make_session_factory, session_scope

@@ -15,11 +15,14 @@ import argparse
 import dataclasses
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from fastapi.testclient import TestClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
 
 from db import migrate
 from db.engine import make_engine, make_session_factory, session_scope

@@ -64,10 +64,10 @@ def install() -> None:
     from polar.proxy.call.record import CallRecorder
     from polar.proxy.call.service import CallService
     from polar.proxy.capture.writer import CaptureWriter
-    from polar.proxy.http import app
+    from polar.proxy.http import model_routes
     from polar.tokens.tokenizer import ChatTokenizer
 
-    timed(app, "_model_call", "the call's handler (all the phases below on the loop)")
+    timed(model_routes, "_model_call", "the call's handler (all the phases below on the loop)")
     timed(Intake, "decode", "intake: read, parse, check the body")
     timed(Planner, "plan", "plan: parent, render, admit")
     timed(ChatTokenizer, "encode", "  tokenizer.encode (in plan)")
@@ -80,6 +80,8 @@ def install() -> None:
 
 
 def dump(*_: Any) -> None:
+    if not any(calls for _, calls in TOTALS.values()):
+        return  # no call was timed (``--help``, a gateway that failed to start): nothing to write
     with open(os.environ.get("BENCH_PHASES_OUT", "phases.txt"), "w") as out:
         for label, (seconds, calls) in TOTALS.items():
             per = seconds / calls * 1e3 if calls else 0.0

@@ -2,10 +2,11 @@
 
 Tables: ``weight_versions``, ``tasks``, ``submissions`` (idempotency keys of task submissions), ``rollouts`` (one
 sample of a task = one gateway session), ``captures`` (one backend call, forming a tree per session),
-``trajectories`` (training sequences built from captures), ``merge_stats`` (what each trajectory build did with a
-rollout's captures), ``evaluations``, ``claims`` (trainers' leases on complete groups), ``rollout_artifacts``
-(files a later stage needs on any host) and ``gateways`` (running gateway replicas). Token arrays use the
-portable types of ``db.types``; every count a query may want is a plain integer column, so SQL never unpacks an array.
+``trajectories`` (training sequences built from captures, with the weight version and sampling regime of each span
+of sampled tokens), ``merge_stats`` (what each trajectory build did with a rollout's captures), ``evaluations``,
+``claims`` (trainers' leases on complete groups), ``rollout_artifacts`` (files a later stage needs on any host) and
+``gateways`` (running gateway replicas). Token arrays use the portable types of ``db.types``; every count a query
+may want is a plain integer column, so SQL never unpacks an array.
 
 Statuses are ``StrEnum``s stored as ``VARCHAR(16)`` without a native enum type or CHECK constraint: adding a
 status is then a code change, not a migration, and autogenerate compares the column exactly like the
@@ -187,6 +188,9 @@ class Capture(Base):
     weight version (a generation can straddle a weight update); ``weight_version`` is the one it finished under
     (SGLang's ``meta_info.weight_version``, the last span).
     ``logprob_semantics`` says how the backend computed logprobs (e.g. scaled by temperature or not).
+    ``sampling_params`` are the parameters the engine was sent (SGLang names: temperature, top_p, top_k, min_p,
+    ...): with ``logprob_semantics`` they are the sampling regime of the whole output, the capture's one sampling
+    span (``polar.trajectory.sampling``).
     ``server`` is the inference server of a fleet that produced it (None with one server): a session that moved
     to another server (its first one died) shows a change of ``server`` between its captures.
     ``n_malformed_tool_calls`` counts tool calls in the reply the gateway could not parse (their traces get
@@ -216,6 +220,7 @@ class Capture(Base):
     version_spans: Mapped[list[dict[str, Any]]] = mapped_column(JSONType(), default=list)
     sampling_params: Mapped[dict[str, Any]] = mapped_column(JSONType(), default=dict)
     render_mode: Mapped[str] = mapped_column(sa.String(16))  # append | canonical
+    fallback_reason: Mapped[str | None] = mapped_column(sa.Text)  # why append mode did not apply, when asked
     backend: Mapped[str] = mapped_column(sa.String(32))
     server: Mapped[str | None] = mapped_column(sa.String(256))
     logprob_semantics: Mapped[str | None] = mapped_column(sa.String(32))
@@ -261,7 +266,10 @@ class Trajectory(Base):
     ``role`` is the chain's role (main, sub_agent, compaction, title, other: ``polar.trajectory.roles``),
     ``source_capture_id`` the capture it came from (a sub-agent's launching call, the call a compaction
     summarised, a post-compaction chain's compaction call; no foreign key, captures are never deleted alone),
-    ``compacted`` whether the chain starts from a compaction summary. ``polar.trajectory.store`` writes these rows.
+    ``compacted`` whether the chain starts from a compaction summary. ``sampling_spans`` (revision 0020; NULL on
+    rows built before) lists ``{"start", "end", "temperature", "top_p", "top_k", "min_p", "logprob_semantics",
+    "greedy"}`` ranges of response positions, one per sampling regime of the chain's calls, beside
+    ``version_spans`` (``polar.trajectory.sampling``). ``polar.trajectory.store`` writes these rows.
     """
 
     __tablename__ = "trajectories"
@@ -281,6 +289,7 @@ class Trajectory(Base):
     weight_version_min: Mapped[str | None] = mapped_column(sa.String(128))
     weight_version_max: Mapped[str | None] = mapped_column(sa.String(128))
     version_spans: Mapped[list[dict[str, Any]]] = mapped_column(JSONType(), default=list)
+    sampling_spans: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType(), default=list)
     turn_count: Mapped[int]
     n_prompt: Mapped[int]
     n_response: Mapped[int]

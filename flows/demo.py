@@ -34,7 +34,7 @@ from flows.demo_tasks import real_tasks, toy_tasks
 from flows.prefect_server import prepare_prefect_environment
 from polar.auth import token_path
 from polar.errors import BatchStopped
-from polar.models.command import use_model
+from polar.models.process import use_model
 from polar.models.tiny import ensure_model_dir
 from polar.report.rollouts import RolloutRow, format_groups, format_rollouts, format_totals, rollout_rows
 from polar.rollout.context import close_contexts, get_store

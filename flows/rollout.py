@@ -44,7 +44,7 @@ def _stage_task(stage: Stage, function: StageFunction) -> Task[..., Any]:
         report = await function(ctx, rollout_id, owner=owner)
         if report.skipped:
             return Completed(message=f"{stage} was already done", name="Skipped")
-        return dict(report.result)
+        return report.result.as_json()
 
     body.__name__ = body.__qualname__ = f"{stage.value}_stage"
     return task(

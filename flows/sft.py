@@ -20,8 +20,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from flows.dispatch import Dispatch, dispatch_rollouts
-from polar import sft
-from polar.export import Acceptance
+from polar.export import Acceptance, sft
 from polar.rollout import dispatch_order, submit_tasks
 from polar.rollout.context import get_store
 from polar.rollout.dispatcher import new_dispatcher

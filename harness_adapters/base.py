@@ -24,11 +24,14 @@ class RoleHints:
 
     ``sub_agent_tools``: tool name -> the argument holding the sub-agent's prompt (Claude Code: ``Agent.prompt``).
     ``compaction_markers``: text found in a compaction call's system prompt or last user message.
+    ``continuation_markers``: text found in a user message of the root that starts from a compaction's summary
+    (the harness's own preamble to it), for when the summary itself is carried in other words.
     ``title_markers``: text found in a title call's system prompt.
     """
 
     sub_agent_tools: Mapping[str, str] = field(default_factory=dict)
     compaction_markers: tuple[str, ...] = ()
+    continuation_markers: tuple[str, ...] = ()
     title_markers: tuple[str, ...] = ()
 
 

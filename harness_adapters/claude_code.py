@@ -41,11 +41,14 @@ SPEC = CliSpec(
         "json",
         "{prompt}",
     ],
-    # The Agent tool (Task in older releases) starts a sub-agent whose first user message is its prompt; its
-    # compaction prompt asks for a summary of the conversation.
+    # The Agent tool (Task in older releases) starts a sub-agent whose first user message is its prompt. Its
+    # compaction call forks from the main conversation (same system prompt, every tool) and ends with a user
+    # message that opens "CRITICAL: Respond with TEXT ONLY" (every variant: full, partial, reactive) and asks for
+    # an <analysis> and a <summary> block; the next root opens with the rewritten summary after its own preamble.
     role_hints=RoleHints(
         sub_agent_tools={"Agent": "prompt", "Task": "prompt"},
-        compaction_markers=("detailed summary of the conversation so far",),
+        compaction_markers=("CRITICAL: Respond with TEXT ONLY", "detailed summary of the conversation so far"),
+        continuation_markers=("This session is being continued from a previous conversation",),
     ),
     context_env="CLAUDE_CODE_MAX_CONTEXT_TOKENS",
 )

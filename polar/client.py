@@ -100,6 +100,10 @@ class PolarClient:
     def rollout(self, rollout_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/rollouts/{rollout_id}")
 
+    def rollout_stats(self, rollout_id: str) -> dict[str, Any]:
+        """What each build did with the rollout's sampled tokens: trainable, untrained by reason, root causes."""
+        return self._call("GET", f"/v1/rollouts/{rollout_id}/stats")
+
     def cancel(self, task_id: str) -> dict[str, Any]:
         return self._call("POST", f"/v1/tasks/{task_id}/cancel")
 

@@ -42,6 +42,15 @@ def test_db_upgrade_current_downgrade(tmp_path, capsys):
     assert capsys.readouterr().out.strip().endswith("base")
 
 
+def test_the_read_commands_answer_on_a_fresh_home(polar_env):
+    """What a new user may type first: on a POLAR_HOME with no store yet, the store is created and the reading
+    commands say there is nothing, instead of a traceback about missing tables."""
+    verify = run_polar("verify", env=polar_env)
+    assert verify.returncode == 0 and '"rollouts": 0' in verify.stdout, verify.stdout + verify.stderr
+    stats = run_polar("trajectories", "stats", env=polar_env)
+    assert stats.returncode == 0 and "no stored builds match" in stats.stdout, stats.stdout + stats.stderr
+
+
 def test_generate_prints_ids_and_logprobs(polar_env, tiny_model_dir):
     proc = run_polar("generate", "Hello there", "--max-new-tokens", "8", env=polar_env)
     assert proc.returncode == 0, proc.stderr

@@ -26,10 +26,14 @@ def broken_task(index: int) -> dict[str, object]:
 
 def run(tmp_path: Path, cache_dir: Path, tasks: int, **env: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "tasks.json").write_text(json.dumps([broken_task(i) for i in range(tasks)]))
+    return polar(tmp_path, cache_dir, "run", str(tmp_path / "tasks.json"), **env)
+
+
+def polar(tmp_path: Path, cache_dir: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("POLAR_", "PREFECT_"))}
     environment |= {"POLAR_HOME": str(tmp_path / "home"), "POLAR_CACHE": str(cache_dir), "POLAR_EVALUATE_RETRIES": "0"}
     return subprocess.run(
-        [sys.executable, "-m", "polar.cli", "run", str(tmp_path / "tasks.json")],
+        [str(Path(sys.executable).parent / "polar"), *argv],
         env=environment | env,
         capture_output=True,
         text=True,
@@ -44,6 +48,12 @@ def test_a_run_with_nothing_scored_exits_1_and_says_so(tmp_path, cache_dir):
     assert "2 rollouts: ERROR 2; mean reward - (0 solved)" in done.stdout, done.stdout
     assert f"{PREFIX}0 " in done.stdout and f"{PREFIX}1 " in done.stdout, done.stdout
     assert "every rollout ended ERROR: nothing was scored" in done.stderr
+    # docs/cli.md's next steps on that store: retry the failed rollouts (the verifier still crashes), then see what
+    # the builds hold.
+    again = polar(tmp_path, cache_dir, "retry", "--stale-after", "600")
+    assert again.returncode == 0 and "retried 2 rollouts" in again.stdout, again.stdout + again.stderr[-3000:]
+    stats = polar(tmp_path, cache_dir, "trajectories", "stats")
+    assert stats.returncode == 0, stats.stdout + stats.stderr[-3000:]
 
 
 def test_a_tripped_breaker_prints_the_table_before_its_error(tmp_path, cache_dir):

@@ -60,6 +60,37 @@ def test_no_import_cycle_type_only_imports_included() -> None:
     assert _cycles(graph) == []
 
 
+def _sibling_imports(graph: grimp.ImportGraph) -> dict[str, set[tuple[str, str]]]:
+    """For each package, which of its children (sub-packages and modules) import which: a module importing another
+    counts as an import between the two children of their deepest common package (``polar.proxy.call.plan`` ->
+    ``polar.proxy.session.history`` is ``call`` -> ``session`` in ``polar.proxy``)."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    for module in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            a, b = module.split("."), imported.split(".")
+            common = 0
+            while common < min(len(a), len(b)) and a[common] == b[common]:
+                common += 1
+            if 0 < common < min(len(a), len(b)):
+                found.setdefault(".".join(a[:common]), set()).add((a[common], b[common]))
+    return found
+
+
+def test_no_package_imports_a_package_that_imports_it_back() -> None:
+    """At every depth (``polar``'s packages, ``polar.proxy``'s, ...) the packages and modules of one package form
+    no cycle, type-only imports included: each package's children can be drawn in layers, like polar's own (the
+    ``layers`` contract in pyproject.toml)."""
+    graph = grimp.build_graph("polar", "db", "flows", "harness_adapters", cache_dir=None)
+    cyclic = {}
+    for package, pairs in sorted(_sibling_imports(graph).items()):
+        children = grimp.ImportGraph()
+        for importer, imported in pairs:
+            children.add_import(importer=importer, imported=imported)
+        if groups := _cycles(children):
+            cyclic[package] = sorted(sorted(group) for group in groups)
+    assert cyclic == {}
+
+
 MAX_MODULE_LINES = 400
 
 

@@ -32,7 +32,9 @@ from sqlalchemy.orm import Session
 
 from db.enums import RolloutStatus
 from db.models import Capture, Gateway, Rollout
+from db.stage_reports import ArtifactSummary
 from db.stage_results import StageResults
+from db.stage_timings import StageTimings
 from polar.alarms.kinds import Alarm, AlarmKind
 from polar.settings import Settings
 
@@ -56,9 +58,7 @@ class Outcome:
 
 def _outcome(row: Any, calls: int) -> Outcome:
     results = StageResults.of(row.stage_results)
-    timings: dict[str, Any] = row.stage_timings or {}
-    artifacts = results.postrun.artifacts if results.postrun is not None else {}
-    git = bool(artifacts.get("git")) and "diff_bytes" in artifacts
+    artifacts = results.postrun.artifacts if results.postrun is not None else ArtifactSummary()
     return Outcome(
         rollout_id=row.id,
         task_id=row.task_id,
@@ -66,9 +66,9 @@ def _outcome(row: Any, calls: int) -> Outcome:
         reward=row.reward,
         version=row.weight_version_max,
         calls=calls,
-        ran=bool((timings.get("run") or {}).get("finished_at")),
-        git=git,
-        patch_bytes=int(artifacts["diff_bytes"]) if git else None,
+        ran=StageTimings.of(row.stage_timings).finished("run"),
+        git=artifacts.has_diff,
+        patch_bytes=artifacts.diff_bytes if artifacts.has_diff else None,
         failed_stage=results.failure.stage if results.failure is not None else None,
         finished_at=row.finished_at,
     )

@@ -1,4 +1,4 @@
-"""What ``polar serve`` checks before a request's body is read (``polar.http_guard.BodyGuard`` applies it).
+"""What ``polar serve`` checks before a request's body is read (``polar.httpserve.guard.BodyGuard`` applies it).
 
 - ``/v1/...`` and ``/metrics`` need the control token as a Bearer token: without it the answer is the API's 401,
   before a byte of the body is read (FastAPI would otherwise read and parse the body first).
@@ -17,10 +17,10 @@ from starlette.types import Scope
 
 from polar.auth import bearer_of, matches
 from polar.errors import AuthenticationError
-from polar.http_guard import Screen, header
+from polar.httpserve.body import MAX_WEIGHT_BYTES
+from polar.httpserve.guard import Screen, header
 from polar.settings import Settings
 from polar.ui.auth import holds_token
-from polar.wire.body import MAX_WEIGHT_BYTES
 
 CONTROL_MESSAGE = "this endpoint needs the control token as a Bearer token"
 

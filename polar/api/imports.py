@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
-from polar.api.schemas import _Body
+from polar.api.schemas.requests import RequestBody
 from polar.errors import InvalidRequest, PermissionDenied, PrepareFailed
 from polar.rollout.prepare import allowed_source
 from polar.rollout.spec import HarnessSpec, TaskRequest, parse_task_request
@@ -24,7 +24,7 @@ from polar.settings import Settings
 from polar.tasks import load_benchmark
 
 
-class TaskImport(_Body):
+class TaskImport(RequestBody):
     path: str = Field(
         min_length=1,
         max_length=4096,

@@ -1,6 +1,7 @@
 """Read models of the control API: tasks with their rollouts, and trajectories with filters.
 
-Plain dicts of JSON-ready values; the routes wrap them in their response models.
+Plain dicts of JSON-ready values; the routes wrap them in their reply models (``polar.api.schemas``), which
+declare every key, in this order.
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ def trajectory_view(row: Trajectory, task_id: str | None, *, tokens: bool) -> di
             "response_ids": list(row.response_ids),
             "loss_mask": list(row.loss_mask),
             "response_logprobs": list(row.response_logprobs),
+            "sampling_spans": row.sampling_spans,
         }
     return item
 

@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.engine import session_scope
 from db.enums import RolloutStatus, TaskStatus
 from db.models import Rollout, Task
+from polar.api.schemas import Cancelled
 from polar.clock import now
 from polar.errors import NotConfigured, NotFound
 from polar.feed import versions
@@ -164,7 +165,7 @@ class TaskRunner:
         with session_scope(self.factory) as db:
             db.execute(sa.update(Rollout).where(Rollout.id == rollout_id).values(dispatch_id=flow_run_id))
 
-    async def cancel(self, task_id: str) -> dict[str, Any]:
+    async def cancel(self, task_id: str) -> Cancelled:
         timeout_s = self.settings.store_statement_timeout_s  # a frozen store: a 503, not a hang
         status, cancelled = await in_store(mark_cancelled, self.factory, task_id, timeout_s=timeout_s)
         inline = self._inline.pop(task_id, None)
@@ -173,7 +174,7 @@ class TaskRunner:
         flow_runs = [dispatch_id for _, dispatch_id in cancelled if dispatch_id]
         if flow_runs:
             await cancel_flow_runs(flow_runs)
-        return {"task_id": task_id, "status": status.value, "cancelled_rollouts": [r for r, _ in cancelled]}
+        return Cancelled(task_id=task_id, status=status, cancelled_rollouts=[r for r, _ in cancelled])
 
     async def aclose(self) -> None:
         for task in list(self._inline.values()):

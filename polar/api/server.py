@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from polar.api.app import create_api
 from polar.api.runner import InlineDispatch, resolve_dispatch
 from polar.auth import control_token, where
-from polar.header_timeout import with_header_timeout
+from polar.httpserve.header_timeout import with_header_timeout
 from polar.rollout.context import GatewayStarter, rollout_context, store_factory
 from polar.settings import Settings, TaskDispatch, get_settings
 
@@ -52,7 +52,7 @@ def serve(
 
 def api_config(app: FastAPI, settings: Settings, *, host: str | None = None, port: int | None = None) -> uvicorn.Config:
     """``polar serve``'s HTTP server: a connection that has not sent whole request headers within
-    ``POLAR_HEADER_TIMEOUT_S`` is closed (``polar.header_timeout``)."""
+    ``POLAR_HEADER_TIMEOUT_S`` is closed (``polar.httpserve.header_timeout``)."""
     return uvicorn.Config(
         app,
         host=host or settings.api_host,

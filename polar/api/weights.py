@@ -28,9 +28,9 @@ from polar.clock import now
 from polar.errors import Conflict, GatewayError, InvalidRequest, NotConfigured, PartialPush, invalid_from
 from polar.feed import versions
 from polar.feed.versions import VersionRecord
+from polar.httpserve.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 from polar.settings import Settings
 from polar.store_bound import in_store
-from polar.wire.body import MAX_WEIGHT_BYTES, read_body, tensor_upload_version
 
 PUSH_TIMEOUT_S = 600.0
 RETRY_DELAY_S = 0.5

@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 
 from polar.inference import GenerateChunk, GenerateRequest, GenerateResult, LogprobSemantics, WeightUpdate, collect
+from polar.model_folder import folder_tokenizer, open_model_folder
 from polar.models.engine import LocalEngine
-from polar.models.folder import folder_tokenizer, open_model_folder
 from polar.models.tiny import ensure_model_dir
 
 

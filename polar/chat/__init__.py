@@ -5,7 +5,7 @@ from __future__ import annotations
 from polar.chat.families import FAMILIES, Family, detect_family, get_family
 from polar.chat.protocol import ChatFormat, OutputStream, ReparseStreamParser
 from polar.errors import ConfigError
-from polar.models.folder import ModelFolder, folder_tokenizer
+from polar.model_folder import ModelFolder, folder_tokenizer
 
 
 def chat_format_for(folder: ModelFolder, override: str = "") -> ChatFormat:

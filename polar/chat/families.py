@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from polar.errors import ConfigError
-from polar.models.folder import ModelFolder
+from polar.model_folder import ModelFolder
 
 
 @dataclass(frozen=True)

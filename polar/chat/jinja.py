@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from polar.chat.library import LibraryFormat
 from polar.errors import ConfigError, InvalidRequest
-from polar.models.folder import ModelFolder
+from polar.model_folder import ModelFolder
 from polar.tokens.messages import Message, Role, ToolSpec
 
 PROBE_TOOL = ToolSpec("polar_probe_tool", "probe", {"type": "object", "properties": {}})

@@ -1,7 +1,8 @@
 """Exports of trajectories for training: RL rows and SFT conversations, as JSONL or parquet, streamed.
 
 ``export(factory, settings, path, kind=..., filters=ExportFilter(...))``; ``ExportFilter`` and ``Acceptance``
-choose the rows (``filters``); ``conversations`` rebuilds OpenAI-style messages from captures.
+choose the rows (``filters``); ``conversations`` rebuilds OpenAI-style messages from captures. ``sft`` is SFT data
+generation without Prefect (a task dataset in, accepted conversations out; ``flows.sft`` wraps it).
 """
 
 from polar.export.filters import Acceptance, ExportFilter

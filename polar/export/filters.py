@@ -68,52 +68,62 @@ def meta_value(dialect: str, key: str) -> sa.ColumnElement[Any]:
 
 
 def apply(query: Query, f: ExportFilter, dialect: str) -> Query:
+    return query.where(*_which(f, dialect), *_quality(f))
+
+
+def _which(f: ExportFilter, dialect: str) -> list[sa.ColumnElement[bool]]:
+    """What the filter selects by: tasks, rollouts, harness, builder, time, role, consumption and metadata."""
+    where: list[sa.ColumnElement[bool]] = []
     if f.task_ids is not None:
-        query = query.where(Task.id.in_(f.task_ids))
+        where.append(Task.id.in_(f.task_ids))
     if f.task_name is not None:
-        query = query.where(Task.name == f.task_name)
+        where.append(Task.name == f.task_name)
     if f.rollout_id is not None:
-        query = query.where(Trajectory.rollout_id == f.rollout_id)
+        where.append(Trajectory.rollout_id == f.rollout_id)
     if f.harness is not None:
-        query = query.where(harness_name(dialect) == f.harness)
+        where.append(harness_name(dialect) == f.harness)
     if f.builder is not None:
-        query = query.where(Trajectory.builder == f.builder)
+        where.append(Trajectory.builder == f.builder)
     elif not f.all_builders:
         # A gateway-only session (no task) exports its default build, the one its close and ``rebuild`` make.
-        query = query.where(Trajectory.builder == sa.func.coalesce(Task.builder, DEFAULT_BUILDER))
-    if f.min_reward is not None:
-        query = query.where(Trajectory.reward >= f.min_reward)
-    if f.max_reward is not None:
-        query = query.where(Trajectory.reward <= f.max_reward)
-    if f.status:
-        query = query.where(Trajectory.status.in_(f.status))
+        where.append(Trajectory.builder == sa.func.coalesce(Task.builder, DEFAULT_BUILDER))
     if f.weight_version is not None:
-        query = query.where(
-            sa.or_(Trajectory.weight_version_min == f.weight_version, Trajectory.weight_version_max == f.weight_version)
-        )
+        version = f.weight_version
+        where.append(sa.or_(Trajectory.weight_version_min == version, Trajectory.weight_version_max == version))
     if f.since is not None:
-        query = query.where(Trajectory.created_at >= f.since)
+        where.append(Trajectory.created_at >= f.since)
     if f.until is not None:
-        query = query.where(Trajectory.created_at < f.until)
+        where.append(Trajectory.created_at < f.until)
     if f.roles:
-        query = query.where(Trajectory.role.in_(f.roles))
+        where.append(Trajectory.role.in_(f.roles))
     if f.consumed is not None:
-        query = query.where(Trajectory.consumed_by.is_not(None) if f.consumed else Trajectory.consumed_by.is_(None))
-    for key, value in (f.metadata or {}).items():
-        # JSON text on both databases: compare as text (numbers and strings alike).
-        query = query.where(sa.cast(meta_value(dialect, key), sa.String) == str(value))
+        where.append(Trajectory.consumed_by.is_not(None) if f.consumed else Trajectory.consumed_by.is_(None))
+    # JSON text on both databases: compare as text (numbers and strings alike).
+    where += [sa.cast(meta_value(dialect, k), sa.String) == str(v) for k, v in (f.metadata or {}).items()]
+    return where
+
+
+def _quality(f: ExportFilter) -> list[sa.ColumnElement[bool]]:
+    """What the filter keeps by outcome: reward bounds, status, scripted replies and the acceptance rule."""
+    where: list[sa.ColumnElement[bool]] = []
+    if f.min_reward is not None:
+        where.append(Trajectory.reward >= f.min_reward)
+    if f.max_reward is not None:
+        where.append(Trajectory.reward <= f.max_reward)
+    if f.status:
+        where.append(Trajectory.status.in_(f.status))
     scripted = f.include_scripted or (f.acceptance is not None and f.acceptance.include_scripted)
     if not scripted:
-        query = query.where(Trajectory.scripted.is_(False))
+        where.append(Trajectory.scripted.is_(False))
     if f.acceptance is not None:
         rule = f.acceptance
-        query = query.where(Trajectory.reward >= rule.min_reward)
+        where.append(Trajectory.reward >= rule.min_reward)
         if rule.no_errors:
             # The filter's "scripted" mark is no error where scripted conversations were asked for.
             untouched: sa.ColumnElement[bool] = Trajectory.filter_reason.is_(None)
             if scripted:
                 untouched = sa.or_(untouched, Trajectory.filter_reason == "scripted")
-            query = query.where(Rollout.status == "COMPLETED", untouched)
+            where += [Rollout.status == "COMPLETED", untouched]
         if rule.not_truncated:
-            query = query.where(sa.or_(Trajectory.finish_reason.is_(None), Trajectory.finish_reason != "length"))
-    return query
+            where.append(sa.or_(Trajectory.finish_reason.is_(None), Trajectory.finish_reason != "length"))
+    return where

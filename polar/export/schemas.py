@@ -1,6 +1,6 @@
 """Parquet schemas of the exports. Token arrays are typed lists (int32 ids, int8 mask, float32 logprobs);
 messages are a list of structs with every OpenAI field (absent ones null); free-form JSON (task metadata, tool
-schemas, version spans) is stored as JSON text.
+schemas, version and sampling spans) is stored as JSON text.
 
 JSONL rows carry the same fields, with messages as plain objects that omit absent fields.
 """
@@ -32,6 +32,7 @@ _COMMON = [
     ("role", pa.string()),  # main | sub_agent | compaction | title | other
     ("source_capture_id", pa.int64()),  # the call the chain came from (launcher, summarised call, compaction)
     ("compacted", pa.bool_()),  # the chain starts from a compaction summary
+    ("sampling_spans", pa.string()),  # JSON: the sampling regime per response span (null: not recorded)
     ("created_at", pa.string()),
     ("metadata", pa.string()),  # JSON
 ]
@@ -47,6 +48,8 @@ RL_SCHEMA = pa.schema(
         ("n_prompt", pa.int32()),
         ("n_response", pa.int32()),
         ("n_loss_tokens", pa.int32()),
+        ("kept", pa.bool_()),  # the chain the harness kept: what outcome-reward training reads
+        ("filter_reason", pa.string()),  # why the fail-closed filter zeroed the mask or the reward (null: untouched)
         *EXTRAS_FIELDS,  # top-k logprobs and routed experts (polar.export.extras), null where not captured
     ]
 )
@@ -81,6 +84,7 @@ SFT_SCHEMA = pa.schema(
 )
 
 _JSON_COLUMNS = ("metadata", "version_spans", "tools")
+_NULLABLE_JSON = ("sampling_spans",)  # null stays null (not the text "null"): the regime was not recorded
 _MESSAGE_KEYS = [field.name for field in MESSAGE]
 
 
@@ -89,6 +93,9 @@ def to_arrow_row(row: dict[str, Any]) -> dict[str, Any]:
     for key in _JSON_COLUMNS:
         if key in out:
             out[key] = json.dumps(out[key], ensure_ascii=False, separators=(",", ":"))
+    for key in _NULLABLE_JSON:
+        if out.get(key) is not None:
+            out[key] = json.dumps(out[key], separators=(",", ":"))
     if "messages" in out:
         out["messages"] = [{key: message.get(key) for key in _MESSAGE_KEYS} for message in out["messages"]]
     return out

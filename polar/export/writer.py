@@ -62,6 +62,9 @@ def _common(trajectory: Trajectory, rollout: Rollout, task: Task | None, harness
         "role": trajectory.role,
         "source_capture_id": trajectory.source_capture_id,
         "compacted": trajectory.compacted,
+        # Per response span, the regime its tokens were sampled under (polar.trajectory.sampling); null on rows
+        # built before revision 0020 (not recorded: rebuild them).
+        "sampling_spans": trajectory.sampling_spans,
         "created_at": trajectory.created_at.isoformat(),
         "metadata": (task.meta if task is not None else None) or {},
     }
@@ -78,6 +81,8 @@ def rl_row(trajectory: Trajectory, rollout: Rollout, task: Task | None, harness:
         "n_prompt": trajectory.n_prompt,
         "n_response": trajectory.n_response,
         "n_loss_tokens": trajectory.n_loss_tokens,
+        "kept": trajectory.kept,
+        "filter_reason": trajectory.filter_reason,
     }
 
 

@@ -39,7 +39,9 @@ COMPLETE = (TaskStatus.COMPLETED, TaskStatus.FAILED)
 
 @dataclass(frozen=True)
 class FeedTrajectory:
-    """One training sequence as a trainer consumes it (aligned response ids, loss mask and logprobs)."""
+    """One training sequence as a trainer consumes it (aligned response ids, loss mask and logprobs), with the
+    weight version and the sampling regime of each span of sampled tokens (``polar.trajectory.sampling``): a
+    trainer weighing the stored logprobs needs both."""
 
     id: int
     rollout_id: str
@@ -54,6 +56,9 @@ class FeedTrajectory:
     filter_reason: str | None
     weight_version_min: str | None
     weight_version_max: str | None
+    kept: bool  # the chain the harness kept (``polar.trajectory.liveness``)
+    version_spans: list[dict[str, Any]]
+    sampling_spans: list[dict[str, Any]] | None  # the sampling regime per span (null: built before revision 0020)
 
 
 @dataclass(frozen=True)
@@ -288,4 +293,7 @@ def _feed(row: Trajectory, sample_index: int) -> FeedTrajectory:
         filter_reason=row.filter_reason,
         weight_version_min=row.weight_version_min,
         weight_version_max=row.weight_version_max,
+        kept=row.kept,
+        version_spans=list(row.version_spans or ()),
+        sampling_spans=list(row.sampling_spans) if row.sampling_spans is not None else None,
     )

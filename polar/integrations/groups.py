@@ -3,7 +3,8 @@
 Trainer-agnostic: ``fetch_group`` reads one task's rollouts and trajectories through ``polar.client`` and returns
 one ``Sample`` per rollout, in sample order, with ``prompt_ids``, ``completion_ids`` (the merged trajectory's
 response: sampled tokens and the inserted tool/user tokens between turns), ``loss_mask`` (1 on sampled tokens,
-0 on inserted ones) and the captured ``logprobs``, all aligned.
+0 on inserted ones) and the captured ``logprobs``, all aligned, with the chain's ``sampling_spans`` (the sampling
+regime of each span of sampled tokens; ``polar.integrations.sampling`` masks what a trainer cannot weigh).
 
 Masking rule (a sample that cannot train keeps real token ids but ``loss_mask`` all 0 and ``reward=None``):
 - its rollout did not finish trainable (ERROR, deadline TIMEOUT, CANCELLED: the store's fail-closed filter already
@@ -49,6 +50,10 @@ class Sample:
     chains: int
     masked_reason: str | None = None
     trajectory_id: int | None = None  # the chain's trajectory (its extras: polar.integrations.extras)
+    # The chain's sampling regime per response span (polar.trajectory.sampling; None: not recorded), and what
+    # polar.integrations.sampling masked for a trainer that weighs the stored logprobs (None: nothing).
+    sampling_spans: list[dict[str, Any]] | None = None
+    sampling_masked: str | None = None
 
     @property
     def trainable(self) -> bool:
@@ -168,6 +173,7 @@ def _sample(
         chains=len(chains),
         masked_reason=reason,
         trajectory_id=best.get("id"),
+        sampling_spans=best.get("sampling_spans"),
     )
 
 

@@ -29,6 +29,14 @@ clipped or masked by ``vllm_importance_sampling_mode`` / ``_clip_max``, on every
 ``use_vllm`` is set, i.e. when TRL's own vLLM generates. ``enable_importance_sampling(trainer)`` turns that same
 code on for Polar's rollouts: the weights are then computed from the captured logprobs.
 
+Mixed sampling regimes: every sample's ``sampling_spans`` (the temperature, top_p, top_k, min_p and logprob
+semantics of each span of its response, greedy flagged) travel as ``polar_sampling_spans``. Without
+``enable_importance_sampling`` TRL never reads the stored logprobs, so nothing more is done. With it, the loss
+tokens whose stored logprob cannot be the trainer's ``log_softmax(logits / temperature)`` at its own top_p/top_k/
+min_p (greedy, another temperature or truncation, raw logprobs at T != 1, no regime recorded) are masked
+(``polar.integrations.sampling``), ``polar_sampling_masked`` says how many and why, and a sample left with none
+is masked whole.
+
 Failures (documented choice): a sample that cannot train (its rollout failed, or it was drawn more than
 ``max_staleness`` versions behind) is masked: ``env_mask`` all 0 and reward ``None``, which TRL treats as
 unscorable (left out of the group's baseline, advantage 0). A group in which no sample can train (all ERROR)
@@ -44,9 +52,10 @@ from pathlib import Path
 from typing import Any
 
 from polar.client import PolarClient
-from polar.errors import InvalidRequest
+from polar.errors import GroupFailed, InvalidRequest
 from polar.integrations.extras import sample_extras, trl_fields
 from polar.integrations.groups import HasVocab, Sample, check_tokenizer, fetch_group, prompt_text, version_ordinals
+from polar.integrations.sampling import TrainerSampling, mask_mismatched
 from polar.tokens.tokenizer import vocab_fingerprint
 
 TaskFactory = Callable[[Any], Mapping[str, Any]]
@@ -129,10 +138,10 @@ class PolarRolloutFunc:
         views = {v["task_id"]: v for v in self.client.wait(task_ids, timeout_s=self.timeout_s, poll_s=self.poll_s)}
         ordinals = version_ordinals(self.client)
         pad = _pad_id(trainer)
-        samples = [
-            s
-            for task_id in task_ids
-            for s in fetch_group(
+        assumed = _weighs_stored_logprobs(trainer)
+        samples = []
+        for task_id in task_ids:
+            group = fetch_group(
                 self.client,
                 views[task_id],
                 ordinals=ordinals,
@@ -140,7 +149,9 @@ class PolarRolloutFunc:
                 fallback_prompt_ids=[pad],  # a rollout without trajectory: one masked pad token each side
                 pad_id=pad,
             )
-        ]
+            if assumed is not None:
+                group = _masked_group(views[task_id], [mask_mismatched(s, assumed) for s in group])
+            samples += group
         record = RolloutRecord(step, version, task_ids, samples)
         self.records.append(record)
         if self.log is not None:
@@ -161,6 +172,8 @@ class PolarRolloutFunc:
             "polar_rollout_id": [s.rollout_id for s in samples],
             "polar_weight_version": [s.weight_version_max for s in samples],
             "polar_status": [s.status for s in samples],
+            "polar_sampling_spans": [s.sampling_spans for s in samples],
+            "polar_sampling_masked": [s.sampling_masked for s in samples],
         }
 
     def publish(self, trainer: Any, step: int) -> tuple[str, int]:
@@ -208,9 +221,10 @@ def enable_importance_sampling(trainer: Any) -> Any:
     ``rollout_func`` is not a ``PolarRolloutFunc``, one whose own vLLM generates (``use_vllm`` already set: its
     correction is already on), one built with ``vllm_importance_sampling_correction=False``, one with ``tools``
     (TRL's tool loop would run on Polar's finished rollouts), and VESPO with a sequence-level mode (TRL's own rule).
-    The trainer's ``temperature`` must be the one the rollouts sampled at, and the backend's logprobs must mean
-    ``log_softmax(logits / T)`` (SGLang, the local engine; vLLM's raw logprobs only at T = 1): see
-    docs/trainers.md."""
+    The weights are right only for tokens sampled at the trainer's ``temperature`` (and top_p/top_k/min_p) whose
+    logprobs mean ``log_softmax(logits / T)`` (SGLang, the local engine; vLLM's raw logprobs only at T = 1): from
+    then on ``PolarRolloutFunc`` masks every other loss token by its stored sampling span (see the module
+    docstring and docs/trainers.md)."""
     if not isinstance(getattr(trainer, "rollout_func", None), PolarRolloutFunc):
         raise InvalidRequest("enable_importance_sampling needs a GRPOTrainer built with a PolarRolloutFunc")
     if trainer.use_vllm and not isinstance(getattr(trainer, "vllm_generation", None), _PolarPublishes):
@@ -227,6 +241,26 @@ def enable_importance_sampling(trainer: Any) -> Any:
     trainer.vllm_generation = _PolarPublishes()
     trainer._last_loaded_step = -1
     return trainer
+
+
+def _weighs_stored_logprobs(trainer: Any) -> TrainerSampling | None:
+    """What the trainer's importance ratio assumes of the stored logprobs, once ``enable_importance_sampling`` made
+    it weigh them (its recompute divides the logits by its ``temperature``); None while it does not."""
+    if not (trainer.use_vllm and isinstance(getattr(trainer, "vllm_generation", None), _PolarPublishes)):
+        return None
+    return TrainerSampling.of(
+        trainer.temperature, getattr(trainer, "top_p", None), getattr(trainer, "top_k", None), trainer.min_p
+    )
+
+
+def _masked_group(task: Mapping[str, Any], group: list[Sample]) -> list[Sample]:
+    """``group`` unless sampling masks left none of it trainable: then ``GroupFailed``, as for any such group."""
+    if any(s.trainable for s in group):
+        return group
+    reasons = "; ".join(f"sample {s.sample_index}: {s.masked_reason}" for s in group[:8] if s.masked_reason)
+    raise GroupFailed(
+        f"task {task['task_id']}: none of its {len(group)} samples can train ({reasons})", field="task_id"
+    )
 
 
 def polar_reward(prompts: list[Any], completions: list[Any], polar_reward: list[float | None], **_: Any) -> list[Any]:

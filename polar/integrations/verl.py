@@ -23,6 +23,15 @@ verl's agent-loop config file (``actor_rollout_ref.rollout.agent.agent_loop_conf
 
 verl owns the weights here: its rollout servers are the backend of Polar's gateway (``POLAR_BACKEND=sglang``,
 ``POLAR_BACKEND_URL`` = verl's server) and verl syncs them itself; captures carry the version the server reports.
+
+Mixed sampling regimes: the trajectory's ``sampling_spans`` (temperature, top_p, top_k, min_p and logprob semantics
+per span of the response, greedy flagged) go into ``extra_fields["polar_sampling_spans"]``. Where verl weighs the
+stored logprobs (``algorithm.rollout_correction``: ``rollout_is``, ``rollout_rs`` or ``bypass_mode``; or
+``mask_sampling_mismatch: true`` in the agent-loop config), the loss tokens whose logprob cannot be
+``log_softmax(logits / T)`` at the rollout's own ``sampling_params`` (greedy, another temperature or truncation, raw
+logprobs at T != 1, no regime recorded) get ``response_mask`` 0 (``polar.integrations.sampling``), and
+``polar_sampling_masked`` says how many and why; a sample left with none is masked as below.
+
 A sample whose rollout cannot train (ERROR, deadline TIMEOUT, no trajectory) is returned masked:
 ``response_mask`` all 0, ``reward_score`` 0.0, ``extra_fields["polar_masked_reason"]`` set. A response longer
 than ``rollout.response_length`` is cut there (as verl's own loops do) and flagged ``polar_truncated``; a prompt
@@ -42,6 +51,7 @@ from polar.client import PolarClient
 from polar.errors import InvalidRequest
 from polar.integrations.extras import sample_extras
 from polar.integrations.groups import Sample, check_tokenizer, fetch_group, prompt_text
+from polar.integrations.sampling import TrainerSampling, mask_mismatched
 
 
 class PolarAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl ships no types
@@ -54,6 +64,7 @@ class PolarAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl ships no type
         timeout_s: float = 3600.0,
         poll_s: float = 0.5,
         extras: bool = False,
+        mask_sampling_mismatch: bool | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -65,6 +76,13 @@ class PolarAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl ships no type
         self.extras = extras  # routed experts (and top-k) of the trajectory, for tasks that capture them
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
+        # Mask loss tokens sampled unlike verl's rollout settings (polar.integrations.sampling); None: exactly when
+        # verl weighs the stored logprobs (its rollout correction or bypass mode is on).
+        self.mask_sampling_mismatch = (
+            _weighs_rollout_logprobs(getattr(self, "config", None))
+            if mask_sampling_mismatch is None
+            else mask_sampling_mismatch
+        )
 
     def task_for(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The one-sample TaskRequest for a verl dataset row."""
@@ -80,6 +98,12 @@ class PolarAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl ships no type
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         started = time.monotonic()
         sample, turns = await asyncio.to_thread(self._rollout, self.task_for(kwargs))
+        if self.mask_sampling_mismatch:
+            settings = _plain(sampling_params)
+            assumed = TrainerSampling.of(
+                settings.get("temperature", 1.0), settings.get("top_p"), settings.get("top_k"), settings.get("min_p")
+            )
+            sample = mask_mismatched(sample, assumed)
         if len(sample.prompt_ids) > self.prompt_length:
             raise InvalidRequest(
                 f"rollout {sample.rollout_id}: prompt of {len(sample.prompt_ids)} tokens is longer than "
@@ -105,6 +129,8 @@ class PolarAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl ships no type
                 "polar_weight_version_max": sample.weight_version_max,
                 "polar_masked_reason": sample.masked_reason,
                 "polar_truncated": len(sample.completion_ids) > cut,
+                "polar_sampling_spans": sample.sampling_spans,
+                "polar_sampling_masked": sample.sampling_masked,
                 **extra,
             },
         )
@@ -143,6 +169,21 @@ class PolarAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl ships no type
             rows = self.client.trajectories(rollout_id=sample.rollout_id, builder=view["builder"])
             turns = max((int(r["turn_count"] or 0) for r in rows), default=0)
         return sample, turns
+
+
+def _weighs_rollout_logprobs(config: Any) -> bool:
+    """Whether verl's ``algorithm.rollout_correction`` reads ``rollout_log_probs`` as the behaviour policy's:
+    importance sampling or rejection sampling on (``rollout_is`` / ``rollout_rs``), or ``bypass_mode``."""
+    correction = _field(_field(config, "algorithm"), "rollout_correction")
+    return any(bool(_field(correction, name)) for name in ("rollout_is", "rollout_rs", "bypass_mode"))
+
+
+def _field(config: Any, name: str) -> Any:
+    """``config[name]`` of an OmegaConf node, a dict or a dataclass; None where absent."""
+    if config is None:
+        return None
+    getter = getattr(config, "get", None)
+    return getter(name) if callable(getter) else getattr(config, name, None)
 
 
 def _plain(value: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from polar.errors import ConfigError
-from polar.models.folder import ModelFolder, folder_tokenizer
+from polar.model_folder import ModelFolder, folder_tokenizer
 from polar.models.resolve import ModelChoice, resolve_model_folder
 from polar.tokens.tokenizer import ChatTokenizer
 

@@ -167,6 +167,22 @@ class LocalEngine:
         budget = min(params.max_new_tokens, self.context_length - len(job.request.input_ids))
         if len(job.output) >= budget:
             return FinishReason.LENGTH, None
+        logits = self._forward(job)
+        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.tokenizer.eos_ids))
+        if len(job.output) < params.min_new_tokens and stop_ids:
+            logits = logits.clone()
+            logits[list(stop_ids)] = float("-inf")
+        token, logprob = sample_next(logits, params, job.generator, self.semantics)
+        job.output.append(token)
+        job.logprobs.append(logprob)
+        if job.extras.top_logprobs or job.extras.token_ids:
+            job.keep_top(logits, self.semantics)
+        job.pending = [token]
+        return self._finished(job, token, stop_ids, budget)
+
+    def _forward(self, job: Job) -> torch.Tensor:
+        """Run the model over the job's pending ids (reusing a shared prefix on a first step or a recompute) and
+        return the next token's logits; keeps routed experts when the job asked for them."""
         if job.recompute:
             job.recompute = False
             job.cache, job.pending = None, [*job.request.input_ids, *job.output]
@@ -192,18 +208,15 @@ class LocalEngine:
                 assert self.router_tap is not None
                 self.router_tap.stop()
         job.cache = out.cache
-        logits = out.logits[0, -1]
-        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.tokenizer.eos_ids))
-        if len(job.output) < params.min_new_tokens and stop_ids:
-            logits = logits.clone()
-            logits[list(stop_ids)] = float("-inf")
-        token, logprob = sample_next(logits, params, job.generator, self.semantics)
-        job.output.append(token)
-        job.logprobs.append(logprob)
-        if job.extras.top_logprobs or job.extras.token_ids:
-            job.keep_top(logits, self.semantics)
-        job.pending = [token]
-        # SGLang's check order: stop strings, then stop tokens / EOS, then length.
+        logits: torch.Tensor = out.logits[0, -1]
+        return logits
+
+    def _finished(
+        self, job: Job, token: int, stop_ids: set[int], budget: int
+    ) -> tuple[FinishReason, int | str | None] | None:
+        """Why the job ends after sampling ``token``, in SGLang's check order: stop strings, then stop tokens /
+        EOS, then length; None while it goes on."""
+        params = job.request.sampling
         if params.stop:
             tail = self.tokenizer.decode(job.output[-(max(len(s.encode()) for s in params.stop) + 2) :])
             matched = next((s for s in params.stop if s in tail), None)

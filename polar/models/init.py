@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from polar.errors import ConfigError
-from polar.models.folder import CHAT_FORMAT_KEY
+from polar.model_folder import CHAT_FORMAT_KEY
 from polar.tokens.tokenizer import TOKENIZERS, load_tokenizer
 from polar.tokens.vocabularies import VOCABULARIES
 

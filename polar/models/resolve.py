@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from polar.errors import ConfigError
-from polar.models.folder import ModelFolder, open_model_folder
+from polar.model_folder import ModelFolder, open_model_folder
 from polar.settings import BackendKind, Settings
 
 

@@ -4,7 +4,7 @@ A toy name is a TinyModelSpec; its folder is made by the same code as ``polar mo
 asked for and cached under ``cache_dir/models``. A pretrained name (``polar.models.pretrained``, e.g.
 ``smollm2-135m-instruct``) is fetched and converted on first use, as ``polar model fetch`` does. Nothing else
 about either is special: the gateway, the judge and the exports read its folder like any model's
-(polar/models/folder.py).
+(polar/model_folder.py).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def ensure_model_dir(name: str, cache_dir: Path) -> Path:
 
 def named_tokenizer(name: str, cache_dir: Path) -> ChatTokenizer:
     """The tokenizer of a named model (a toy one's without building its weights)."""
-    from polar.models.folder import folder_tokenizer, open_model_folder
+    from polar.model_folder import folder_tokenizer, open_model_folder
     from polar.tokens.tokenizer import load_tokenizer
 
     if name in PRETRAINED:

@@ -4,9 +4,11 @@ or ``json``), on the ``polar.access`` logger (stderr unless it has handlers of i
 A line has the session (rollout id), protocol, route, HTTP status, outcome (``ok``, the error type of a call that
 failed in generation, or ``http_<status>`` for one refused before it reached the model), prompt and output
 tokens, latency (request to the end of the response body, a stream's last byte included) and commit wait (the
-capture's wait for its group commit). ``install`` wraps the app in an ASGI middleware that opens a record per
-model-call request in a context variable; ``noted`` (called by the call recorder as a call's capture commits)
-fills it in from the capture row, so a call's numbers are the ones the store holds.
+capture's wait for its group commit). The route is the name the route table gives the request
+(``polar.proxy.http.routes``: ``log_as``; requests without one are not logged). ``install`` wraps the app in an
+ASGI middleware that opens a record per model-call request in a context variable; ``noted`` (called by the call
+recorder as a call's capture commits) fills it in from the capture row, so a call's numbers are the ones the store
+holds.
 
 Text: ``session=... protocol=openai_chat route=/v1/chat/completions status=200 outcome=ok prompt_tokens=41
 output_tokens=7 latency_ms=35.2 commit_wait_ms=1.9``; JSON: the same keys as one object.
@@ -20,14 +22,20 @@ import sys
 import time
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from polar.settings import AccessLog, Settings
 
 log = logging.getLogger("polar.access")
-MODEL_ROUTES = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
-GEMINI_PREFIX = "/v1beta/models/"
 _current: ContextVar[_Record | None] = ContextVar("polar_access_record", default=None)
+
+
+class RouteNames(Protocol):
+    """The route table's access-log names (``polar.proxy.http.route_table.AccessNames``)."""
+
+    def name(self, method: str, path: str) -> str | None:
+        """The route name ``method path`` is logged under, or None when its requests are not logged."""
+        ...
 
 
 @dataclass
@@ -41,10 +49,6 @@ class _Record:
     output_tokens: int = 0
     latency_ms: float | None = None
     commit_wait_ms: float | None = None
-
-
-def is_model_route(path: str) -> bool:
-    return path in MODEL_ROUTES or path.startswith(GEMINI_PREFIX)
 
 
 def noted(row: Any, commit_wait_s: float) -> None:
@@ -67,17 +71,20 @@ def format_line(record: _Record, mode: AccessLog) -> str:
 
 
 class AccessLogMiddleware:
-    """Pure ASGI (no extra task per request): the record lives in the request's own context."""
+    """Pure ASGI (no extra task per request): the record lives in the request's own context. ``names``: the
+    route table's access-log names (a request without one is not logged)."""
 
-    def __init__(self, app: Any, mode: AccessLog):
+    def __init__(self, app: Any, mode: AccessLog, names: RouteNames):
         self.app = app
         self.mode = mode
+        self.names = names
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST" or not is_model_route(scope.get("path", "")):
+        route = self.names.name(scope.get("method", ""), scope.get("path", "")) if scope["type"] == "http" else None
+        if route is None:
             await self.app(scope, receive, send)
             return
-        record = _Record(route=scope["path"])
+        record = _Record(route=route)
         token = _current.set(record)
         started = time.perf_counter()
 
@@ -96,8 +103,9 @@ class AccessLogMiddleware:
             log.info(format_line(record, self.mode))
 
 
-def install(app: Any, settings: Settings) -> None:
-    """Log the app's model calls as ``settings.gateway_access_log`` says (nothing when ``off``)."""
+def install(app: Any, settings: Settings, names: RouteNames) -> None:
+    """Log the app's model calls (the routes ``names`` names: ``log_as`` in the route table) as
+    ``settings.gateway_access_log`` says (nothing when ``off``)."""
     mode = settings.gateway_access_log
     if mode is AccessLog.OFF:
         return
@@ -107,4 +115,4 @@ def install(app: Any, settings: Settings) -> None:
         log.addHandler(handler)
         log.propagate = False
     log.setLevel(logging.INFO)
-    app.add_middleware(AccessLogMiddleware, mode=mode)
+    app.add_middleware(AccessLogMiddleware, mode=mode, names=names)

@@ -55,15 +55,18 @@ class Gateway:
         scorer: LocalEngine | None = None,
         *,
         owns_backend: bool = True,
+        owns_store: bool = False,
         model_dir: Path | None = None,
         chat_format: ChatFormat,
         model_name: str = "",
     ):
-        """``model_dir``: the model folder ``tokenizer`` came from (scripted policies score with its weights);
+        """``owns_store``: ``factory``'s engine is this gateway's (``create`` made it), disposed by ``aclose``;
+        ``model_dir``: the model folder ``tokenizer`` came from (scripted policies score with its weights);
         ``chat_format``: its family's format, which alone decides rendering and parsing; ``model_name``: the
         served model's name (``/v1/models``)."""
         self.settings = settings
         self.factory = factory
+        self._owns_store = owns_store
         self.backend = backend
         self.tokenizer = tokenizer
         self.chat_format = chat_format
@@ -119,8 +122,8 @@ class Gateway:
         """Load the model folder's tokenizer and chat format, connect the configured backend and check that the
         two agree, then migrate the store. Bad configuration raises ConfigError before anything serves."""
         from polar.backends.registry import make_backend
+        from polar.model_folder import folder_tokenizer
         from polar.models.check import check_tokenizer_against_server
-        from polar.models.folder import folder_tokenizer
         from polar.models.resolve import ModelChoice, resolve_model_folder
 
         choice = ModelChoice.policy(settings)
@@ -151,6 +154,7 @@ class Gateway:
             backend,
             tokenizer,
             owns_backend=owns_backend,
+            owns_store=True,
             model_dir=folder.path,
             chat_format=chat_format,
             model_name=settings.served_model_name or choice.served_name(folder),
@@ -217,3 +221,6 @@ class Gateway:
             await asyncio.to_thread(child.close)
         if self._owns_backend:
             await self.backend.aclose()
+        if self._owns_store:
+            # Its pooled connections close now, not when the engine is collected (psycopg warns of an open one).
+            await asyncio.to_thread(self.factory.kw["bind"].dispose)

@@ -23,7 +23,7 @@ import uvicorn
 from db import migrate
 from db.engine import describe_database, normalize_url
 from polar.auth import control_token, where
-from polar.header_timeout import with_header_timeout
+from polar.httpserve.header_timeout import with_header_timeout
 from polar.proxy.gateway import Gateway
 from polar.proxy.http.app import create_app
 from polar.proxy.registration import registered, watch_drain
@@ -69,7 +69,8 @@ def uvicorn_config(app: Any, settings: Settings, **where: Any) -> uvicorn.Config
     """The gateway's HTTP server: quiet, five seconds to finish calls at shutdown, idle connections kept
     ``connection_idle_s`` (uvicorn's 5 s default equals httpx's pool expiry: a call sent as the gateway closed its
     connection failed with a read error at 96 agent sessions), and connections without whole request headers within
-    ``header_timeout_s`` closed (``polar.header_timeout``: uvicorn itself never times out unfinished headers)."""
+    ``header_timeout_s`` closed (``polar.httpserve.header_timeout``: uvicorn itself never times out unfinished
+    headers)."""
     return uvicorn.Config(
         app,
         log_level="warning",

@@ -13,6 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import Capture, Rollout, Task, Trajectory
+from db.stage_reports import ArtifactSummary
+from db.stage_timings import StageTimings
 
 
 @dataclass(frozen=True)
@@ -33,11 +35,11 @@ def _note(rollout: Rollout) -> str:
     if rollout.error:
         return rollout.error.splitlines()[0][:60]
     postrun = rollout.results.postrun
-    artifacts = postrun.artifacts if postrun is not None else {}
-    if artifacts.get("changed"):
-        return f"changed {', '.join(artifacts['changed'])}"[:60]
-    if artifacts.get("files"):
-        return f"files {', '.join(artifacts['files'])}"[:60]
+    artifacts = postrun.artifacts if postrun is not None else ArtifactSummary()
+    if artifacts.changed:
+        return f"changed {', '.join(artifacts.changed)}"[:60]
+    if artifacts.files:
+        return f"files {', '.join(artifacts.files)}"[:60]
     return ""
 
 
@@ -62,8 +64,7 @@ def rollout_rows(factory: sessionmaker[Session], task_ids: Sequence[str]) -> lis
         found = sorted(db.execute(query), key=lambda item: (order[item[0].task_id or ""], item[0].sample_index))
         rows = []
         for rollout, name in found:
-            timings = rollout.stage_timings or {}
-            seconds = sum(float((t or {}).get("duration_s") or 0) for t in timings.values()) if timings else None
+            seconds = StageTimings.of(rollout.stage_timings).total_s if rollout.stage_timings else None
             count, tokens = traj.get(rollout.id, (0, 0))
             rows.append(
                 RolloutRow(

@@ -19,13 +19,13 @@ import hashlib
 import io
 import tarfile
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.engine import session_scope
 from db.models import RolloutArtifact
+from db.stage_reports import KeptArtifact
 from polar.errors import ArtifactMissing
 from polar.settings import Settings
 
@@ -36,9 +36,9 @@ def _location(settings: Settings, rollout_id: str, name: str) -> str:
     return f"{settings.artifact_url.rstrip('/')}/{rollout_id}/{name}"
 
 
-def save(factory: sessionmaker[Session], settings: Settings, rollout_id: str, name: str, data: bytes) -> dict[str, Any]:
+def save(factory: sessionmaker[Session], settings: Settings, rollout_id: str, name: str, data: bytes) -> KeptArtifact:
     """Keep ``data`` as ``name`` of the rollout (replacing an earlier one); returns its manifest entry."""
-    entry: dict[str, Any] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    size, sha256 = len(data), hashlib.sha256(data).hexdigest()
     content: bytes | None = data
     url: str | None = None
     if settings.artifact_url:
@@ -47,20 +47,17 @@ def save(factory: sessionmaker[Session], settings: Settings, rollout_id: str, na
         url, content = _location(settings, rollout_id, name), None
         with fsspec.open(url, "wb", auto_mkdir=True) as out:
             out.write(data)
-        entry["url"] = url
-    elif len(data) > settings.artifact_max_bytes:
-        entry.update(stored=False, reason=f"{len(data)} bytes is over POLAR_ARTIFACT_MAX_BYTES")
-        return entry
+    elif size > settings.artifact_max_bytes:
+        reason = f"{size} bytes is over POLAR_ARTIFACT_MAX_BYTES"
+        return KeptArtifact(size=size, sha256=sha256, stored=False, reason=reason)
     with session_scope(factory) as db:
         db.execute(
             sa.delete(RolloutArtifact).where(RolloutArtifact.rollout_id == rollout_id, RolloutArtifact.name == name)
         )
-        db.add(
-            RolloutArtifact(
-                rollout_id=rollout_id, name=name, size=entry["size"], sha256=entry["sha256"], content=content, url=url
-            )
-        )
-    return {**entry, "stored": True}
+        db.add(RolloutArtifact(rollout_id=rollout_id, name=name, size=size, sha256=sha256, content=content, url=url))
+    if url is None:  # the entry names a URL only when there is one
+        return KeptArtifact(size=size, sha256=sha256, stored=True)
+    return KeptArtifact(size=size, sha256=sha256, url=url, stored=True)
 
 
 def load(factory: sessionmaker[Session], rollout_id: str, name: str, *, why: str = "") -> bytes:

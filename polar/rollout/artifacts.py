@@ -13,19 +13,26 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from db.stage_reports import ArtifactSummary, KeptArtifact
 from polar.runtime.base import Runtime
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from polar.rollout.state import RolloutView
+    from polar.settings import Settings
 
 DIFF_EXCERPT_CHARS = 65_536
 FILE_LIST_LIMIT = 200
 
 
-async def collect_artifacts(runtime: Runtime) -> dict[str, Any]:
+async def collect_artifacts(runtime: Runtime) -> ArtifactSummary:
     work = runtime.layout.work
     if not (work / ".git").exists():
         files = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())
-        return {"git": False, "files": files[:FILE_LIST_LIMIT], "file_count": len(files)}
+        return ArtifactSummary(git=False, files=files[:FILE_LIST_LIMIT], file_count=len(files))
     index = runtime.layout.private / "artifacts.index"
     patch = runtime.layout.artifacts / "diff.patch"
     env = {"GIT_INDEX_FILE": str(index)}
@@ -37,19 +44,21 @@ async def collect_artifacts(runtime: Runtime) -> dict[str, Any]:
     )
     result = await runtime.exec(script, env=env, timeout_s=120)
     if not result.ok:
-        return {"git": True, "error": f"git diff failed: {result.stderr[-300:].strip()}"}
+        return ArtifactSummary(git=True, error=f"git diff failed: {result.stderr[-300:].strip()}")
     diff = patch.read_text(errors="replace") if patch.exists() else ""
-    return {
-        "git": True,
-        "diff": diff[:DIFF_EXCERPT_CHARS],
-        "diff_bytes": len(diff.encode()),
-        "diff_truncated": len(diff) > DIFF_EXCERPT_CHARS,
-        "changed": result.stdout.splitlines(),
-        "patch_file": str(patch),
-    }
+    return ArtifactSummary(
+        git=True,
+        diff=diff[:DIFF_EXCERPT_CHARS],
+        diff_bytes=len(diff.encode()),
+        diff_truncated=len(diff) > DIFF_EXCERPT_CHARS,
+        changed=result.stdout.splitlines(),
+        patch_file=str(patch),
+    )
 
 
-async def keep_artifacts(factory: Any, settings: Any, view: Any, runtime: Runtime) -> dict[str, Any]:
+async def keep_artifacts(
+    factory: sessionmaker[Session], settings: Settings, view: RolloutView, runtime: Runtime
+) -> ArtifactSummary:
     """``collect_artifacts`` and keep what a later stage may need on another host (``artifact_store``); the
     summary's ``kept`` maps each artifact's name to its manifest entry."""
     from polar.rollout import artifact_store
@@ -57,15 +66,15 @@ async def keep_artifacts(factory: Any, settings: Any, view: Any, runtime: Runtim
     summary = await collect_artifacts(runtime)
     work = runtime.layout.work
 
-    def keep() -> dict[str, Any]:
-        kept: dict[str, Any] = {}
+    def keep() -> dict[str, KeptArtifact]:
+        kept: dict[str, KeptArtifact] = {}
 
         def put(name: str, data: bytes) -> None:
             kept[name] = artifact_store.save(factory, settings, view.id, name, data)
 
-        if summary.get("git") and summary.get("patch_file"):
-            put("diff.patch", Path(summary["patch_file"]).read_bytes())
-        elif not summary.get("git"):
+        if summary.git and summary.patch_file:
+            put("diff.patch", Path(summary.patch_file).read_bytes())
+        elif not summary.git:
             put("work.tar.gz", artifact_store.tar_folder(work))
         for path in view.task.evaluator.copy_paths:
             source = work / path
@@ -74,13 +83,13 @@ async def keep_artifacts(factory: Any, settings: Any, view: Any, runtime: Runtim
             elif source.is_dir():
                 put(f"work/{path}.tar.gz", artifact_store.tar_folder(source))
             else:
-                kept[f"work/{path}"] = {"stored": False, "absent": True}  # the agent left no such file
+                kept[f"work/{path}"] = KeptArtifact(stored=False, absent=True)  # the agent left no such file
         for name in artifact_store.LOG_FILES:
             log = runtime.layout.logs / name
             if log.is_file():
                 put(f"logs/{name}", log.read_bytes())
         return kept
 
-    if summary.get("git") and summary.get("error"):
+    if summary.git and summary.error:
         return summary
-    return {**summary, "kept": await asyncio.to_thread(keep)}
+    return summary.model_copy(update={"kept": await asyncio.to_thread(keep)})

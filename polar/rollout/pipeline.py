@@ -124,7 +124,12 @@ async def _keep_partial_work(ctx: RolloutContext, view: RolloutView, owner: str)
         log.warning("rollout %s: could not close its session: %s", view.id, exc.message)
     try:
         await asyncio.to_thread(
-            build_trajectories, ctx, view.id, builder=view.task.builder, status="ERROR", aligned_agent_timeout=False
+            build_trajectories,
+            ctx,
+            view.id,
+            builder=view.task.builder,
+            status=RolloutStatus.ERROR,
+            aligned_agent_timeout=False,
         )
     except Exception:
         log.exception("rollout %s: could not build trajectories after a failure", view.id)
@@ -197,7 +202,9 @@ async def _drive(
                 await call(Stage.INIT, view)
             current = Stage.RUN
             async with _slot(limiter, "run", Stage.RUN not in done):
-                await ready.release()  # the runtime leaves the READY buffer as it starts running
+                if Stage.RUN not in done:  # the runtime leaves the READY buffer as it starts running
+                    await asyncio.to_thread(state.enter_stage, ctx.factory, rollout_id, Stage.RUN, owner)
+                await ready.release()
                 await call(Stage.RUN, view)
         finally:
             await ready.release()

@@ -16,8 +16,8 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
+from db.stage_reports import PrepareReport
 from polar.errors import PrepareFailed, SandboxError
 from polar.rollout.spec import PrepareAction
 from polar.runtime.base import Runtime
@@ -62,9 +62,9 @@ async def run_prepare(
     *,
     copy_roots: Sequence[Path],
     remaining_s: Callable[[], float] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[PrepareReport]:
     """Run ``actions`` in ``runtime``; returns one report per action. Raises ``PrepareFailed`` or ``DeadlinePassed``."""
-    reports = []
+    reports: list[PrepareReport] = []
     for index, action in enumerate(actions):
         if action.type == "copy":
             try:
@@ -94,12 +94,12 @@ async def run_prepare(
                 field=f"runtime.prepare.{index}",
             )
         reports.append(
-            {
-                "action": index,
-                "type": action.type,
-                "attempts": attempt,
-                "errors": errors,
-                "duration_s": round(time.monotonic() - started, 3),
-            }
+            PrepareReport(
+                action=index,
+                type=action.type,
+                attempts=attempt,
+                errors=errors,
+                duration_s=round(time.monotonic() - started, 3),
+            )
         )
     return reports

@@ -44,14 +44,12 @@ from polar.errors import SandboxError
 from polar.runtime import lifeline
 from polar.runtime.base import ExecResult, ProcessHandle, SpawnHook
 from polar.runtime.docker_engine import LABEL, DockerOptions, api_error, docker_client
+from polar.runtime.docker_exec import ExecFiles
 from polar.runtime.images import ensure_image
 from polar.runtime.local import LocalRuntime, _tail
 from polar.runtime.tunnel import SANDBOX_SOCKET_DIR, gateway_tunnel
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# Runs the command as the leader of a new session: its pid (= process group) goes to a file first, its exit
-# code to another, then the group is killed so nothing it started in the background outlives it.
-WRAPPER = 'p=$1 o=$2 e=$3 r=$4; shift 4; echo $$ > "$p"; "$@" </dev/null >"$o" 2>"$e"; echo $? > "$r"; kill -KILL 0'
 
 # Blocking SDK calls (an exec's attach lasts as long as the command) get threads of their own, so a batch of
 # running harnesses never starves the default executor the pipeline's database calls share.
@@ -277,15 +275,6 @@ class DockerRuntime(LocalRuntime):
         with contextlib.suppress(Exception):
             await self._call(container.exec_run, ["kill", "-KILL", "--", f"-{pgid}"])
 
-    async def _await_pid(self, pid_file: Path, done: asyncio.Future[Any]) -> int | None:
-        while not done.done():
-            with contextlib.suppress(OSError, ValueError):
-                return int(pid_file.read_text())
-            await asyncio.sleep(0.01)
-        with contextlib.suppress(OSError, ValueError):
-            return int(pid_file.read_text())
-        return None
-
     async def exec(
         self,
         command: str | Sequence[str],
@@ -302,54 +291,55 @@ class DockerRuntime(LocalRuntime):
         if not workdir.is_dir():
             raise SandboxError(f"cannot start {command!r} in container {self.name}: no folder {workdir}")
         self._exec_count += 1
-        n = f"{time.monotonic_ns()}-{self._exec_count}"
-        stdout_path = self.resolve(str(stdout_path or self.layout.private / f"exec-{n}.out"))
-        stderr_path = self.resolve(str(stderr_path or self.layout.private / f"exec-{n}.err"))
-        pid_file, rc_file = self.layout.private / f"exec-{n}.pid", self.layout.private / f"exec-{n}.rc"
-        for path in (stdout_path, stderr_path, pid_file):
-            path.parent.mkdir(parents=True, exist_ok=True)
+        out, err = (self.resolve(str(path)) if path else None for path in (stdout_path, stderr_path))
+        files = ExecFiles.make(self.layout.private, self._exec_count, out, err)
         argv = ["bash", "-c", command] if isinstance(command, str) else [str(part) for part in command]
-        files = [str(path) for path in (pid_file, stdout_path, stderr_path, rc_file)]
-        wrapped = ["setsid", "-w", "sh", "-c", WRAPPER, "polar-exec", *files, *argv]
         api = self.client.api
         try:
             created = await self._call(
-                api.exec_create, container.id, wrapped, environment=self.command_env(env), workdir=str(workdir)
+                api.exec_create,
+                container.id,
+                files.wrapped(argv),
+                environment=self.command_env(env),
+                workdir=str(workdir),
             )
             exec_id = created["Id"]
         except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds; all mean the command did not start
             raise SandboxError(f"cannot start {command!r} in container {self.name}: {api_error(exc)}") from None
         started = time.monotonic()
         finished = asyncio.ensure_future(self._call(api.exec_start, exec_id, detach=False, stream=False))
-        timed_out = False
+        timed_out = await self._wait(files, finished, timeout_s, on_spawn)
+        returncode, note = await self._outcome(container, exec_id, files)
+        files.remove()
+        return ExecResult(
+            None if timed_out else returncode, _tail(files.stdout), _tail(files.stderr) + note, timed_out,
+            time.monotonic() - started,
+        )  # fmt: skip
+
+    async def _wait(
+        self, files: ExecFiles, finished: asyncio.Future[Any], timeout_s: float | None, on_spawn: SpawnHook | None
+    ) -> bool:
+        """Wait for the command (whether it timed out); its process group is killed however the wait ends."""
         pgid: int | None = None
         try:
-            if on_spawn is not None:
-                pgid = await self._await_pid(pid_file, finished)
-                if pgid is not None:
-                    await on_spawn(ProcessHandle(pgid, 0))
+            if on_spawn is not None and (pgid := await files.group(finished)) is not None:
+                await on_spawn(ProcessHandle(pgid, 0))
             try:
                 await asyncio.wait_for(asyncio.shield(finished), timeout_s)
             except TimeoutError:
-                timed_out = True
+                return True
+            return False
         finally:
             if not finished.done():
-                pgid = pgid or await self._await_pid(pid_file, finished)
+                pgid = pgid or await files.group(finished)
                 if pgid is not None:
                     await self._kill_group(pgid)
                 with contextlib.suppress(Exception):
                     await asyncio.shield(finished)
-        returncode, note = await self._outcome(container, exec_id, rc_file)
-        stderr = _tail(stderr_path) + note
-        pid_file.unlink(missing_ok=True)
-        rc_file.unlink(missing_ok=True)
-        return ExecResult(
-            None if timed_out else returncode, _tail(stdout_path), stderr, timed_out, time.monotonic() - started
-        )
 
-    async def _outcome(self, container: Any, exec_id: str, rc_file: Path) -> tuple[int | None, str]:
-        with contextlib.suppress(OSError, ValueError):
-            return int(rc_file.read_text()), ""
+    async def _outcome(self, container: Any, exec_id: str, files: ExecFiles) -> tuple[int | None, str]:
+        if (code := files.returncode()) is not None:
+            return code, ""
         # No exit code written: the command was killed, or the container went away under it.
         await self._call(container.reload)
         if container.status != "running":

@@ -1,5 +1,5 @@
 """``python -m polar.serving``: the same as ``polar serve-model``."""
 
-from polar.serving.command import main
+from polar.serving.launch import main
 
 main()

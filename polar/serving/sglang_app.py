@@ -3,7 +3,9 @@
 ``create_app`` serves the surface of SGLang's HTTP server that RL trainers and the gateway use:
 ``/generate`` (POST or PUT; JSON or SSE), ``/model_info``, ``/health``, ``/health_generate``,
 ``/v1/models``, ``/update_weights_from_disk``, ``/update_weight_version``, ``/pause_generation``,
-``/continue_generation``, ``/flush_cache``, ``/abort_request``, ``/tokenize`` and ``/detokenize``.
+``/continue_generation``, ``/flush_cache``, ``/abort_request``, ``/tokenize`` and ``/detokenize``; the control
+routes (weights, pause, cache, abort) are in ``polar.serving.sglang_control``, what all routes share in
+``polar.serving.sglang_state``.
 
 Batch requests (lists of prompts, ``n > 1``) are answered 400 "batch requests are not supported by this
 server". Every :class:`PolarError` is mapped to ``{"error": {"message", "type", "code"}}`` with its status
@@ -19,67 +21,29 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
-from pathlib import Path
 from typing import Any, TypeVar
 
 import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from polar.errors import InvalidRequest, PolarError
-from polar.models.engine import LocalEngine, PauseMode
+from polar.errors import PolarError
+from polar.models.engine import LocalEngine
+from polar.serving.sglang_control import router as control_router
 from polar.serving.sglang_render import error_json, stream_error_json
 from polar.serving.sglang_run import GenerationRun
+from polar.serving.sglang_state import ServerState, read_json, server_state
 from polar.serving.sglang_wire import (
-    AbortBody,
     DetokenizeBody,
-    PauseBody,
     TokenizeBody,
-    UpdateWeightsFromDiskBody,
-    UpdateWeightVersionBody,
     parse_body,
-    prepare_generate,
 )
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 HEALTH_GENERATE_TIMEOUT_S = 20.0  # SGLang's HEALTH_CHECK_TIMEOUT default
-
-
-class _ServerState:
-    """What the routes share: the engine, the runs in flight (by rid) and the reason of the last abort."""
-
-    def __init__(
-        self, engine: LocalEngine, served_model_name: str, incremental_streaming: bool, routed_experts: bool = False
-    ):
-        self.engine = engine
-        self.served_model_name = served_model_name
-        self.incremental_streaming = incremental_streaming
-        self.routed_experts = routed_experts  # --enable-return-routed-experts
-        self.runs: dict[str, GenerationRun] = {}
-        self.abort_message = "Aborted."
-
-    def new_run(self, raw: object) -> GenerationRun:
-        engine = self.engine
-        prepared = prepare_generate(
-            raw,
-            tokenizer_encode=engine.tokenizer.encode,
-            vocab_size=engine.model.config.vocab_size,
-            context_length=engine.context_length,
-            routed_experts_enabled=self.routed_experts,
-        )
-        if prepared.rid in self.runs:
-            raise InvalidRequest(f"request id {prepared.rid!r} is already in flight", field="rid")
-        engine.validate(prepared.request)  # before any byte is streamed, so errors get a status code
-        return GenerationRun(
-            engine, prepared, incremental=self.incremental_streaming, abort_message=lambda: self.abort_message
-        )
-
-    def abort_all(self, message: str) -> int:
-        self.abort_message = message
-        return self.engine.abort_all(message)
 
 
 class _ClosingStreamingResponse(StreamingResponse):
@@ -115,174 +79,121 @@ def create_app(
     are returned only with ``enable_return_routed_experts`` (a request's ``return_routed_experts`` is otherwise
     silently left unanswered)."""
     app = FastAPI(title="polar serve-model (SGLang wire format)", openapi_url=None)
-    state = _ServerState(engine, served_model_name, incremental_streaming, enable_return_routed_experts)
-    app.state.sglang = state
-
+    app.state.sglang = ServerState(engine, served_model_name, incremental_streaming, enable_return_routed_experts)
     # One mapping for every error; Starlette needs it registered for Exception too (its 500 path).
     app.add_exception_handler(PolarError, _error_response)
     app.add_exception_handler(Exception, _error_response)
-
-    @app.api_route("/generate", methods=["POST", "PUT"])
-    async def generate(request: Request) -> Response:
-        run = state.new_run(await _json(request))
-        # Registered before the response starts, so a second request with the same rid is refused.
-        state.runs[run.rid] = run
-        if run.prepared.stream:
-            forget = lambda: state.runs.pop(run.rid, None)  # noqa: E731
-            return _ClosingStreamingResponse(_sse(run), on_close=forget, media_type="text/event-stream")
-        try:
-            body = await _unless_disconnected(request, run.response())
-        finally:
-            state.runs.pop(run.rid, None)
-        if body is None:
-            return Response(status_code=499)  # nobody is listening any more
-        return JSONResponse(body)
-
-    @app.get("/model_info")
-    @app.get("/get_model_info")
-    async def model_info() -> dict[str, Any]:
-        config = engine.model.config
-        return {
-            "model_path": str(engine.model_dir),
-            "tokenizer_path": str(engine.model_dir),  # the model folder ships its tokenizer.json
-            "served_model_name": state.served_model_name,
-            "is_generation": True,
-            "preferred_sampling_params": None,
-            "weight_version": engine.weight_version,
-            "has_image_understanding": False,
-            "has_audio_understanding": False,
-            "model_type": config.model_type,
-            "architectures": list(config.architectures or []),
-            "load_format": "auto",
-            "reasoning_parser": None,
-            "tool_call_parser": None,
-            "max_context_length": engine.context_length,
-            "vocab_size": config.vocab_size,
-            "eos_token_ids": sorted(engine.tokenizer.eos_ids),
-        }
-
-    @app.get("/health")
-    async def health() -> Response:
-        return Response(status_code=200)
-
-    @app.get("/health_generate")
-    async def health_generate() -> Response:
-        if engine.paused:
-            return Response(status_code=200)  # a paused engine is healthy; generating would just wait
-        probe = {"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
-        run = state.new_run(probe)
-        try:
-            await asyncio.wait_for(run.response(), HEALTH_GENERATE_TIMEOUT_S)
-        except TimeoutError:
-            return Response(status_code=503)
-        return Response(status_code=200)
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        name = state.served_model_name
-        card = {
-            "id": name,
-            "object": "model",
-            "created": int(time.time()),
-            "owned_by": "sglang",
-            "root": name,
-            "max_model_len": engine.context_length,
-        }
-        return {"object": "list", "data": [card]}
-
-    @app.post("/update_weights_from_disk")
-    async def update_weights_from_disk(request: Request) -> JSONResponse:
-        body = parse_body(await _json(request), UpdateWeightsFromDiskBody)
-        aborted = state.abort_all("Aborted for a weight update.") if body.abort_all_requests else 0
-        version = body.weight_version if body.weight_version is not None else engine.weight_version
-        try:
-            await engine.load_weights(Path(body.model_path), version)
-        except Exception as exc:  # noqa: BLE001 -- a bad checkpoint is the caller's problem: SGLang answers 400, success false
-            logger.warning("update_weights_from_disk(%s) failed: %s", body.model_path, exc)
-            message = exc.message if isinstance(exc, PolarError) else f"{type(exc).__name__}: {exc}"
-            content = {"success": False, "message": f"Failed to update weights: {message}", "num_paused_requests": 0}
-            return JSONResponse(content, status_code=400)
-        message = "Succeeded to update model weights."
-        if body.weight_version is not None:
-            message += f" Weight version updated to {body.weight_version}."
-        if body.abort_all_requests:
-            message += f" Aborted {aborted} running requests."
-        # Running requests are never paused here: they continue under the new weights (spans record it).
-        # The engine always drops its shared prefix cache on a weight change, so flush_cache is implied.
-        return JSONResponse({"success": True, "message": message, "num_paused_requests": 0})
-
-    @app.post("/update_weight_version")
-    async def update_weight_version(request: Request) -> JSONResponse:
-        body = parse_body(await _json(request), UpdateWeightVersionBody)
-        if body.abort_all_requests:
-            state.abort_all("Aborted for a weight version update.")
-        await engine.relabel(body.new_version)
-        return JSONResponse(
-            {
-                "success": True,
-                "message": f"Weight version updated to {body.new_version}",
-                "new_version": body.new_version,
-            }
-        )
-
-    @app.post("/pause_generation")
-    async def pause_generation(request: Request) -> JSONResponse:
-        raw = await _json(request, empty_ok=True)
-        body = parse_body(raw if raw is not None else {}, PauseBody)
-        if PauseMode(body.mode) is PauseMode.ABORT:
-            state.abort_message = "Aborted by pause_generation (mode=abort)."
-        engine.pause(PauseMode(body.mode))
-        return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})
-
-    @app.post("/continue_generation")
-    async def continue_generation() -> JSONResponse:
-        engine.resume()
-        return JSONResponse({"message": "Generation continued successfully.", "status": "ok"})
-
-    @app.api_route("/flush_cache", methods=["GET", "POST"])
-    async def flush_cache() -> PlainTextResponse:
-        # Like SGLang, refuse while requests run. Idle, the engine's worker thread does not touch the
-        # prefix cache (it is only read or filled while a request runs), so clearing it here is safe.
-        text = (
-            "Cache flushed.\nPlease check backend logs for more details. "
-            "(When there are running or waiting requests, the operation will not be performed.)\n"
-        )
-        if state.runs:
-            return PlainTextResponse(text, status_code=400)
-        engine.prefix_cache.clear()
-        return PlainTextResponse(text)
-
-    @app.post("/abort_request")
-    async def abort_request(request: Request) -> Response:
-        body = parse_body(await _json(request), AbortBody)
-        if body.abort_all:
-            state.abort_all("Aborted by abort_request (abort_all).")
-        elif body.rid in state.runs:
-            state.runs[body.rid].abort("Aborted by abort_request.")
-        return Response(status_code=200)
-
-    @app.post("/tokenize")
-    @app.post("/v1/tokenize")
-    async def tokenize(request: Request) -> dict[str, Any]:
-        body = parse_body(await _json(request), TokenizeBody)
-        if isinstance(body.prompt, str):
-            tokens: list[int] | list[list[int]] = engine.tokenizer.encode(body.prompt)
-            count: int | list[int] = len(tokens)
-        else:
-            tokens = [list(ids) for ids in engine.tokenizer.encode_batch(body.prompt)]
-            count = [len(t) for t in tokens]
-        return {"tokens": tokens, "count": count, "max_model_len": engine.context_length}
-
-    @app.post("/detokenize")
-    @app.post("/v1/detokenize")
-    async def detokenize(request: Request) -> dict[str, Any]:
-        body = parse_body(await _json(request), DetokenizeBody)
-        skip = body.skip_special_tokens
-        if body.tokens and isinstance(body.tokens[0], list):
-            return {"text": [engine.tokenizer.decode(t, skip_special_tokens=skip) for t in body.tokens]}
-        return {"text": engine.tokenizer.decode(body.tokens, skip_special_tokens=skip)}  # type: ignore[arg-type]
-
+    app.include_router(router)
+    app.include_router(control_router)
     return app
+
+
+router = APIRouter()
+
+
+@router.api_route("/generate", methods=["POST", "PUT"])
+async def generate(request: Request) -> Response:
+    state = server_state(request)
+    run = state.new_run(await read_json(request))
+    # Registered before the response starts, so a second request with the same rid is refused.
+    state.runs[run.rid] = run
+    if run.prepared.stream:
+        forget = lambda: state.runs.pop(run.rid, None)  # noqa: E731
+        return _ClosingStreamingResponse(_sse(run), on_close=forget, media_type="text/event-stream")
+    try:
+        body = await _unless_disconnected(request, run.response())
+    finally:
+        state.runs.pop(run.rid, None)
+    if body is None:
+        return Response(status_code=499)  # nobody is listening any more
+    return JSONResponse(body)
+
+
+@router.get("/model_info")
+@router.get("/get_model_info")
+async def model_info(request: Request) -> dict[str, Any]:
+    state = server_state(request)
+    engine = state.engine
+    config = engine.model.config
+    return {
+        "model_path": str(engine.model_dir),
+        "tokenizer_path": str(engine.model_dir),  # the model folder ships its tokenizer.json
+        "served_model_name": state.served_model_name,
+        "is_generation": True,
+        "preferred_sampling_params": None,
+        "weight_version": engine.weight_version,
+        "has_image_understanding": False,
+        "has_audio_understanding": False,
+        "model_type": config.model_type,
+        "architectures": list(config.architectures or []),
+        "load_format": "auto",
+        "reasoning_parser": None,
+        "tool_call_parser": None,
+        "max_context_length": engine.context_length,
+        "vocab_size": config.vocab_size,
+        "eos_token_ids": sorted(engine.tokenizer.eos_ids),
+    }
+
+
+@router.get("/health")
+async def health() -> Response:
+    return Response(status_code=200)
+
+
+@router.get("/health_generate")
+async def health_generate(request: Request) -> Response:
+    state = server_state(request)
+    engine = state.engine
+    if engine.paused:
+        return Response(status_code=200)  # a paused engine is healthy; generating would just wait
+    probe = {"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+    run = state.new_run(probe)
+    try:
+        await asyncio.wait_for(run.response(), HEALTH_GENERATE_TIMEOUT_S)
+    except TimeoutError:
+        return Response(status_code=503)
+    return Response(status_code=200)
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> dict[str, Any]:
+    state = server_state(request)
+    engine = state.engine
+    name = state.served_model_name
+    card = {
+        "id": name,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "sglang",
+        "root": name,
+        "max_model_len": engine.context_length,
+    }
+    return {"object": "list", "data": [card]}
+
+
+@router.post("/tokenize")
+@router.post("/v1/tokenize")
+async def tokenize(request: Request) -> dict[str, Any]:
+    engine = server_state(request).engine
+    body = parse_body(await read_json(request), TokenizeBody)
+    if isinstance(body.prompt, str):
+        tokens: list[int] | list[list[int]] = engine.tokenizer.encode(body.prompt)
+        count: int | list[int] = len(tokens)
+    else:
+        tokens = [list(ids) for ids in engine.tokenizer.encode_batch(body.prompt)]
+        count = [len(t) for t in tokens]
+    return {"tokens": tokens, "count": count, "max_model_len": engine.context_length}
+
+
+@router.post("/detokenize")
+@router.post("/v1/detokenize")
+async def detokenize(request: Request) -> dict[str, Any]:
+    engine = server_state(request).engine
+    body = parse_body(await read_json(request), DetokenizeBody)
+    skip = body.skip_special_tokens
+    if body.tokens and isinstance(body.tokens[0], list):
+        return {"text": [engine.tokenizer.decode(t, skip_special_tokens=skip) for t in body.tokens]}
+    return {"text": engine.tokenizer.decode(body.tokens, skip_special_tokens=skip)}  # type: ignore[arg-type]
 
 
 async def _error_response(request: Request, exc: Exception) -> JSONResponse:
@@ -308,16 +219,6 @@ async def _sse(run: GenerationRun) -> AsyncIterator[bytes]:
 
 def _event(body: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
-
-
-async def _json(request: Request, *, empty_ok: bool = False) -> Any:
-    raw = await request.body()
-    if not raw.strip() and empty_ok:
-        return None
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}", field="body") from None
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:

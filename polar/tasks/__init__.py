@@ -3,7 +3,7 @@
 - ``harbor``: Harbor task folders (``task.toml``, ``instruction.md``, ``environment/``, ``tests/``, ``solution/``).
 - ``swebench``: SWE-bench-style instances (JSONL), images named by a per-dataset template.
 - ``check``: a dataset's oracle and no-op runs, judged (an oracle must score 1, a no-op 0).
-- ``command``: ``polar tasks import|check`` on the command line.
+- (``polar tasks import|check`` on the command line is ``polar.cli.tasks``.)
 
 ``load_tasks`` is what ``polar run`` reads: a JSON file of TaskRequests, a JSONL file of SWE-bench instances, or a
 Harbor task folder (or a folder of them), each task becoming one TaskRequest with ``samples`` samples of the

@@ -3,7 +3,8 @@
 Harnesses re-send the whole history on every call, echoing the model's earlier reply in their own way:
 tool-call ids are rewritten (Gemini CLI: ``write_file_<ts>_0``), JSON arguments are re-serialised,
 reasoning is dropped or kept, text and tool calls of one reply may come back as several assistant
-messages, whitespace around text is trimmed, an echoed call gains arguments the model left out at their
+messages, parallel calls may come back in another order (each with the id minted for it), whitespace around
+text is trimmed, an echoed call gains arguments the model left out at their
 declared schema defaults (Claude Code's Edit adds ``"replace_all": false``). The comparison here is semantic
 so that none of these break append mode; anything that changes meaning (different text, different arguments, a different
 tool list) does.
@@ -47,6 +48,19 @@ def _same_echoed_call(echo: ToolCall, sampled: ToolCall, defaults: dict[str, dic
     added = {k: v for k, v in a.items() if k not in b}
     kept = {k: v for k, v in a.items() if k in b}
     return kept == b and all(k in declared and declared[k] == v for k, v in added.items())
+
+
+def _calls_echoed(echo: Sequence[ToolCall], sampled: Sequence[ToolCall], defaults: dict[str, dict[str, Any]]) -> bool:
+    """``echo`` is the reply's ``sampled`` calls sent back: in order, or in another order when each echoed call
+    carries the id minted for the sampled call it repeats (parallel calls a harness reorders or splits)."""
+    if len(echo) != len(sampled):
+        return False
+    if all(_same_echoed_call(x, y, defaults) for x, y in zip(echo, sampled, strict=True)):
+        return True
+    by_id = {call.id: call for call in sampled if call.id}
+    if len(by_id) != len(sampled) or len({call.id for call in echo}) != len(echo):
+        return False
+    return all(call.id in by_id and _same_echoed_call(call, by_id[call.id], defaults) for call in echo)
 
 
 def same_message(a: Message, b: Message) -> bool:
@@ -95,8 +109,7 @@ def echo_length(messages: Sequence[Message], start: int, reply: Message, tools: 
         calls = [c for m in run for c in m.tool_calls]
         if (
             text == reply.content.strip()
-            and len(calls) == len(reply.tool_calls)
-            and all(_same_echoed_call(x, y, defaults) for x, y in zip(calls, reply.tool_calls, strict=True))
+            and _calls_echoed(calls, reply.tool_calls, defaults)
             and (not reasoning or reasoning == (reply.reasoning or "").strip())
         ):
             return stop - start

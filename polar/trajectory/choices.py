@@ -9,6 +9,8 @@ reward reaches sub-agent and post-compaction trajectories (issue 16).
   trajectories get no reward and do not train: ``reward_not_routed``), or ``per_role`` (the evaluator's
   ``details["role_rewards"]``, keyed by role, with ``post_compaction`` for compacted chains; a trajectory
   whose key is missing does not train, fail-closed).
+- ``train_unfinished``: off by default, so a session whose last main call has no clean answer trains nothing
+  (``polar.trajectory.training_filter``); on, its kept chain up to the last clean call trains with the outcome.
 
 Pre- and post-compaction chains are always separate samples: the builders cut a compaction call from the
 chain it summarises and start the post-compaction chain from the summary it was given, so no merge ever
@@ -49,6 +51,11 @@ class BuilderOptions(BaseModel):
         default=(Role.MAIN, Role.SUB_AGENT), description="chain roles that train; title and compaction only when named"
     )
     reward: RewardRouting = Field(default=RewardRouting.BROADCAST, description="how the outcome reward reaches chains")
+    train_unfinished: bool = Field(
+        default=False,
+        description="train a session whose last main call has no clean answer (poisoned, ambiguous, failed or "
+        "unread, no retry answering it): its kept chain up to the last clean call gets the outcome reward",
+    )
 
 
 def reward_key(trace: Trace) -> str:

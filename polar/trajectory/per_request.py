@@ -1,7 +1,7 @@
 """The ``per_request`` builder: one trace per successful capture, exactly as it was sampled.
 
 The prompt is the capture's full prompt, the response its output ids, all trainable, with their logprobs and
-version spans. Nothing is merged, so a session of N calls gives N traces whose prompts repeat the shared
+version and sampling spans. Nothing is merged, so a session of N calls gives N traces whose prompts repeat the shared
 history N times; the anchor's ablation found 5.4x more trainer updates than ``prefix_merge`` on the same data.
 With an outcome reward broadcast to every trace, long sessions then weigh more than short ones (the anchor saw
 reward hacking): pair it with per-trace rewards or ``Normalization.SESSION`` (``polar.trajectory.rewards``).
@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from polar.trajectory.liveness import judge, root_causes, untrained_tokens
 from polar.trajectory.records import BuildResult, CaptureRecord, MergeStats, Trace, merged_spans, version_bounds
 from polar.trajectory.roles import Role, SessionRoles, label_session
+from polar.trajectory.sampling import merged_sampling
 from polar.trajectory.tree import CaptureTree
 
 NAME = "per_request"
@@ -42,6 +43,7 @@ def per_request(captures: Iterable[CaptureRecord], /, *, roles: SessionRoles | N
                 loss_mask=(0 if liveness.reason(record.id) else 1,) * len(record.output_ids),
                 response_logprobs=record.output_logprobs,
                 version_spans=spans,
+                sampling_spans=merged_sampling(record.sampling_spans),
                 weight_version_min=low,
                 weight_version_max=high,
                 finish_reason=record.finish_reason,
@@ -68,5 +70,6 @@ def per_request(captures: Iterable[CaptureRecord], /, *, roles: SessionRoles | N
         roots_by_role=roles.counts(),
         untrained_tokens=untrained_tokens(tree, liveness),
         root_causes=root_causes(tree),
+        unfinished=liveness.unfinished,
     )
     return BuildResult(NAME, tuple(traces), stats)

@@ -56,6 +56,7 @@ from polar.trajectory.records import (
     version_bounds,
 )
 from polar.trajectory.roles import Role, SessionRoles, label_session
+from polar.trajectory.sampling import SamplingRange, merged_sampling
 from polar.trajectory.tree import CaptureTree, Link
 
 NAME = "prefix_merge"
@@ -132,6 +133,7 @@ def prefix_merge(
         roots_by_role=roles.counts(),
         untrained_tokens=untrained_tokens(tree, liveness),
         root_causes=root_causes(tree),
+        unfinished=liveness.unfinished,
     )
     return BuildResult(NAME, tuple(traces), stats)
 
@@ -289,6 +291,7 @@ def _walk(
                     loss_mask=_mask(len(ids), path, marks, kept, owned, liveness),
                     response_logprobs=tuple(logprobs),
                     version_spans=merged,
+                    sampling_spans=_path_sampling(path, marks),
                     weight_version_min=low,
                     weight_version_max=high,
                     finish_reason=node.finish_reason,
@@ -301,6 +304,12 @@ def _walk(
                 )
             )
     return traces
+
+
+def _path_sampling(path: list[CaptureRecord], marks: list[_Mark]) -> tuple[SamplingRange, ...]:
+    """The sampling spans of the trace along ``path``: each call's, at its sampled ids' response positions."""
+    pairs = zip(path, marks, strict=True)
+    return merged_sampling([span.shifted(mark.out) for node, mark in pairs for span in node.sampling_spans])
 
 
 def _mask(

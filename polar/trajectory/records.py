@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from db.enums import CaptureStatus
+from polar.trajectory.sampling import SamplingRange, capture_sampling
 
 if TYPE_CHECKING:
     from db.models import Capture
@@ -53,7 +54,9 @@ class CaptureRecord:
     """One backend call of a rollout, as the builders need it (the capture-tree contract is on ``Capture``).
 
     ``version_spans`` index ``output_ids``; when a capture has none but names a ``weight_version``, its whole
-    output counts as sampled under that version. ``n_malformed_tool_calls`` counts tool calls in the reply that
+    output counts as sampled under that version. ``sampling_spans`` (``polar.trajectory.sampling``) say the regime
+    its output was sampled under: one span over the whole output, empty where the capture stored no sampling
+    parameters. ``n_malformed_tool_calls`` counts tool calls in the reply that
     the gateway could not parse. An ERROR capture has no usable output and is never trained on.
     """
 
@@ -67,6 +70,7 @@ class CaptureRecord:
     finish_reason: str | None = None
     weight_version: str | None = None
     version_spans: tuple[VersionRange, ...] = ()
+    sampling_spans: tuple[SamplingRange, ...] = ()
     status: CaptureStatus = CaptureStatus.OK
     render_mode: str = "append"
     n_malformed_tool_calls: int = 0
@@ -82,11 +86,11 @@ class CaptureRecord:
             raise ValueError(
                 f"capture {self.id}: {len(self.output_ids)} output ids but {len(self.output_logprobs)} logprobs"
             )
-        for span in self.version_spans:
-            if span.end > len(self.output_ids):
+        ranges = [(s.start, s.end) for s in self.version_spans] + [(s.start, s.end) for s in self.sampling_spans]
+        for start, end in ranges:
+            if end > len(self.output_ids):
                 raise ValueError(
-                    f"capture {self.id}: version span [{span.start}, {span.end}) beyond its {len(self.output_ids)} "
-                    "output tokens"
+                    f"capture {self.id}: span [{start}, {end}) beyond its {len(self.output_ids)} output tokens"
                 )
 
     @property
@@ -117,6 +121,9 @@ class CaptureRecord:
             version_spans=tuple(
                 VersionRange.from_json(span) for span in row.version_spans or () if span["end"] != span["start"]
             ),
+            sampling_spans=capture_sampling(
+                getattr(row, "sampling_params", None), getattr(row, "logprob_semantics", None), len(row.output_ids)
+            ),
             status=CaptureStatus(row.status),
             render_mode=row.render_mode,
             n_malformed_tool_calls=row.n_malformed_tool_calls or 0,
@@ -135,6 +142,8 @@ class Trace:
     ``finish_reason`` is the leaf's (``length``: the last reply was cut by the token limit).
     ``weight_version_min``/``max`` are the versions of the earliest- and latest-sampled tokens of the chain
     (sampling order, which is version order while weights only move forward; version strings need not sort).
+    ``sampling_spans`` say the sampling regime of each sampled response position (``polar.trajectory.sampling``):
+    a chain whose calls sampled differently carries one span per regime, greedy ones flagged.
     ``n_inexact_merges`` counts merges in the chain whose next prompt did not hold the sampled ids verbatim;
     ``n_malformed_tool_calls`` sums the chain's unparseable tool calls. ``reward`` is unset until assigned;
     ``filter_reason`` says why the training filter changed the trace, if it did. ``role`` is the role of the
@@ -150,6 +159,7 @@ class Trace:
     loss_mask: tuple[int, ...]
     response_logprobs: tuple[float, ...]
     version_spans: tuple[VersionRange, ...] = ()
+    sampling_spans: tuple[SamplingRange, ...] = ()
     weight_version_min: str | None = None
     weight_version_max: str | None = None
     finish_reason: str | None = None
@@ -172,6 +182,8 @@ class Trace:
             )
         if not self.capture_ids:
             raise ValueError(f"trace {self.chain_index} names no capture")
+        if self.sampling_spans and self.sampling_spans[-1].end > n:
+            raise ValueError(f"trace {self.chain_index}: a sampling span ends beyond its {n} response tokens")
 
     @property
     def turn_count(self) -> int:
@@ -222,6 +234,8 @@ class MergeStats:
     trainable_tokens: int | None = None  # loss tokens after the training filter (None: not filtered yet)
     # Roots after the session's first call, by the cause the gateway recorded (``captures.admission_cause``).
     root_causes: Mapping[str, int] = field(default_factory=dict)
+    # Why the session's last main call has no clean answer (``polar.trajectory.liveness.Unfinished``), or None.
+    unfinished: str | None = None
 
     def token_line(self) -> str:
         """Sampled, trainable (after the filter, when known) and untrained tokens by reason, and root causes."""

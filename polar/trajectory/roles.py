@@ -5,15 +5,18 @@ Labels come from the structure of the calls, read off ``CallView``s (what each c
 plus per-harness ``RoleHints`` that adapters declare as data. The rules, in ``seq`` order:
 
 - **compaction call**: a call that *asks* for a summary (a hinted compaction marker in its system prompt or last
-  user message, or, offering no tools, a last user message or system prompt that asks to summarise) and whose
-  reply text reappears in a user or assistant message of a later root (the summary carried into the new
-  conversation; OpenCode puts it in an assistant turn); a hinted call is one even without that. A history
-  rewrite alone is not a compaction: a harness that rebuilds its history from the model's replies every turn
-  (aider) carries each reply into the next root without anyone asking for a summary. It
-  is cut from the chain it extends (``BreakCause.COMPACTION``) and links to the chain it summarised: its parent
-  in the capture tree, else the latest earlier call of a main or sub-agent chain.
-- **post-compaction root**: a root holding such a summary; it keeps the role of the chain that was summarised
-  (``main`` or ``sub_agent``), links to the compaction call and is marked ``compacted``.
+  user message, or its request asking to summarise) and whose summary a later root carries, recognised by its
+  body rather than verbatim (``polar.trajectory.summaries``: the analysis block and summary tags dropped,
+  whitespace normalised, whole or in large part), or that a root with a hinted continuation marker follows; a
+  hinted call is one even without that. Claude Code's compaction call offers every tool and forks from the main
+  conversation; it is one too (asking in a new last user message, replying with text only, its summary carried
+  in a user turn). A history rewrite alone is not a compaction: a harness that rebuilds its history from the
+  model's replies every turn (aider) carries each reply into the next root without anyone asking for a summary.
+  It is cut from the chain it extends (``BreakCause.COMPACTION``) and links to the chain it summarised: its
+  parent in the capture tree, else the latest earlier call of a main or sub-agent chain.
+- **post-compaction root**: a root carrying such a summary; it keeps the role of the chain that was summarised
+  (``main`` or ``sub_agent``), links to the compaction call and is marked ``compacted``. This is decided before
+  the sub-agent rule: a summary quotes the tool-call arguments of the work it summarises.
 - **sub-agent root**: a root whose first user messages hold a string argument of a tool call an earlier call
   sampled (a hinted launcher tool's prompt argument, or any string argument of 16+ characters); it links to
   that call (the latest such).
@@ -21,8 +24,9 @@ plus per-harness ``RoleHints`` that adapters declare as data. The rules, in ``se
 - **main**: the first other root that offers tools (or the first root at all, when none does), any root that
   continues it under rewritten history (same system prompt and tools, *or* the same opening user message: one
   agent that added a tool, changed its system prompt or echoed other reasoning is still the same agent, on the
-  same task), and any root nothing is known about (no view: structure alone cannot tell it apart); every other
-  root is ``other``.
+  same task; an opening shorter than 16 characters counts only with the same system prompt or the same tools,
+  since alone it is too common to prove the task), and any root nothing is known about (no view: structure
+  alone cannot tell it apart); every other root is ``other``.
 
 Every non-start capture has the role of the chain start above it in the tree (failed calls included), so a
 chain's role is the role of its first capture's start. The labeller is pure: it never reads the store.
@@ -30,7 +34,6 @@ chain's role is the role of its first capture's start. The labeller is pure: it 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -38,10 +41,8 @@ from typing import Any
 
 from harness_adapters.base import RoleHints as RoleHints  # re-exported: builders' callers name it from here
 from polar.trajectory.records import CaptureRecord
+from polar.trajectory.summaries import MIN_MATCH, hinted_compaction, summaries
 from polar.trajectory.tree import CaptureTree
-
-MIN_MATCH = 16  # shorter texts ("Done.", "ok") are too common to prove a link
-_SUMMARISE = re.compile(r"\bsummar\w*|\bcompact\w*|\bcondens\w*|\bdistill?\w*", re.IGNORECASE)
 
 
 class Role(StrEnum):
@@ -128,31 +129,29 @@ def label_session(
     def view(record: CaptureRecord) -> CallView:
         return views.get(record.id, empty)
 
-    ok = tree.ok
-    roots = [r for r in tree.records if r.parent_id is None]
-    hinted = {
-        r.id
-        for r in tree.records
-        if any(m in view(r).system or m in view(r).last_user for m in hints.compaction_markers)
-    }
-    # A reply carried into a later root is a summary: its call compacted the conversation.
-    summary_of: dict[int, int] = {}  # post-compaction root -> compaction call
-    for root in roots:
-        users, assistants = view(root).user_texts, view(root).assistant_texts
-        for earlier in reversed([r for r in ok if r.seq < root.seq]):
-            reply = view(earlier).reply_text
-            summariser = earlier.id in hinted or (not view(earlier).tools and _asks_summary(view(earlier)))
-            if summariser and (_holds(users, reply) or _holds(assistants, reply)):
-                summary_of[root.id] = earlier.id
-                break
-    compactions = hinted | set(summary_of.values())
+    hinted = {r.id for r in tree.records if hinted_compaction(view(r), hints)}
+    summary_of = summaries(tree, view, hinted, hints)
+    starts, start_of = _label_starts(tree, views, hints, hinted | set(summary_of.values()), summary_of)
+    if not any(label.role is Role.MAIN for label in starts.values()):
+        _first_other_is_main(starts, views)
+    return SessionRoles(starts, start_of)
 
+
+def _label_starts(
+    tree: CaptureTree,
+    views: Mapping[int, CallView],
+    hints: RoleHints,
+    compactions: set[int],
+    summary_of: Mapping[int, int],
+) -> tuple[dict[int, ChainLabel], dict[int, int]]:
+    """Each chain start's label in call order, and the chain start of every call."""
+    empty = CallView(0)
     starts: dict[int, ChainLabel] = {}
     start_of: dict[int, int] = {}
     main_key: tuple[str, tuple[str, ...]] | None = None
-    main_opening = ""  # the main agent's first user message: its task, which a re-rooted main call repeats
+    main_opening: str | None = None  # the main agent's first user message: its task, which a re-rooted call repeats
     for record in tree.records:
-        v = view(record)
+        v = views.get(record.id, empty)
         parent_id = record.parent_id
         if record.id in compactions:
             link = parent_id if parent_id is not None else _latest_agent_call(tree, record, starts, start_of)
@@ -172,41 +171,46 @@ def label_session(
             starts[record.id] = ChainLabel(record.id, Role.SUB_AGENT, launcher)
         elif any(m in v.system for m in hints.title_markers):
             starts[record.id] = ChainLabel(record.id, Role.TITLE)
-        elif (
-            _blank(v)
-            or (main_key is None and v.tools)
-            or (v.system, v.tools) == main_key
-            or (bool(main_opening) and v.user_texts[:1] == (main_opening,))
-        ):
+        elif _blank(v) or (main_key is None and v.tools) or _same_agent(v, main_key, main_opening):
             main_key = main_key or (None if _blank(v) else (v.system, v.tools))
-            main_opening = main_opening or (
-                v.user_texts[0] if v.user_texts and len(v.user_texts[0]) >= MIN_MATCH else ""
-            )
+            if main_opening is None and not _blank(v):
+                main_opening = v.user_texts[0] if v.user_texts else ""
             starts[record.id] = ChainLabel(record.id, Role.MAIN)
         else:
             starts[record.id] = ChainLabel(record.id, Role.OTHER)
         start_of[record.id] = record.id
-    if not any(label.role is Role.MAIN for label in starts.values()):
-        # No root offered tools (a text-mode harness): the first other root is the main agent, and so is every
-        # other root of that agent (same system prompt, or same opening task), e.g. aider's rebuilt histories.
-        first = next((label for label in starts.values() if label.role is Role.OTHER), None)
-        if first is not None:
-            lead = views.get(first.capture_id, empty)
-            for label in list(starts.values()):
-                other = views.get(label.capture_id, empty)
-                same = other.system == lead.system or (
-                    bool(lead.user_texts)
-                    and len(lead.user_texts[0]) >= MIN_MATCH
-                    and other.user_texts[:1] == lead.user_texts[:1]
-                )
-                if label is first or (label.role is Role.OTHER and same):
-                    starts[label.capture_id] = ChainLabel(label.capture_id, Role.MAIN, label.link_id, label.compacted)
-    return SessionRoles(starts, start_of)
+    return starts, start_of
 
 
-def _asks_summary(view: CallView) -> bool:
-    """Whether a call's request asks the model to summarise (its last user message or its system prompt)."""
-    return bool(_SUMMARISE.search(view.last_user) or _SUMMARISE.search(view.system))
+def _same_agent(view: CallView, main_key: tuple[str, tuple[str, ...]] | None, main_opening: str | None) -> bool:
+    """Whether a root continues the main agent: the same system prompt and tools, or the same opening user message
+    (one shorter than ``MIN_MATCH`` only with the same system prompt or the same tools)."""
+    if main_key is None:
+        return False
+    if (view.system, view.tools) == main_key:
+        return True
+    if not main_opening or view.user_texts[:1] != (main_opening,):
+        return False
+    return len(main_opening) >= MIN_MATCH or view.system == main_key[0] or view.tools == main_key[1]
+
+
+def _first_other_is_main(starts: dict[int, ChainLabel], views: Mapping[int, CallView]) -> None:
+    """No root offered tools (a text-mode harness): the first other root is the main agent, and so is every
+    other root of that agent (same system prompt, or same opening task), e.g. aider's rebuilt histories."""
+    empty = CallView(0)
+    first = next((label for label in starts.values() if label.role is Role.OTHER), None)
+    if first is None:
+        return
+    lead = views.get(first.capture_id, empty)
+    for label in list(starts.values()):
+        other = views.get(label.capture_id, empty)
+        same = other.system == lead.system or (
+            bool(lead.user_texts)
+            and len(lead.user_texts[0]) >= MIN_MATCH
+            and other.user_texts[:1] == lead.user_texts[:1]
+        )
+        if label is first or (label.role is Role.OTHER and same):
+            starts[label.capture_id] = ChainLabel(label.capture_id, Role.MAIN, label.link_id, label.compacted)
 
 
 def _blank(view: CallView) -> bool:

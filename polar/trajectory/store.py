@@ -27,6 +27,7 @@ from polar.trajectory.records import BuildResult, CaptureRecord, MergeStats, Tra
 from polar.trajectory.registry import get_builder
 from polar.trajectory.rewards import RewardKey, assign_trace_rewards
 from polar.trajectory.roles import SessionRoles, label_session
+from polar.trajectory.sampling import SamplingRange
 from polar.trajectory.training_filter import aligned_timeout_from_stage_results, apply_training_filter
 
 # Only the token-path columns: request/response JSON can dwarf the token arrays and no builder reads it.
@@ -41,6 +42,8 @@ _RECORD_COLUMNS = (
     Capture.finish_reason,
     Capture.weight_version,
     Capture.version_spans,
+    Capture.sampling_params,
+    Capture.logprob_semantics,
     Capture.status,
     Capture.render_mode,
     Capture.n_malformed_tool_calls,
@@ -105,7 +108,10 @@ def build_and_store(
     outcome = RolloutStatus(status if status is not None else rollout.status)
     if aligned_agent_timeout is None:
         aligned_agent_timeout = aligned_timeout_from_stage_results(rollout.results)
-    traces = apply_training_filter(traces, status=outcome, aligned_agent_timeout=aligned_agent_timeout)
+    unfinished = None if options.train_unfinished else result.stats.unfinished
+    traces = apply_training_filter(
+        traces, status=outcome, aligned_agent_timeout=aligned_agent_timeout, unfinished=unfinished
+    )
     traces = select_roles(traces, options.train_roles)
     result = BuildResult(result.builder, tuple(traces), filtered_stats(result, traces))
     write_build(session, rollout_id=rollout_id, result=result, status=outcome)
@@ -223,6 +229,8 @@ def load_traces(session: Session, rollout_id: str, builder: str) -> list[Trace]:
             loss_mask=tuple(row.loss_mask),
             response_logprobs=tuple(row.response_logprobs),
             version_spans=tuple(VersionRange.from_json(span) for span in row.version_spans),
+            # NULL on rows built before revision 0020: no regime recorded (a rebuild records it).
+            sampling_spans=tuple(SamplingRange.from_json(span) for span in row.sampling_spans or ()),
             weight_version_min=row.weight_version_min,
             weight_version_max=row.weight_version_max,
             finish_reason=row.finish_reason,
@@ -254,6 +262,7 @@ def _trajectory_row(rollout_id: str, builder: str, trace: Trace, status: str) ->
         "weight_version_min": trace.weight_version_min,
         "weight_version_max": trace.weight_version_max,
         "version_spans": [span.as_json() for span in trace.version_spans],
+        "sampling_spans": [span.as_json() for span in trace.sampling_spans],
         "turn_count": trace.turn_count,
         "n_prompt": len(trace.prompt_ids),
         "n_response": len(trace.response_ids),

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session, defer
 from db.capture_tree import CaptureTreeError
 from db.models import Capture, Evaluation, MergeStat, Rollout, Task, Trajectory
 from db.request_json import full_request_json, is_delta
-from db.stage_results import Failure
+from db.stage_results import Failure, StageResults
+from db.stage_timings import StageTimings
 from polar.errors import NotFound
 from polar.evaluators.components import RewardComponents, reward_components
 from polar.trajectory.prefix_merge import link_kinds
@@ -117,38 +118,32 @@ class RolloutDetail:
     builder: str | None
 
 
-def _where(where: Any) -> str | None:
-    if not isinstance(where, dict):
-        return None if where is None else str(where)
-    return " ".join(f"{k}={v}" for k, v in where.items())
-
-
-def stage_rows(row: Rollout) -> list[StageRow]:
-    timings = row.stage_timings or {}
-    failure = row.results.failure
-    failed = failure.stage if failure is not None else None
+def stage_rows(row: Rollout, results: StageResults) -> list[StageRow]:
+    """One row per stage, from the rollout's timings and its ``results`` (``row.results``, read once)."""
+    timings = StageTimings.of(row.stage_timings)
+    failed = results.failure.stage if results.failure is not None else None
     out = []
     for name in STAGES:
-        timing = timings.get(name) or {}
-        if timing.get("finished_at"):
+        timing = timings.stage(name)
+        if timing.finished:
             status = "done"
         elif failed == name:
             status = "failed"
-        elif timing.get("started_at"):
+        elif timing.started_at:
             status = "running" if not row.status.is_terminal else "stopped"
         else:
             status = "pending"
-        result = (row.stage_results or {}).get(name)  # shown as stored
+        result = results.stage(name)
         out.append(
             StageRow(
                 name=name,
                 status=status,
-                started_at=timing.get("started_at"),
-                finished_at=timing.get("finished_at"),
-                duration_s=timing.get("duration_s"),
-                attempts=int(timing.get("attempts") or 0),
-                where=_where(timing.get("where")),
-                result=result if isinstance(result, dict) else {},
+                started_at=timing.started_at,
+                finished_at=timing.finished_at,
+                duration_s=timing.duration_s,
+                attempts=timing.attempts,
+                where=str(timing.where) if timing.where is not None else None,
+                result=result.as_json() if result is not None else {},  # shown as stored
             )
         )
     return out
@@ -224,7 +219,7 @@ def rollout_detail(db: Session, rollout_id: str) -> RolloutDetail:
         rollout=row,
         task=task,
         harness=(task.harness or {}).get("name") if task is not None else None,
-        stages=stage_rows(row),
+        stages=stage_rows(row, results),
         evaluations=evaluations,
         components=[reward_components(e.evaluator, e.reward, e.details) for e in evaluations],
         failure=results.failure,

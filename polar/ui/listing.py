@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from db.enums import RolloutStatus
 from db.models import Capture, Rollout, Task, Trajectory
+from db.stage_timings import StageTimings
 from polar.errors import NotFound
 from polar.export.filters import harness_name, meta_value
 
@@ -87,7 +88,7 @@ class FilterChoices:
 def _seconds(timings: dict[str, Any] | None) -> float | None:
     if not timings:
         return None
-    return sum(float((timings.get(stage) or {}).get("duration_s") or 0.0) for stage in STAGES)
+    return StageTimings.of(timings).total_s
 
 
 def _where(query: Query, f: RolloutFilter, dialect: str) -> Query:

@@ -132,27 +132,47 @@ class Pages:
         return HTMLResponse(html, status_code=status)
 
 
-def ui_router(settings: Settings, factory: sessionmaker[Session], page: Pages, token: str) -> APIRouter:
-    text = TokenText.for_settings(settings)
-    router = APIRouter(prefix="/ui", dependencies=[Depends(ui_guard(token))], include_in_schema=False)
+class _Reader:
+    """The UI's reads of the store: each in its own session, off the event loop, bounded by the statement timeout."""
 
-    def with_pages(db: Session, rollout_id: str) -> tuple[RolloutDetail, dict[int, TokenPage]]:
-        """The rollout and the first token page of its first few trajectories (inside the session: their token
-        arrays are deferred and load here); the rest load when asked, as a long session has dozens."""
-        detail = rollout_detail(db, rollout_id)
-        return detail, {t.id: token_page(t, text, 0) for t in detail.trajectories[:INLINE_TRAJECTORIES]}
+    def __init__(self, settings: Settings, factory: sessionmaker[Session]):
+        self.factory = factory
+        self.timeout_s = settings.store_statement_timeout_s
+        self.text = TokenText.for_settings(settings)
 
-    async def read(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         def run() -> T:
-            with factory() as db:
+            with self.factory() as db:
                 return fn(db, *args, **kwargs)
 
         try:
             # bounded: a frozen store is a 503 with Retry-After (polar.store_bound), not a page that never loads
-            return await in_store(run, timeout_s=settings.store_statement_timeout_s)
+            return await in_store(run, timeout_s=self.timeout_s)
         except NotFound as exc:
             raise UIPageError(404, "Not found", exc.message) from None
 
+    def with_pages(self, db: Session, rollout_id: str) -> tuple[RolloutDetail, dict[int, TokenPage]]:
+        """The rollout and the first token page of its first few trajectories (inside the session: their token
+        arrays are deferred and load here); the rest load when asked, as a long session has dozens."""
+        detail = rollout_detail(db, rollout_id)
+        return detail, {t.id: token_page(t, self.text, 0) for t in detail.trajectories[:INLINE_TRAJECTORIES]}
+
+
+def ui_router(settings: Settings, factory: sessionmaker[Session], page: Pages, token: str) -> APIRouter:
+    router = APIRouter(prefix="/ui", dependencies=[Depends(ui_guard(token))], include_in_schema=False)
+    read = _Reader(settings, factory)
+    _add_listing_routes(router, read, page)
+    _add_detail_routes(router, read, page)
+    add_live_routes(router, LiveView(settings, factory, control_token(settings, create=False) or None), page)
+
+    @router.get("/{rest:path}")
+    async def unknown(rest: str) -> Response:
+        raise UIPageError(404, "Not found", f"there is no page /ui/{rest}")
+
+    return router
+
+
+def _add_listing_routes(router: APIRouter, read: _Reader, page: Pages) -> None:
     @router.get("")
     @router.get("/")
     @router.get("/rollouts")
@@ -180,11 +200,13 @@ def ui_router(settings: Settings, factory: sessionmaker[Session], page: Pages, t
     async def group(task_id: str) -> Response:
         return page("group.html", group=await read(group_view, task_id))
 
+
+def _add_detail_routes(router: APIRouter, read: _Reader, page: Pages) -> None:
     @router.get("/rollouts/{rollout_id}")
     async def rollout(request: Request, rollout_id: str) -> Response:
         if request.query_params.get("fragment") == "stages":
             return page("_stages.html", d=await read(rollout_detail, rollout_id))
-        detail, pages = await read(with_pages, rollout_id)
+        detail, pages = await read(read.with_pages, rollout_id)
         return page("rollout.html", d=detail, pages=pages)
 
     @router.get("/trajectories/{trajectory_id}/tokens")
@@ -193,7 +215,7 @@ def ui_router(settings: Settings, factory: sessionmaker[Session], page: Pages, t
             raise UIPageError(404, "Not found", f"no trajectory {trajectory_id}")
         row = await read(trajectory_row, int(trajectory_id))
         number = _int(request.query_params, "page", 0)
-        return page("_tokens.html", tp=token_page(row, text, number))
+        return page("_tokens.html", tp=token_page(row, read.text, number))
 
     @router.get("/captures/{capture_id}.json")
     async def capture(request: Request, capture_id: str) -> Response:
@@ -211,18 +233,10 @@ def ui_router(settings: Settings, factory: sessionmaker[Session], page: Pages, t
         a, b = request.query_params.get("a") or "", request.query_params.get("b") or ""
         if not a or not b:
             raise UIPageError(400, "Compare needs two rollouts", "give them as /ui/compare?a=ROLLOUT&b=ROLLOUT")
-        sides = [await read(with_pages, a), await read(with_pages, b)]
+        sides = [await read(read.with_pages, a), await read(read.with_pages, b)]
         if sides[0][0].rollout.task_id != sides[1][0].rollout.task_id:
             raise UIPageError(400, "Not one task", f"rollouts {a} and {b} belong to different tasks")
         return page("compare.html", sides=sides, task=sides[0][0].task)
-
-    add_live_routes(router, LiveView(settings, factory, control_token(settings, create=False) or None), page)
-
-    @router.get("/{rest:path}")
-    async def unknown(rest: str) -> Response:
-        raise UIPageError(404, "Not found", f"there is no page /ui/{rest}")
-
-    return router
 
 
 def install_ui(app: FastAPI, settings: Settings, factory: sessionmaker[Session], token: str) -> None:

@@ -1,9 +1,14 @@
-"""The wire protocols, below everything that reads or writes them (the gateway, trajectories, exports, the API).
+"""The wire protocols as pure codecs, below everything that reads or writes them (the gateway, trajectories,
+exports, the rollout pipeline). Nothing here does I/O or knows about HTTP servers (``polar.httpserve`` reads
+bodies; the gateway holds sessions).
 
 - Codecs, one module per wire family, by the name stored in ``captures.protocol``: each decodes a provider's
   request into the canonical call (``canonical``) and encodes completions, streamed or not, in that provider's
-  shape (errors included).
-- ``body`` and ``json_guard``: reading a request body within size, depth and count limits.
+  shape (errors included); ``base`` is the codec interface, ``tool_schema`` the tool schemas they share.
+- ``replies``: a stored reply read back as a message, whichever codec wrote it.
+- ``json_guard`` and ``body_digest``: the limits on a decoded JSON body, and the digests that tell which parts of
+  a body repeat the previous one (what a codec's ``parse_extension`` is given).
+- ``policy``: the scripted session policy's JSON, as tasks and the session API carry it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""A task whose harness retries its final call (the client timed out and sent the same body again), and the check
-that a trainer adapter's sample of it is the chain the harness kept, each sampled token trained at most once and
-the retried call's dead twin not trained (shared by the TRL and verl tests)."""
+"""A task whose harness retries its final call (its client gave up on a streamed reply after the first chunk and
+sent the same body again), and the check that a trainer adapter's sample of it is the chain the harness kept, each
+sampled token trained at most once and the abandoned copy (a cut stream: ``UNACKNOWLEDGED``, its partial ids on
+record) not trained (shared by the TRL and verl tests)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ with open(os.environ["POLAR_INSTRUCTION_FILE"]) as f:
 kw = dict(model=os.environ["POLAR_MODEL"], max_tokens=8, temperature=1.0)
 first = client.chat.completions.create(messages=messages, **kw).choices[0].message.content or ""
 messages += [{"role": "assistant", "content": first}, {"role": "user", "content": "More."}]
-client.chat.completions.create(messages=messages, **kw)  # its reply never reached the harness: sent again
+stream = client.chat.completions.create(messages=messages, stream=True, **{**kw, "max_tokens": 64})
+next(iter(stream))  # the client gives up after the first chunk (a read timeout) and sends the body again
+stream.close()
 last = client.chat.completions.create(messages=messages, **kw).choices[0].message.content or ""
 with open("reply.txt", "w") as f:
     f.write(last)
@@ -36,16 +39,15 @@ def retry_task(prompt: Any = None) -> dict[str, Any]:
 
 def check_kept_chain(client: PolarClient, rollout_id: str, completion_ids: list[int], loss_mask: list[int]) -> None:
     """What the adapter trained (``completion_ids``, ``loss_mask``) is the rollout's kept chain, and over all of
-    its traces no sampled token is trained twice and the dead branch trains nothing."""
+    its traces no sampled token is trained twice and the abandoned copy trains nothing."""
     traces = client.trajectories(rollout_id=rollout_id, builder="prefix_merge", tokens=True)
-    assert len(traces) == 2  # the kept chain, and the final call's first reply as a dead branch
-    (kept,) = [t for t in traces if t["kept"]]
-    (dead,) = [t for t in traces if not t["kept"]]
+    (kept,) = traces  # the cut copy is on record but in no trace: it was never a reply
+    assert kept["kept"]
     assert completion_ids == kept["response_ids"][: len(completion_ids)]
     assert loss_mask == kept["loss_mask"][: len(loss_mask)] and any(loss_mask)
-    assert not any(dead["loss_mask"])
-    # The dead branch holds the first reply of the retried call; the kept chain ends on the retry's reply.
-    assert dead["response_ids"] != kept["response_ids"]
+    (build,) = [b for b in client.rollout_stats(rollout_id)["builds"] if b["builder"] == "prefix_merge"]
+    untrained = build["untrained_tokens"]
+    assert untrained.get("unacknowledged", 0) > 0 and set(untrained) == {"unacknowledged"}
     trained = Counter(
         (i, lp)
         for t in traces

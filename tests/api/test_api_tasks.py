@@ -69,6 +69,10 @@ def test_submit_wait_query_claim_ack_and_callback(client, receiver):
     [group] = batch["groups"]
     assert group["task_id"] == task_id and group["metadata"] == {"group": "g1"}
     assert sorted(t["reward"] for t in group["trajectories"]) == [0.0, 1.0]
+    # What a trainer weighing the stored logprobs needs: the kept chain, and each sampled span's version and regime.
+    for claimed in group["trajectories"]:
+        assert claimed["kept"] and claimed["version_spans"] and claimed["sampling_spans"]
+        assert claimed["sampling_spans"][-1]["end"] <= len(claimed["response_ids"])
     assert client.claim("trainer-b")["claim_id"] is None
     assert client.ack(batch["claim_id"], "trainer-a")["trajectories"] == 2
     assert {r["consumed_by"] for r in client.trajectories(task_id=task_id, include_scripted=True)} == {"trainer-a"}

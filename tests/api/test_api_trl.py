@@ -120,11 +120,12 @@ def test_a_mismatched_tokenizer_refuses_to_start(api, tiny_model_dir):
 
 
 def test_trl_trains_the_chain_the_harness_kept_after_a_final_call_retry(api, tiny_model_dir, tmp_path):
-    """Each rollout retried its last call: TRL gets (and trains on) the kept chain, not the dead twin."""
+    """Each rollout retried its last call after cutting its stream: TRL gets (and trains on) the kept chain, not the
+    abandoned copy."""
     with PolarClient(api.url) as client:
         (result,) = one_step(client, tiny_model_dir, tmp_path, retry_task)
         for sample in result.record.samples:
-            assert sample.trainable and sample.chains == 2
+            assert sample.trainable and sample.chains == 1
             check_kept_chain(client, sample.rollout_id, sample.completion_ids, sample.loss_mask)
         assert result.trained_tokens == sum(map(sum, (s.loss_mask for s in result.record.samples))) > 0
         assert result.max_logprob_gap < 1e-5  # TRL's logprobs of what it trained are the sampled ones

@@ -53,8 +53,8 @@ def test_polar_agent_loop_returns_verls_agent_loop_output(api, tiny_model_dir, v
 
 
 def test_polar_agent_loop_trains_the_chain_the_harness_kept_after_a_final_call_retry(api, tiny_model_dir, verl_site):
-    """The rollout retried its last call: verl's output is the kept chain (cut at its response length), and the
-    dead twin trains nowhere."""
+    """The rollout retried its last call after cutting its stream: verl's output is the kept chain (cut at its
+    response length), and the abandoned copy trains nowhere."""
     out = probe(api, tiny_model_dir, verl_site, retry_task("Write a few words using only a to m."))
     extra = out["extra_fields"]
     assert extra["polar_status"] == "COMPLETED" and extra["polar_masked_reason"] is None

@@ -15,7 +15,7 @@ import pytest
 from polar.chat import ReparseStreamParser, chat_format_for, detect_family
 from polar.chat.library import LibraryFormat
 from polar.errors import ConfigError
-from polar.models.folder import ModelFolder, folder_tokenizer, open_model_folder
+from polar.model_folder import ModelFolder, folder_tokenizer, open_model_folder
 from polar.models.init import TinyModelSpec, init_model_folder
 from polar.settings import RenderMode
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec, system, tool_result, user

@@ -1,4 +1,5 @@
-"""Multi-agent scenarios of the real CLIs (issue 16): a Claude Code sub-agent, compaction, a title call.
+"""Multi-agent scenarios of the real CLIs (issue 16): a Claude Code sub-agent, compaction (Codex, OpenCode, Claude
+Code), a title call.
 
 Each is a variant of a harness in ``tests.e2e.harnesses`` (same install, same switches) with its own script
 and, for compaction, the CLI's own setting that makes it compact early. The runner accepts these names too.
@@ -92,4 +93,28 @@ OPENCODE_COMPACT = replace(
     replies=[{**OPENCODE.replies[0], "reasoning": " ".join([THINK] * 20)}, *OPENCODE.replies[1:]],
 )
 
-SCENARIOS: dict[str, Harness] = {h.name: h for h in (CLAUDE_SUBAGENT, CODEX_COMPACT, OPENCODE_COMPACT)}
+# Claude Code 2.1.332 compacts when a prompt passes CLAUDE_AUTOCOMPACT_PCT_OVERRIDE percent of its effective window
+# (CLAUDE_CODE_MAX_CONTEXT_TOKENS, the session's 65,536, less 20,000 for the output: 35% is 15,937 tokens), provided
+# its fixed prefix (system prompt and tools, ~13.9k tokens) stays under that, or it calls compaction useless. For a
+# model name it does not know it compacts "reactively", keeping the latest exchange verbatim: the first prompt
+# (17.3k) leaves nothing to summarise, the third call is the compaction. It forks from the main conversation
+# (the same system prompt, every tool, then a user message asking for an <analysis> and a <summary> block) and
+# takes a scripted reply like any call offering tools, so the script holds the summary there. The CLI rewrites
+# it into the next root (the analysis dropped, "<summary>" turned into "Summary:"), which then finishes the task.
+CLAUDE_SUMMARY_BODY = (
+    "1. Primary Request and Intent:\n   Create hello.txt containing hi, then show it with cat.\n\n"
+    "2. Current Work:\n   hello.txt is written; next, check it with cat."
+)
+CLAUDE_SUMMARY = (
+    "<analysis>\nThe user asked for hello.txt holding hi; the Write call made it.\n</analysis>\n\n"
+    f"<summary>\n{CLAUDE_SUMMARY_BODY}\n</summary>"
+)
+CLAUDE_COMPACT = replace(
+    CLAUDE,
+    name="claude-compact",
+    tool="claude",
+    env={**CLAUDE.env, "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "35"},
+    replies=[*CLAUDE.replies, reply(CLAUDE_SUMMARY)],
+)
+
+SCENARIOS: dict[str, Harness] = {h.name: h for h in (CLAUDE_SUBAGENT, CODEX_COMPACT, OPENCODE_COMPACT, CLAUDE_COMPACT)}

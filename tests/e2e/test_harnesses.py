@@ -124,7 +124,7 @@ def test_cli_tool_loop_on_a_real_family(name, tokenizer, family, isolated, cache
     if not harness.installed:
         pytest.skip(f"{harness.package}@{harness.version} is not installed: run scripts/install_harnesses.sh")
     from polar.chat import chat_format_for
-    from polar.models.folder import open_model_folder
+    from polar.model_folder import open_model_folder
     from polar.models.init import TinyModelSpec, init_model_folder
     from polar.wire.policy import ScriptedReply
 

@@ -3,9 +3,12 @@
 - Claude Code launches a sub-agent with its Agent tool; the sub-agent runs its own shell call. Both chains are
   captured, the sub-agent's root is labelled ``sub_agent`` and linked to the main call that sampled the Agent
   call (whose prompt argument is the sub-agent's first user message), and both train.
-- Codex (``model_auto_compact_token_limit``) and OpenCode (a small declared context limit) compact: each
-  compaction call is labelled ``compaction`` and linked to the chain it summarised, each post-compaction root
-  is linked to its compaction call and starts from the summary; the compaction summaries do not train.
+- Codex (``model_auto_compact_token_limit``), OpenCode (a small declared context limit) and Claude Code
+  (``CLAUDE_AUTOCOMPACT_PCT_OVERRIDE``) compact: each compaction call is labelled ``compaction`` and linked to the
+  chain it summarised, each post-compaction root is linked to its compaction call and starts from the summary
+  (Claude Code's rewritten: its compaction call offers every tool and forks from the main conversation, and the
+  CLI drops the analysis and turns the summary tag into "Summary:"); the compaction summaries do not train, the
+  main agent's calls after the compaction do.
 - OpenCode's title call is labelled ``title`` and does not train.
 
 Labels are checked twice: with the adapter's role hints and from structure alone (no hints).
@@ -28,13 +31,24 @@ from polar.trajectory.prefix_merge import prefix_merge
 from polar.trajectory.records import BuildResult
 from polar.trajectory.roles import CallView, Role, RoleHints, SessionRoles, label_session
 from polar.trajectory.store import load_capture_records
-from tests.e2e.multiagent import SCENARIOS, SUB_MARKER, SUB_PROMPT, SUMMARY
+from tests.e2e.multiagent import CLAUDE_SUMMARY, CLAUDE_SUMMARY_BODY, SCENARIOS, SUB_MARKER, SUB_PROMPT, SUMMARY
 from tests.e2e.sandbox import Isolation, isolation
 
 pytestmark = pytest.mark.e2e
 
 CLI_TIMEOUT_S = 240
-ADAPTER_OF = {"claude-subagent": "claude_code", "codex-compact": "codex", "opencode-compact": "opencode"}
+ADAPTER_OF = {
+    "claude-subagent": "claude_code",
+    "codex-compact": "codex",
+    "opencode-compact": "opencode",
+    "claude-compact": "claude_code",
+}
+# Each compaction scenario's scripted summary, and what of it the next root carries (whitespace aside).
+SUMMARIES = {
+    "codex-compact": (SUMMARY, SUMMARY),
+    "opencode-compact": (SUMMARY, SUMMARY),
+    "claude-compact": (CLAUDE_SUMMARY, "Summary: " + " ".join(CLAUDE_SUMMARY_BODY.split())),
+}
 
 
 @pytest.fixture(scope="module")
@@ -147,9 +161,10 @@ def test_claude_code_sub_agent(isolated, long_model_cache, tmp_path) -> None:
     assert (session.workdir / "hello.txt").read_text() == "hi"
 
 
-@pytest.mark.parametrize("name", ["codex-compact", "opencode-compact"])
+@pytest.mark.parametrize("name", ["codex-compact", "opencode-compact", "claude-compact"])
 def test_compaction(name, isolated, long_model_cache, tmp_path) -> None:
     session = run(name, isolated, long_model_cache, tmp_path)
+    summary, carried = SUMMARIES[name]
     check_invariants(session)
     compactions = session.starts(Role.COMPACTION)
     assert compactions, f"{name} did not compact"
@@ -158,18 +173,27 @@ def test_compaction(name, isolated, long_model_cache, tmp_path) -> None:
     for label in post:
         assert label.role is Role.MAIN and label.link_id in compactions
         assert any(
-            SUMMARY in text
+            carried in " ".join(text.split())
             for text in (*session.views[label.capture_id].user_texts, *session.views[label.capture_id].assistant_texts)
         )
     for capture_id in compactions:
         summarised = session.roles.starts[capture_id].link_id
         assert summarised is not None and session.roles.label_of(summarised).role is Role.MAIN
-        assert session.views[capture_id].reply_text.strip() == SUMMARY
+        assert session.views[capture_id].reply_text.strip() == summary
     stats = session.build().stats
     assert stats.roots_by_role["compaction"] == len(compactions)
     trained = session.trained()
     assert trained.get("compaction", 0) == 0 and trained["main"] > 0
     assert session.trained(BuilderOptions(train_roles=(Role.MAIN, Role.COMPACTION)))["compaction"] > 0
+    if name == "claude-compact":
+        # The compaction forks from the main conversation with every tool; its reply is not carried verbatim.
+        (compaction,) = compactions
+        assert {r.id: r for r in session.records}[compaction].parent_id is not None and session.views[compaction].tools
+        assert not any(CLAUDE_SUMMARY in t for t in session.views[post[0].capture_id].user_texts)
+        # The root after it finishes the task as the main agent, and trains.
+        (after,) = (t for t in session.build().traces if t.compacted)
+        assert after.role == "main" and after.n_loss_tokens > 0
+        assert (session.workdir / "hello.txt").read_text() == "hi"
     if name == "opencode-compact":
         (title,) = session.starts(Role.TITLE)
         assert trained.get("title", 0) == 0, "the title call does not train by default"

@@ -58,6 +58,8 @@ def test_rl_rows_round_trip_token_arrays(store_context, batch, tmp_path, suffix)
         assert (
             (row["role"], row["source_capture_id"], row["compacted"]) == (t.role, None, False) == ("main", None, False)
         )
+        # What a trainer needs to pick the kept chain and see why a mask was zeroed (scripted replies here).
+        assert (row["kept"], row["filter_reason"]) == (t.kept, t.filter_reason) == (True, "scripted")
 
 
 @pytest.mark.parametrize("suffix", ["jsonl", "parquet"])

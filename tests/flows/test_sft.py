@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from db.models import Task
 from flows.sft import sft_generation
 from polar.errors import InvalidRequest
+from polar.export.sft import load_dataset
 from polar.rollout.context import store_factory
-from polar.sft import load_dataset
 from tests.rollout.helpers import FAIL, SOLVE
 
 EVALUATOR = {"type": "file", "config": {"path": "answer.txt", "equals": "polar"}}

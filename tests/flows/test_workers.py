@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ pytestmark = needs_postgres
 
 REPO = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")
+SFT_DEPLOYMENT = "polar-sft-generation/sft-generation"
 POOL = "polar-process"  # the pool prefect.yaml names
 
 
@@ -355,7 +357,7 @@ def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, pos
                 return await action(client)
 
     async def schedule(client):
-        deployment = await client.read_deployment_by_name("polar-sft-generation/sft-generation")
+        deployment = await client.read_deployment_by_name(SFT_DEPLOYMENT)
         # `prefect deploy --all` left the shipped daily schedule off; this test turns on one of its own.
         shipped = await client.read_deployment_schedules(deployment.id)
         assert shipped and not any(item.active for item in shipped)
@@ -364,6 +366,19 @@ def test_a_scheduled_sft_run_exports_rows_that_round_trip(deployed, gateway, pos
             deployment.id, [(IntervalSchedule(interval=timedelta(seconds=10)), True)]
         )
         return deployment.id
+
+    # docs/exports.md's way to turn the shipped daily run on, as typed: list its id, resume it (then off again).
+    wide = {**deployed, "COLUMNS": "240"}  # the table prints whole ids
+    listed = prefect_cli(wide, "deployment", "schedule", "ls", SFT_DEPLOYMENT)
+    [daily] = re.findall(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", listed)
+    prefect_cli(wide, "deployment", "schedule", "resume", SFT_DEPLOYMENT, daily)
+
+    async def daily_active(client):
+        deployment = await client.read_deployment_by_name(SFT_DEPLOYMENT)
+        return {str(s.id): s.active for s in await client.read_deployment_schedules(deployment.id)}[daily]
+
+    assert asyncio.run(with_client(daily_active))
+    prefect_cli(wide, "deployment", "schedule", "pause", SFT_DEPLOYMENT, daily)
 
     deployment_id = asyncio.run(with_client(schedule))
     polar = polar_environment(tmp_path, cache_dir, postgres_url, gateway.url)

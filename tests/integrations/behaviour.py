@@ -31,6 +31,7 @@ class Stored:
     recompute: list[float]  # the trainer's fp32 logprob of every response id
     deltas: list[float]  # recompute - behaviour on sampled ids, 0.0 on inserted ones
     reward: float
+    sampling_spans: list[dict[str, Any]] | None = None  # None: every sampled id at temperature 1 (sampled_at)
 
 
 def build(model_dir: Path, shapes: Sequence[tuple[int, int, int, int]], seed: int = 0) -> list[Stored]:
@@ -63,6 +64,18 @@ def token_weight(delta: float, cap: float = CAP) -> float:
 def sequence_weight(deltas: Iterable[float], cap: float = CAP) -> float:
     """Sequence-level truncated IS: ``min(exp(sum(trainer - behaviour)), cap)``."""
     return min(math.exp(sum(deltas)), cap)
+
+
+def sampled_at(mask: Sequence[int], temperature: float, **regime: Any) -> list[dict[str, Any]]:
+    """Sampling spans (``polar.trajectory.sampling``) over each run of 1s in ``mask``, all in one regime."""
+    spans: list[dict[str, Any]] = []
+    for i, m in enumerate(mask):
+        if m and spans and spans[-1]["end"] == i:
+            spans[-1]["end"] = i + 1
+        elif m:
+            spans.append({"start": i, "end": i + 1, "temperature": temperature, "top_p": 1.0, "top_k": -1})
+            spans[-1] |= {"min_p": 0.0, "logprob_semantics": "temperature_scaled", "greedy": False, **regime}
+    return spans
 
 
 def dump(stored: Sequence[Stored], path: Path) -> Path:
@@ -138,6 +151,7 @@ class FakeControlAPI:
             "response_ids": s.response_ids,
             "loss_mask": s.loss_mask,
             "response_logprobs": s.response_logprobs,
+            "sampling_spans": s.sampling_spans if s.sampling_spans is not None else sampled_at(s.loss_mask, 1.0),
             "reward": s.reward,
             "filter_reason": None,
             "weight_version_min": self.versions[-1] if self.versions else None,

@@ -18,7 +18,7 @@ from db.enums import CaptureStatus
 from polar.integrations.groups import _sample
 from polar.trajectory.prefix_merge import prefix_merge
 from polar.trajectory.records import BuildResult, CaptureRecord, Trace
-from tests.trajectory.traj_helpers import EOT, RecordTree, dead_retries
+from tests.trajectory.traj_helpers import EOT, RecordTree, untrained_retries
 
 SYSTEM = [1, 50, 51, EOT, 1, 60]
 ROLLOUT = {"rollout_id": "r", "sample_index": 0, "status": "COMPLETED"}
@@ -84,10 +84,10 @@ def test_the_adapters_train_the_kept_chain_and_every_token_once(data) -> None:
     records = sorted(tree.records, key=lambda r: r.seq)
     by_id = {r.id: r for r in records}
     result = prefix_merge(records)
-    dead = dead_retries(records, tree.full_prompts)
+    dead = untrained_retries(records, tree.full_prompts)
     poisoned = _poisoned(records)
-    # The call the session ended on: its last acknowledged call that is neither a dead retry nor poisoned.
-    truth = [r for r in records if r.ok and r.id not in dead | poisoned][-1]
+    # The call the session ended on: its last acknowledged call that is neither an untrained retry nor poisoned.
+    ends = [r for r in records if r.ok and r.id not in dead | poisoned]
     owner = {lp: r for r in records if r.ok for lp in r.output_logprobs}
 
     trained = _trained(result)
@@ -95,6 +95,10 @@ def test_the_adapters_train_the_kept_chain_and_every_token_once(data) -> None:
     assert not {owner[lp].id for lp in trained} & (dead | poisoned), "a dead or poisoned call trained"
 
     kept = [t for t in result.traces if t.kept]
+    if not ends:  # every call masked: there is no chain the harness kept, and the adapters train nothing
+        assert not kept and not _sample(ROLLOUT, [_row(t) for t in result.traces], {}, 0, None).trainable
+        return
+    truth = ends[-1]
     assert len(kept) == 1 and truth.id in kept[0].capture_ids  # the chain the harness ended on
     sample = _sample(ROLLOUT, [_row(t) for t in result.traces], {}, 0, None)
     assert sample.trainable and sample.completion_ids == list(kept[0].response_ids)
@@ -107,21 +111,22 @@ def test_the_adapters_train_the_kept_chain_and_every_token_once(data) -> None:
     assert sum(sample.loss_mask) == sum(len(by_id[i].output_ids) for i in live_on_chain)
 
 
-def test_a_final_call_retry_trains_the_retry_not_the_dead_branch() -> None:
+def test_a_final_call_retry_after_a_client_timeout_trains_the_retry_only() -> None:
     tree = RecordTree()
     root = tree.add(SYSTEM, [10, EOT])
     step = tree.add([*tree.sequence(root), 70], [20, EOT], root)
     last = [*tree.sequence(step), 71]
-    dead = tree.add(last, [30, 31, 32, 33, EOT], step)  # a client timeout: a long reply nobody used
+    # The client timed out before reading: a long reply nobody used, stored unacknowledged.
+    lost = tree.add(last, [30, 31, 32, 33, EOT], step, status=CaptureStatus.UNACKNOWLEDGED)
     retry = tree.add(last, [40, EOT], step)
 
     result = prefix_merge(tree.records)
     sample = _sample(ROLLOUT, [_row(t) for t in result.traces], {}, 0, None)
 
-    assert sample.trainable and sample.chains == 2
+    assert sample.trainable and sample.chains == 1
     trained = [lp for lp, m in zip(sample.logprobs, sample.loss_mask, strict=True) if m]
     assert trained == [*root.output_logprobs, *step.output_logprobs, *retry.output_logprobs]
-    assert not set(dead.output_logprobs) & set(trained)
+    assert not set(lost.output_logprobs) & set(trained)
 
 
 def test_a_retry_no_witness_singles_out_is_masked_in_the_adapters_sample() -> None:

@@ -11,6 +11,7 @@ the loss mask drops. Without ``enable_importance_sampling`` TRL keeps the logpro
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,15 @@ pytest.importorskip("trl")
 from polar.errors import InvalidRequest
 from polar.integrations.trl import PolarRolloutFunc, enable_importance_sampling, polar_reward
 from polar.tokens.tokenizer import vocab_fingerprint
-from tests.integrations.behaviour import CAP, FakeControlAPI, Stored, build, sequence_weight, token_weight
+from tests.integrations.behaviour import (
+    CAP,
+    FakeControlAPI,
+    Stored,
+    build,
+    sampled_at,
+    sequence_weight,
+    token_weight,
+)
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*gradient_checkpointing:FutureWarning"),
@@ -124,3 +133,43 @@ def test_enable_importance_sampling_refuses_what_it_cannot_correct(tiny_model_di
     trainer.rollout_func = lambda prompts, trainer: {}
     with pytest.raises(InvalidRequest, match="PolarRolloutFunc"):
         enable_importance_sampling(trainer)
+
+
+def _cooled(s: Stored) -> Stored:
+    """``s`` with its second run of sampled ids sampled at temperature 0.3 (a mixed trace), if it has one."""
+    spans = sampled_at(s.loss_mask, 1.0)
+    if len(spans) > 1:
+        spans[1]["temperature"] = 0.3
+    return replace(s, sampling_spans=spans)
+
+
+def test_tokens_sampled_at_another_temperature_are_masked_once_the_logprobs_are_weighed(
+    tiny_model_dir, stored, tmp_path
+):
+    mixed = [_cooled(s) for s in stored]
+    trainer = make_trainer(tiny_model_dir, mixed, tmp_path, "token_truncate")
+    before = generate(trainer, len(mixed))
+    # TRL does not weigh the stored logprobs yet: every sampled token trains, the spans travel along.
+    assert [before["tool_mask"][i, : len(s.response_ids)].tolist() for i, s in enumerate(mixed)] == [
+        s.loss_mask for s in mixed
+    ]
+    samples = trainer.rollout_func.records[-1].samples
+    assert [s.sampling_spans for s in samples] == [s.sampling_spans for s in mixed]
+    assert all(s.sampling_masked is None for s in samples)
+
+    out = generate(enable_importance_sampling(trainer), len(mixed))
+    samples = trainer.rollout_func.records[-1].samples
+    for i, s in enumerate(mixed):
+        n = len(s.response_ids)
+        cold = s.sampling_spans[1] if len(s.sampling_spans or []) > 1 else None
+        expected = list(s.loss_mask)
+        if cold is not None:
+            expected[cold["start"] : cold["end"]] = [0] * (cold["end"] - cold["start"])
+            assert samples[i].sampling_masked == (
+                f"{cold['end'] - cold['start']} of {sum(s.loss_mask)} loss tokens masked, sampled unlike the "
+                f"trainer assumes: temperature 0.3, the trainer's 1 ({cold['end'] - cold['start']})"
+            )
+        else:
+            assert samples[i].sampling_masked is None
+        assert out["tool_mask"][i, :n].tolist() == expected
+        assert samples[i].trainable  # the temperature-1 run still trains

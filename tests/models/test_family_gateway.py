@@ -28,7 +28,7 @@ from google import genai
 from google.genai import types as gtypes
 
 from polar.chat import ChatFormat, chat_format_for
-from polar.models.folder import open_model_folder
+from polar.model_folder import open_model_folder
 from polar.tokens.messages import user
 from polar.tokens.parsers.types import ParsedOutput
 from polar.wire import get_codec

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from polar.cli import main
 from polar.errors import ConfigError
-from polar.models.folder import folder_tokenizer, open_model_folder
+from polar.model_folder import folder_tokenizer, open_model_folder
 from polar.models.resolve import ModelChoice, resolve_model_folder
 from polar.serving import ServerThread, create_app
 

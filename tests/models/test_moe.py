@@ -13,8 +13,8 @@ import pytest
 
 from polar.cli import main
 from polar.inference import ExtrasRequest, GenerateRequest, SamplingParams, collect
+from polar.model_folder import folder_tokenizer, open_model_folder
 from polar.models.engine import LocalEngine
-from polar.models.folder import folder_tokenizer, open_model_folder
 from polar.models.moe import routing_of, top_logprobs_of
 from polar.models.moe_shape import moe_shape
 

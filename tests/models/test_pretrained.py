@@ -27,7 +27,7 @@ import openai
 import pytest
 
 from polar.errors import ConfigError
-from polar.models.folder import open_model_folder
+from polar.model_folder import open_model_folder
 from polar.models.pretrained import (
     PretrainedSpec,
     check_sha256,

@@ -34,4 +34,4 @@ async def test_copy_only_from_the_configured_roots(tmp_path):
     assert not (runtime.layout.work / "in").exists()
 
     report = await run_prepare(runtime, [copy(root / "repo", "repo")], copy_roots=[root])
-    assert report[0]["attempts"] == 1 and (runtime.layout.work / "repo" / "a.txt").read_text() == "mine"
+    assert report[0].attempts == 1 and (runtime.layout.work / "repo" / "a.txt").read_text() == "mine"

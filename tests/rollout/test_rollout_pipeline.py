@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from db.enums import CaptureStatus, RolloutStatus, TaskStatus
 from db.models import Rollout, Task
+from db.stage_results import RunProgress, RunResult
 from polar.errors import RolloutClaimed
 from polar.rollout import (
     ProcessLimiter,
@@ -38,11 +39,12 @@ from tests.rollout.helpers import (
     trajectories,
 )
 
+# Seeded: a free sample of the random tiny model can hold a malformed tool call (reward 0 by the filter).
 ASK_ONCE = (
     "import os, openai\n"
     "client = openai.OpenAI()\n"
     "question = open(os.environ['POLAR_INSTRUCTION_FILE']).read()\n"
-    "reply = client.chat.completions.create(model=os.environ['POLAR_MODEL'], max_tokens=8,\n"
+    "reply = client.chat.completions.create(model=os.environ['POLAR_MODEL'], max_tokens=8, seed=7,\n"
     "    messages=[{'role': 'user', 'content': question}])\n"
     "open('answer.txt', 'w').write('polar')\n"
 )
@@ -78,6 +80,7 @@ async def test_a_batch_produces_rollouts_captures_trajectories_and_rewards(store
         assert len(built) == 1
         if row.id == ids[2]:  # sampled by the local model: trains with its reward
             assert built[0].n_loss_tokens > 0 and built[0].reward == row.reward and not built[0].scripted
+            assert built[0].n_malformed_tool_calls == 0
         else:  # scripted replies never train, whatever their reward
             assert built[0].scripted and built[0].n_loss_tokens == 0 and built[0].filter_reason == "scripted"
         assert [e.reward for e in evaluations(ctx.factory, row.id)] == [row.reward]
@@ -132,18 +135,22 @@ async def test_a_harness_crash_mid_run_is_an_error_that_keeps_its_captures_maske
     assert row.stage_results["evaluate"]["skipped"].startswith("the run ended ERROR")
 
 
-async def test_a_harness_past_its_agent_budget_times_out_with_trainable_partial_captures(context):
-    slow = script("echo partial > log.txt", "sleep 30")
+@pytest.mark.parametrize(("work", "reward"), [("echo partial > log.txt", 0.0), ("echo polar > answer.txt", 1.0)])
+async def test_a_harness_past_its_agent_budget_is_verified_on_the_state_it_left(context, work, reward):
+    """As Harbor does: the agent is stopped at its budget and the verifier scores what it left; the reward stands,
+    the TIMEOUT beside it (an agent that had written the answer scores 1)."""
+    slow = script(work, "sleep 30")
     _, ids, _ = await run_tasks(context, [answer_task(samples=1, policies=[slow], agent_timeout_s=4)])
     row = rollout_row(context.factory, ids[0])
     run = row.stage_results["run"]
     assert row.status is RolloutStatus.TIMEOUT and run["agent_budget_expired"] and not run["deadline_expired"]
     assert run["budget_s"] == 4 and run["duration_s"] < 10
+    assert row.reward == reward and [e.reward for e in evaluations(context.factory, ids[0])] == [reward]
     assert len(captures(context.factory, ids[0])) == 2
     built = trajectories(context.factory, ids[0])
-    # An agent-budget timeout is a clean negative (mask kept, reward 0; tests/trajectory checks that rule), but these
-    # replies were scripted, and scripted replies never train.
-    assert built and all(t.n_loss_tokens == 0 and t.reward == 0.0 and t.filter_reason == "scripted" for t in built)
+    # An agent-budget timeout trains with the verifier's reward (mask kept; tests/trajectory checks that rule), but
+    # these replies were scripted, and scripted replies never train.
+    assert built and all(t.n_loss_tokens == 0 and t.reward == reward and t.filter_reason == "scripted" for t in built)
 
 
 async def test_a_harness_past_the_deadline_times_out_masked(context):
@@ -160,8 +167,8 @@ def _cut_short_launch(context, rollout_id: str) -> None:
     """A dead flow's run stage: init done, the harness launched (recorded), then the flow died; its heartbeat goes
     stale, so another flow may take the rollout over."""
     state.begin_stage(context.factory, rollout_id, Stage.RUN, "dead-flow", default_timeout_s=60)
-    launched = {"launched_at": state.now().isoformat(), "launch_id": "dead-launch"}
-    state.record_progress(context.factory, rollout_id, Stage.RUN, "dead-flow", launched)
+    launched = RunProgress(launched_at=state.now().isoformat(), launch_id="dead-launch")
+    state.record_progress(context.factory, rollout_id, "dead-flow", launched)
 
 
 def _stale(context, rollout_id: str) -> None:
@@ -235,9 +242,8 @@ async def test_a_run_retried_after_its_harness_ended_reports_that_end(context):
     state.begin_stage(context.factory, rollout_id, Stage.RUN, "flow", default_timeout_s=60)
     ended = {"launched": True, "exit_code": 0, "outcome": "COMPLETED", "agent_budget_expired": False}
     # The harness ended and was recorded; then the stage failed (say, closing the session) and is retried.
-    state.record_progress(
-        context.factory, rollout_id, Stage.RUN, "flow", {"launched_at": state.now().isoformat(), "ended": ended}
-    )
+    recorded = RunProgress(launched_at=state.now().isoformat(), ended=RunResult.model_validate(ended))
+    state.record_progress(context.factory, rollout_id, "flow", recorded)
     summary = await drive_rollout(context, rollout_id, "flow", limiter=process_limiter(context.settings))
     row = rollout_row(context.factory, rollout_id)
     assert row.stage_results["run"] == ended and row.stage_timings["run"]["attempts"] == 2

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
+import time
 
 import pytest
 
@@ -46,9 +48,29 @@ def polar_containers(engine, root) -> list:
     ]
 
 
+def freeze_outside_a_write(pid: int, sqlite_url: str) -> None:
+    """SIGSTOP the process group, at a moment it holds no write lock on the SQLite store (a heartbeat's
+    transaction frozen open would lock every other writer out: what this test is not about)."""
+    path = sqlite_url.removeprefix("sqlite:///")
+    for _ in range(50):
+        os.killpg(pid, signal.SIGSTOP)
+        probe = sqlite3.connect(path, timeout=0.2)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.rollback()
+            return
+        except sqlite3.OperationalError:
+            os.killpg(pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise AssertionError("the flow process held the store's write lock at every try")
+
+
 async def test_a_frozen_flow_leaves_nothing_once_the_retry_flow_takes_over(
     docker_engine,
     docker_flow_env,
+    sqlite_url,
     prefect_server,
     tmp_path,
 ):
@@ -67,7 +89,7 @@ async def test_a_frozen_flow_leaves_nothing_once_the_retry_flow_takes_over(
             lambda: "process" in rollout_row(factory, rid).stage_results.get("progress", {}).get("run", {}),
             30,
         )
-        os.killpg(child.pid, signal.SIGSTOP)  # the flow process stops answering, with no chance to clean up
+        freeze_outside_a_write(child.pid, sqlite_url)  # it stops answering, with no chance to clean up
         (left,) = polar_containers(docker_engine, docker_flow_env)
         assert left.status == "running" and "sleep 300" in left.exec_run(["ps", "-eo", "args"]).output.decode()
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from polar.inference import LogprobSemantics
+from polar.model_folder import folder_tokenizer, open_model_folder
 from polar.models.engine import LocalEngine
-from polar.models.folder import folder_tokenizer, open_model_folder
 from polar.models.moe import logprob_rows, routing_of
 from polar.models.tiny import ensure_model_dir
 from polar.serving import ServerThread, create_app

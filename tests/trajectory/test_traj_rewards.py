@@ -146,11 +146,14 @@ def test_failed_and_unfinished_rollouts_are_zeroed(status, reason) -> None:
     assert [t.response_ids for t in filtered] == [t.response_ids for t in traces]  # kept for diagnosis
 
 
-def test_an_aligned_agent_timeout_is_kept_as_a_negative() -> None:
+def test_an_aligned_agent_timeout_keeps_the_verifier_s_reward_and_its_mask() -> None:
     _, traces = _branching()
     kept = apply_training_filter(broadcast_reward(traces, 1.0), status="TIMEOUT", aligned_agent_timeout=True)
     assert [t.loss_mask for t in kept] == [t.loss_mask for t in traces]
-    assert all(t.reward == 0.0 and t.filter_reason == "agent_timeout" for t in kept)
+    assert all(t.reward == 1.0 and t.filter_reason == "agent_timeout" for t in kept)
+    # Not scored yet (no verifier reward): a negative.
+    unscored = apply_training_filter(traces, status="TIMEOUT", aligned_agent_timeout=True)
+    assert all(t.reward == 0.0 for t in unscored)
     # The flag only excuses a timeout.
     errored = apply_training_filter(traces, status="ERROR", aligned_agent_timeout=True)
     assert all(t.n_loss_tokens == 0 for t in errored)

@@ -14,7 +14,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from multiagent_sessions import HINTS, MultiAgentSession, multiagent_session
-from traj_helpers import dead_retries
+from traj_helpers import untrained_retries
 
 from polar.trajectory.choices import BuilderOptions, RewardRouting, route_rewards, select_roles
 from polar.trajectory.per_request import per_request
@@ -27,8 +27,8 @@ PROPERTY_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_che
 
 
 def sampled(session: MultiAgentSession) -> Counter[float]:
-    """Logprobs (unique per token) of every live sampled token: dead retries never train."""
-    dead = dead_retries(session.records, session.tree.full_prompts)
+    """Logprobs (unique per token) of every live sampled token: dead and ambiguous retries never train."""
+    dead = untrained_retries(session.records, session.tree.full_prompts)
     return Counter(lp for r in session.records if r.ok and r.id not in dead for lp in r.output_logprobs)
 
 
@@ -79,7 +79,7 @@ def test_builders_keep_every_token_once_with_its_role(data) -> None:
     # Default choices: main and sub-agent tokens train, titles and compaction summaries do not.
     options = BuilderOptions()
     chosen = select_roles(route_rewards(merged.traces, 1.0, options.reward), options.train_roles)
-    dead = dead_retries(session.records, session.tree.full_prompts)
+    dead = untrained_retries(session.records, session.tree.full_prompts)
     keep = {
         r.id
         for r in session.records

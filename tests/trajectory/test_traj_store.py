@@ -193,7 +193,8 @@ def test_rewards_and_the_training_filter_are_stored(session_factory, small_token
             db, malformed_id, builder="per_request", status="COMPLETED", trace_rewards=per_call
         )
 
-    assert all(t.reward == 0.0 and t.filter_reason == "agent_timeout" and t.n_loss_tokens for t in kept.traces)
+    # An agent-budget timeout keeps its mask and the verifier's reward (1.0 here: it scored the state left).
+    assert all(t.reward == 1.0 and t.filter_reason == "agent_timeout" and t.n_loss_tokens for t in kept.traces)
     assert all(t.reward == 0.0 and t.filter_reason == "rollout_error" and not t.n_loss_tokens for t in zeroed.traces)
     assert {(t.reward, t.filter_reason) for t in completed.traces if t.n_malformed_tool_calls} == {
         (0.0, "malformed_tool_call")

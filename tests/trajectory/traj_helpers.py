@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
@@ -89,25 +89,33 @@ class DrawChooser:
         return self.data.draw(st.integers(0, 99)) >= round(100 * (1 - p))
 
 
+def _call_key(
+    records: Sequence[CaptureRecord], full_prompts: Mapping[int, tuple[int, ...]]
+) -> Callable[[CaptureRecord], tuple[int | None, tuple[int, ...]]]:
+    """A call's identity as a retry sees it: its nearest OK ancestor and its full prompt."""
+    by_id = {r.id: r for r in records}
+
+    def key(record: CaptureRecord) -> tuple[int | None, tuple[int, ...]]:
+        parent = record.parent_id
+        while parent is not None and not by_id[parent].ok:
+            parent = by_id[parent].parent_id
+        return parent, full_prompts[record.id]
+
+    return key
+
+
 def _retry_groups(
     records: Sequence[CaptureRecord], full_prompts: Mapping[int, tuple[int, ...]]
 ) -> tuple[list[list[CaptureRecord]], set[int | None], set[int | None]]:
     """OK calls with the same nearest OK ancestor and the same full prompt (one call retried), grouped; the calls
     with an OK child (continued); the calls a child singled out by echoing their minted ids (witnessed)."""
-    by_id = {r.id: r for r in records}
-
-    def ok_parent(record: CaptureRecord) -> int | None:
-        parent = record.parent_id
-        while parent is not None and not by_id[parent].ok:
-            parent = by_id[parent].parent_id
-        return parent
-
+    key = _call_key(records, full_prompts)
     ok = [r for r in records if r.ok]
-    continued = {ok_parent(r) for r in ok}
-    witnessed = {ok_parent(r) for r in ok if r.admission_cause == "echoed_ids"}
+    continued = {key(r)[0] for r in ok}
+    witnessed = {key(r)[0] for r in ok if r.admission_cause == "echoed_ids"}
     groups: dict[tuple[int | None, tuple[int, ...]], list[CaptureRecord]] = {}
     for record in ok:
-        groups.setdefault((ok_parent(record), full_prompts[record.id]), []).append(record)
+        groups.setdefault(key(record), []).append(record)
     return list(groups.values()), continued, witnessed
 
 
@@ -126,10 +134,21 @@ def ambiguous_retries(records: Sequence[CaptureRecord], full_prompts: Mapping[in
     """The oracle for ambiguous retries: a retry group (as in ``dead_retries``) one of whose continued members
     sampled the very ids another member did, with other logprobs, and that no child singled out by echoing its
     minted ids (``admission_cause`` ``echoed_ids``): which twin the harness kept cannot be told, so every member
-    of the group is untrained."""
+    of the group is untrained. So is every member of a group none of whose members was continued (a final retry)
+    sent back to back (no other call between them), unless all its copies are one record."""
     groups, continued, witnessed = _retry_groups(records, full_prompts)
     ambiguous: set[int] = set()
     for members in groups:
+        if len(members) > 1 and not any(m.id in continued for m in members):  # a final retry: no later witness
+            low, high = min(m.seq for m in members), max(m.seq for m in members)
+            key = _call_key(records, full_prompts)
+            between = any(low < r.seq < high and key(r) != key(members[0]) for r in records)
+            if not between and any(
+                (m.output_ids, m.output_logprobs) != (members[0].output_ids, members[0].output_logprobs)
+                for m in members
+            ):
+                ambiguous.update(m.id for m in members)
+            continue
         unwitnessed = [m for m in members if m.id in continued and m.id not in witnessed]
         if any(
             m.output_ids == other.output_ids and m.output_logprobs != other.output_logprobs
@@ -146,10 +165,15 @@ def untrained_retries(records: Sequence[CaptureRecord], full_prompts: Mapping[in
     return dead_retries(records, full_prompts) | ambiguous_retries(records, full_prompts)
 
 
-def terminal_chain(records: Sequence[CaptureRecord], dead: set[int], traces: Sequence[Trace]) -> tuple[int, set[int]]:
+def terminal_chain(
+    records: Sequence[CaptureRecord], dead: set[int], traces: Sequence[Trace]
+) -> tuple[int | None, set[int]]:
     """The chain index of the first trace through the session's terminal call (its latest OK, live call) and
-    the captures of that trace up to the terminal call: the chain the harness kept."""
-    terminal = [r for r in records if r.ok and r.id not in dead][-1].id
+    the captures of that trace up to the terminal call: the chain the harness kept (none when no call is live)."""
+    live = [r for r in records if r.ok and r.id not in dead]
+    if not live:
+        return None, set()
+    terminal = live[-1].id
     for trace in traces:
         if terminal in trace.capture_ids:
             return trace.chain_index, set(trace.capture_ids[: trace.capture_ids.index(terminal) + 1])
@@ -243,7 +267,7 @@ def check_prefix_merge(session: SyntheticSession, result: BuildResult, tokenizer
     # those of the chain the harness kept in the first trace through the session's terminal call.
     dead = untrained_retries(session.captures, session.full_prompts)
     kept_index, kept = terminal_chain(session.captures, dead, result.traces)
-    first_chain: dict[int, int] = {i: kept_index for i in kept}
+    first_chain: dict[int, int | None] = dict.fromkeys(kept, kept_index)
     for trace in result.traces:
         for capture_id in trace.capture_ids:
             first_chain.setdefault(capture_id, trace.chain_index)

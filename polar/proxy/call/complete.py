@@ -1,39 +1,36 @@
-"""The non-streaming half of a model call: generate within the deadline, check, parse, commit, then answer."""
+"""The non-streaming half of a model call: generate within the deadline, check, parse, commit, then answer (the
+HTTP layer sends the body and reports a caller that left before it: ``polar.proxy.http.delivery``)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
+from dataclasses import dataclass
 from typing import Any
 
 from polar.errors import PolarError
-from polar.proxy.call.generation import Generation, finished
+from polar.proxy.call.generation import Generation
 from polar.proxy.call.plan import CallPlan
 from polar.proxy.call.record import CallRecorder
 from polar.slices import turn
 
 
-async def complete(plan: CallPlan, generation: Generation, recorder: CallRecorder) -> dict[str, Any]:
-    """The response body, once its capture committed. A failed generation is recorded before it is raised;
-    ``Overloaded`` (no in-flight slot, before any generation) records nothing."""
+@dataclass(frozen=True)
+class Reply:
+    """A committed reply: its capture, and the response body its caller is owed. Delivered or not is the HTTP
+    layer's to say (``CallRecorder.undelivered`` when the caller left before the body was handed over)."""
+
+    capture_id: int
+    body: dict[str, Any]
+
+
+async def complete(plan: CallPlan, generation: Generation, recorder: CallRecorder) -> Reply:
+    """The reply, once its capture committed. A failed generation is recorded before it is raised; ``Overloaded``
+    (no in-flight slot, before any generation) records nothing."""
     slot = await generation.slot(plan)
-    generating = time.perf_counter()
     try:
-        try:
-            async with asyncio.timeout(generation.deadline_s):
-                final = await plan.policy.generate(generation.request(plan), plan.context)
-        except TimeoutError:
-            raise generation.timeout() from None
-        finally:
-            slot()
-            generated_s = time.perf_counter() - generating
-        generation.check(plan).result(final)
+        generated = await generation.generate(plan, slot)
     except PolarError as exc:
         await recorder.failure(plan, exc)
         raise
     await turn()
-    completion = generation.completion(plan, final, generation.parse(plan, final.output_ids))
-    response = plan.codec.response(completion, request=plan.request)
-    await recorder.reply(plan, final, completion, response)
-    finished(plan, final, generated_s)
-    return response
+    capture_id, body = await recorder.commit_reply(plan, generated, generation.completion(plan, generated.final))
+    return Reply(capture_id, body)

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from polar.collector import collector_paused
 from polar.errors import PolarError
+from polar.httpserve.body import OFFLOAD_BYTES
 from polar.proxy.call.decode import Decoded, Prior, decode_body
 from polar.proxy.call.plan import Planner
 from polar.proxy.call.screen import BodyScreen, ScreenRules
@@ -23,7 +24,6 @@ from polar.proxy.session.sessions import SessionInfo, SessionStore
 from polar.slices import in_thread
 from polar.store_bound import in_store
 from polar.wire.base import ProtocolCodec, parse_after
-from polar.wire.body import OFFLOAD_BYTES
 from polar.wire.json_guard import JsonLimits
 
 __all__ = ["BodyReader", "Decoded", "Intake"]

@@ -143,8 +143,16 @@ class Planner:
             session.id, step=history.tool_steps, has_tools=bool(request.tools), tool_free_step=history.tool_free_steps
         )
         started = time.perf_counter() if started is None else started
-        first = history.next_seq == 0 and not history.ahead and not history.nodes
-        verdict = admit(request.messages, request.tools, found, history.known_calls, first=first, witnessed=witnessed)
+        first = history.next_seq == 0 and not history.ahead and not history.nodes and not history.cut
+        verdict = admit(
+            request.messages,
+            request.tools,
+            found,
+            history.known_calls,
+            first=first,
+            witnessed=witnessed,
+            cut=history.cut,
+        )
         return CallPlan(
             session, codec, body, request, prompt, sampling, policy, context, meta, started, verdict, digest
         )

@@ -1,9 +1,11 @@
 """The one recorder of a call's outcome: a reply, a failure, or a reply its caller never received.
 
-A reply is committed (``reply``) before the caller sees its end, and becomes a known call of the session (a
-parent for the next). A failed generation is committed as an ERROR capture (``failure``) before the error reaches
-the caller; if even that fails, the caller still gets its original error. A committed reply whose caller left
-before the last byte is marked ``UNACKNOWLEDGED`` and forgotten as a parent (``undelivered``).
+A reply is committed (``commit_reply``, which also counts it in the call metrics) before the caller sees its end,
+and becomes a known call of the session (a parent for the next). A failed generation is committed as an ERROR
+capture (``failure``) before the error reaches the caller; if even that fails, the caller still gets its original
+error. A committed reply whose caller left before the last byte is marked ``UNACKNOWLEDGED`` and forgotten as a
+parent (``undelivered``), streamed or not. A stream whose caller left before its reply was whole is committed as
+an ``UNACKNOWLEDGED`` capture holding its prompt and the ids sampled so far (``cut``), never nothing.
 """
 
 from __future__ import annotations
@@ -11,20 +13,24 @@ from __future__ import annotations
 import logging
 import time
 from array import array
+from collections.abc import Sequence
 from typing import Any
 
+from db.enums import CaptureStatus
 from db.models import Capture
 from db.request_json import compact_known, compact_request
 from polar import metrics
 from polar.capture_extras import apply_extras
 from polar.errors import PolarError
-from polar.inference import GenerateResult
+from polar.inference import FinishReason, GenerateResult
 from polar.proxy import access_log
+from polar.proxy.call.generation import Generated
 from polar.proxy.call.plan import CallPlan
 from polar.proxy.capture.pending import Stored
 from polar.proxy.capture.row import capture_row
 from polar.proxy.capture.writer import CaptureWriter
 from polar.proxy.session.call_node import CallNode
+from polar.proxy.session.cut import CutReply
 from polar.proxy.session.history import HistoryCache
 from polar.slices import turn
 from polar.store_bound import in_store
@@ -40,6 +46,21 @@ class CallRecorder:
         self.writer = writer
         self.histories = histories
         self.store_timeout_s = store_timeout_s  # every store wait of a call: a frozen store is a 503 within it
+
+    async def commit_reply(
+        self, plan: CallPlan, generated: Generated, completion: Completion
+    ) -> tuple[int, dict[str, Any]]:
+        """The call's reply, in its protocol, committed (``reply``) and counted; returns its capture's id and the
+        response body."""
+        response = plan.codec.response(completion, request=plan.request)
+        capture_id = await self.reply(plan, generated.final, completion, response)
+        final = generated.final
+        metrics.CALLS.labels(plan.codec.name, "ok").inc()
+        added_s = max(0.0, time.perf_counter() - plan.started - generated.seconds)  # beyond generation
+        metrics.ADDED_LATENCY.labels(plan.codec.name).observe(added_s)
+        metrics.TOKENS.labels("in").inc(len(plan.prompt.ids))
+        metrics.TOKENS.labels("out").inc(len(final.output_ids))
+        return capture_id, response
 
     async def reply(
         self, plan: CallPlan, final: GenerateResult, completion: Completion, response: dict[str, Any]
@@ -80,6 +101,27 @@ class CallRecorder:
             self.histories.note_seq(plan.session.id, stored.seq)
         except PolarError:
             log.warning("could not record the failed call of session %s", plan.session.id)
+
+    async def cut(self, plan: CallPlan, ids: Sequence[int], logprobs: Sequence[float], reply: Message) -> None:
+        """A generation whose caller left before its reply was whole (and before it committed): committed as an
+        ``UNACKNOWLEDGED`` capture with its prompt and the ``ids`` sampled so far (finish reason ``abort``, the cause
+        in ``error``), never trained and never a parent; and remembered as a cut reply (``reply``: those ids parsed,
+        ``polar.proxy.session.cut``), so a later request that kept its partial text is not taken for the client's
+        own words. Remembered even when the store refuses the row (the refusal is logged)."""
+        capture_id = None
+        try:
+            cause = f"client_left: the caller left after {len(ids)} sampled tokens, before the reply ended"
+            row = await self._row(plan, None, error=cause)
+            row.status = CaptureStatus.UNACKNOWLEDGED
+            row.output_ids, row.output_logprobs, row.n_output = list(ids), list(logprobs), len(ids)
+            row.finish_reason = FinishReason.ABORT.value
+            stored = await self._commit(plan, row)
+            capture_id = stored.id
+            self.histories.note_seq(plan.session.id, stored.seq)
+        except PolarError:
+            log.warning("could not record the cut call of session %s", plan.session.id)
+        sealed = tuple(message.sealed for message in plan.request.messages)
+        self.histories.note_cut(plan.session.id, CutReply(capture_id, sealed, plan.request.tools, reply))
 
     def undelivered(self, plan: CallPlan, capture_id: int) -> None:
         """The committed reply ``capture_id`` never reached its caller: marked ``UNACKNOWLEDGED`` (never trained)

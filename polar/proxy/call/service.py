@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
-from polar.proxy.call.complete import complete
+from polar.proxy.call.complete import Reply, complete
 from polar.proxy.call.generation import Generation
 from polar.proxy.call.intake import BodyReader, Decoded, Intake
 from polar.proxy.call.limits import ServerLimits
@@ -88,8 +87,12 @@ class CallService:
         chat = decoded.request
         return len(await in_thread(self.builder.canonical_ids, chat.messages, chat.tools))  # tokenizing: off the loop
 
-    async def complete(self, plan: CallPlan) -> dict[str, Any]:
+    async def complete(self, plan: CallPlan) -> Reply:
         return await complete(plan, self.generation, self.recorder)
+
+    def undelivered(self, plan: CallPlan, capture_id: int) -> None:
+        """The committed reply ``capture_id`` never reached its caller (``CallRecorder.undelivered``)."""
+        self.recorder.undelivered(plan, capture_id)
 
     async def open_stream(self, plan: CallPlan) -> tuple[AsyncIterator[str], Callable[[], None]]:
         return await open_stream(plan, self.generation, self.recorder)

@@ -3,34 +3,34 @@ every failure after the first frame ended with the protocol's error event, never
 
 Frames leave one chunk behind the backend: the last content goes out only after the commit, so a stream whose
 commit fails never delivers its whole reply (the error event comes instead of its last content); a client that
-leaves before the last frame makes its committed capture ``UNACKNOWLEDGED`` (``CallRecorder.undelivered``).
+leaves before the last frame makes its committed capture ``UNACKNOWLEDGED`` (``CallRecorder.undelivered``). A
+client that leaves before the reply committed (mid-generation, or before the first token) cuts it: the generation
+stops, and an ``UNACKNOWLEDGED`` capture holds its prompt and the ids sampled so far (``CallRecorder.cut``); one
+that leaves while the reply commits does not stop the commit, and the committed reply is marked undelivered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 from polar import metrics
 from polar.errors import BackendProtocolError, PolarError
 from polar.inference import GenerateChunk, GenerateResult
-from polar.proxy.call.generation import Deadline, Generation, finished, next_chunk
-from polar.proxy.call.output_check import OutputCheck
+from polar.proxy.call.generation import BackendStream, Generated, Generation
 from polar.proxy.call.plan import CallPlan
 from polar.proxy.call.record import CallRecorder
 from polar.slices import turn
+from polar.tokens.messages import Message, Role
 from polar.tokens.parsers import MalformedToolCall, collect
 from polar.tokens.parsers.types import Event
 from polar.wire.base import StreamEncoder
+from polar.wire.canonical import Completion
 
 log = logging.getLogger(__name__)
-
-
-def _check_chunk(check: OutputCheck, chunk: GenerateChunk) -> None:
-    check.chunk(chunk.output_ids, chunk.output_logprobs)
-    if chunk.final is not None:
-        check.result(chunk.final, streamed=True)
 
 
 async def open_stream(
@@ -41,114 +41,141 @@ async def open_stream(
     the caller calls it too once the response is over (a stream whose client left before it started)."""
     slot = await generation.slot(plan)
     generating = time.perf_counter()
-    check = generation.check(plan)
-    deadline = Deadline(generation.deadline_s)
-
-    def release() -> None:
-        deadline.cancel()
-        slot()
-
-    chunks = plan.policy.stream(generation.request(plan), plan.context)
+    backend = generation.stream(plan, slot)
     try:
-        first = await next_chunk(chunks, deadline, generation.timeout)
+        first = await backend.next()
         if first is None:
             raise BackendProtocolError("the backend ended its stream without a result")
-        _check_chunk(check, first)
         metrics.TTFT.labels(plan.codec.name).observe(time.perf_counter() - plan.started)
     except PolarError as exc:
-        await _aclose(chunks)
-        release()
+        await backend.aclose()
+        backend.release()
         await recorder.failure(plan, exc)
         raise
-    except BaseException:
-        await _aclose(chunks)
-        release()
+    except BaseException as exc:
+        await backend.aclose()
+        backend.release()
+        if isinstance(exc, asyncio.CancelledError):  # the caller left before the first token
+            await recorder.cut(plan, (), (), Message(Role.ASSISTANT))
         raise
-    stream = _Stream(plan, generation, recorder, chunks, check, deadline, release)
-    return stream.frames(first, generating), release
+    stream = _Stream(plan, generation, recorder, backend)
+    return stream.frames(first, generating), backend.release
+
+
+def error_event(encoder: StreamEncoder, exc: PolarError) -> str:
+    """The protocol's error event that ends a stream, as one write (empty when the protocol sends none)."""
+    return "".join(encoder.error(exc))
 
 
 class _Stream:
-    """One open stream: its backend chunks, output check, deadline and slot."""
+    """One open stream: its call, and its backend stream (chunks, output check, deadline and slot)."""
 
-    def __init__(
-        self,
-        plan: CallPlan,
-        generation: Generation,
-        recorder: CallRecorder,
-        chunks: AsyncIterator[GenerateChunk],
-        check: OutputCheck,
-        deadline: Deadline,
-        release: Callable[[], None],
-    ):
-        self.plan, self.generation, self.recorder = plan, generation, recorder
-        self.chunks, self.check, self.deadline, self.release = chunks, check, deadline, release
+    def __init__(self, plan: CallPlan, generation: Generation, recorder: CallRecorder, backend: BackendStream):
+        self.plan, self.generation, self.recorder, self.backend = plan, generation, recorder, backend
+        self.parser = generation.stream_parser(plan)
+        self.events: list[Event] = []
+        self.final: GenerateResult | None = None
+        self.held = ""  # the last content: it leaves only after the commit, so a failed commit sends none of it
+        self.ids: list[int] = []  # sampled so far, with their logprobs: what a cut stream records
+        self.logprobs: list[float] = []
+        self.committing: asyncio.Future[tuple[int, dict[str, Any]]] | None = None
 
     async def frames(self, first: GenerateChunk, generating: float) -> AsyncIterator[str]:
-        plan, generation, recorder, chunks = self.plan, self.generation, self.recorder, self.chunks
+        plan, recorder, backend = self.plan, self.recorder, self.backend
         encoder = plan.codec.stream_encoder(plan.meta, request=plan.request)
-        parser = generation.chat_format.stream_parser(plan.request.tools, plan.prompt.ids)
-        events: list[Event] = []
-        final: GenerateResult | None = None
         recorded: int | None = None  # the capture's id once committed
-        held = ""  # the last content: it leaves only after the commit, so a failed commit sends none of it
-        if opening := "".join(encoder.start()):  # one write per step: a chunk's frames leave together
-            yield opening
+        self._sampled(first)
         try:
-            chunk: GenerateChunk | None = first
-            while chunk is not None:
-                await turn()
-                if chunk.output_ids and (frames := _encode(encoder, events, parser.feed(chunk.output_ids))):
-                    # One chunk behind: a chunk's frames leave when the next one arrives, so the last content
-                    # is still here when the commit fails, and the error event replaces it.
-                    if held:
-                        yield held
-                    held = frames
-                final = chunk.final or final
-                chunk = await next_chunk(chunks, self.deadline, generation.timeout)
-                if chunk is not None:
-                    _check_chunk(self.check, chunk)
-            self.release()  # the generation is over: the next call may use the server while this one commits
+            if opening := "".join(encoder.start()):  # one write per step: a chunk's frames leave together
+                yield opening
+            async for frames in self._relay(first, encoder):
+                yield frames
+            backend.release()  # the generation is over: the next call may use the server while this one commits
             generated_s = time.perf_counter() - generating
-            held += _encode(encoder, events, parser.finish())
-            if final is None:
-                raise BackendProtocolError("the backend ended its stream without a result")
-            parsed = collect(events, reasoning_opened=parser.reasoning_opened)
-            completion = generation.completion(plan, final, parsed)
-            recorded = await recorder.reply(
-                plan, final, completion, plan.codec.response(completion, request=plan.request)
-            )
-            finished(plan, final, generated_s)
+            final, completion = self._completion(encoder)
+            recorded = await self._commit(Generated(final, generated_s), completion)
         except PolarError as exc:
             metrics.CALLS.labels(plan.codec.name, exc.error_type).inc()
             if recorded is None:
                 await recorder.failure(plan, exc)
-            if error := "".join(encoder.error(exc)):
+            if error := error_event(encoder, exc):
                 yield error
             return
         except Exception:  # a bug, not the backend's or the caller's fault: still an error event, never a cut
             log.exception("unexpected error in a %s stream", plan.codec.name)
             internal = PolarError("internal error in the gateway; see its log")
             await recorder.failure(plan, internal)
-            if error := "".join(encoder.error(internal)):
+            if error := error_event(encoder, internal):
                 yield error
             return
+        except (asyncio.CancelledError, GeneratorExit):  # the client left before the reply committed
+            await self._cut()
+            raise
         finally:
-            await _aclose(chunks)  # a disconnected client stops the generation
-            self.release()
+            await backend.aclose()  # a disconnected client stops the generation
+            backend.release()
         try:
-            if ending := held + "".join(encoder.finish(completion)):
+            if ending := self.held + "".join(encoder.finish(completion)):
                 yield ending
         except BaseException:  # the client left before the last frame: the committed reply was never delivered
-            recorder.undelivered(plan, recorded)
+            recorder.undelivered(self.plan, recorded)
             raise
 
+    async def _commit(self, generated: Generated, completion: Completion) -> int:
+        """Commit the reply; its capture's id. A client that leaves meanwhile does not stop the commit (a cancelled
+        commit may or may not land): the reply commits and is then marked undelivered."""
+        commit = self.committing = asyncio.ensure_future(self.recorder.commit_reply(self.plan, generated, completion))
+        try:
+            recorded, _ = await asyncio.shield(commit)
+        except asyncio.CancelledError:
+            commit.add_done_callback(self._undelivered)
+            raise
+        return recorded
 
-async def _aclose(chunks: AsyncIterator[GenerateChunk]) -> None:
-    """Close a backend stream (its connection, so the server stops generating); iterators without aclose need none."""
-    close = getattr(chunks, "aclose", None)
-    if close is not None:
-        await close()
+    def _undelivered(self, commit: asyncio.Future[tuple[int, dict[str, Any]]]) -> None:
+        if not commit.cancelled() and commit.exception() is None:
+            self.recorder.undelivered(self.plan, commit.result()[0])
+
+    async def _cut(self) -> None:
+        """The client left before the reply committed: the generation stops, then what it sampled is recorded (a
+        commit under way records the whole reply instead)."""
+        await self.backend.aclose()
+        self.backend.release()
+        if self.committing is None:
+            await self.recorder.cut(self.plan, self.ids, self.logprobs, self._partial_reply())
+
+    def _sampled(self, chunk: GenerateChunk) -> None:
+        self.ids += chunk.output_ids
+        self.logprobs += chunk.output_logprobs
+
+    def _partial_reply(self) -> Message:
+        """The ids sampled before a cut, parsed (what the client may have kept is a prefix of its text)."""
+        parsed = self.generation.chat_format.parse(self.ids, self.plan.request.tools, self.plan.prompt.ids)
+        return Message(Role.ASSISTANT, parsed.content, parsed.reasoning)
+
+    async def _relay(self, first: GenerateChunk, encoder: StreamEncoder) -> AsyncIterator[str]:
+        """The frames of every chunk but the last content, which stays in ``held``; ``final`` is the result."""
+        chunk: GenerateChunk | None = first
+        while chunk is not None:
+            await turn()
+            if chunk.output_ids and (frames := _encode(encoder, self.events, self.parser.feed(chunk.output_ids))):
+                # One chunk behind: a chunk's frames leave when the next one arrives, so the last content is
+                # still here when the commit fails, and the error event replaces it.
+                if self.held:
+                    yield self.held
+                self.held = frames
+            self.final = chunk.final or self.final
+            chunk = await self.backend.next()
+            if chunk is not None:
+                self._sampled(chunk)
+
+    def _completion(self, encoder: StreamEncoder) -> tuple[GenerateResult, Completion]:
+        """The result and the whole reply once the stream ended (the parser's last events join ``held``)."""
+        self.held += _encode(encoder, self.events, self.parser.finish())
+        if self.final is None:
+            raise BackendProtocolError("the backend ended its stream without a result")
+        parsed = collect(self.events, reasoning_opened=self.parser.reasoning_opened)
+        return self.final, self.generation.completion(self.plan, self.final, parsed)
 
 
 def _encode(encoder: StreamEncoder, events: list[Event], new: Sequence[Event]) -> str:

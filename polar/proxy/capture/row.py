@@ -53,6 +53,7 @@ def capture_row(
         version_spans=[asdict(s) for s in result.version_spans] if result else [],
         sampling_params=sampling.model_dump(mode="json"),
         render_mode=prompt.mode.value,
+        fallback_reason=prompt.fallback_reason,
         logprob_semantics=result.logprob_semantics.value if result else None,
         status=CaptureStatus.OK if result else CaptureStatus.ERROR,
         error=error,

@@ -210,7 +210,12 @@ class CaptureWriter:
             return self._transaction(batch)
         except (PolarError, OperationalError, InterfaceError):
             conn, self._conn = self._conn, None
-            if conn is None or not conn.invalidated or self._committing:
+            dropped = conn is not None and conn.invalidated
+            if conn is not None and not dropped and not conn.closed:
+                # Closed without a round trip (the store may be frozen): its socket goes now, not when the object is
+                # collected (a psycopg ResourceWarning, at some later test's or caller's expense).
+                conn.invalidate()
+            if not dropped or self._committing:
                 raise
             log.warning("the capture writer's connection was dropped; retrying the batch on a new one")
             return self._transaction(batch)

@@ -1,4 +1,4 @@
-"""The gateway's health routes: liveness, readiness (store and backend, each bounded), and ``/health``.
+"""The gateway's health routes: liveness, readiness (store and backend, each bounded), ``/health``, and ``/``.
 
 - ``GET /health/live``: 200 ``{"status": "live"}`` while the process serves HTTP; it checks nothing else, so a
   frozen store or a dead backend never makes an orchestrator restart a healthy gateway.
@@ -12,27 +12,21 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from fastapi import FastAPI
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from db import session_scope
 from polar.errors import RETRY_AFTER_S
+from polar.proxy.http.route_table import Route
+from polar.proxy.http.served import served
 
 if TYPE_CHECKING:
     from polar.proxy.gateway import Gateway
-
-
-def finite_or_none(values: Sequence[float] | None) -> list[float | None] | None:
-    """``values`` with NaN and infinities as None (JSON has no such numbers)."""
-    if values is None:
-        return None
-    return [value if math.isfinite(value) else None for value in values]
 
 
 async def _timed(check: Callable[[], Awaitable[Any]], timeout_s: float) -> dict[str, Any]:
@@ -77,22 +71,26 @@ def _not_ready(checks: dict[str, dict[str, Any]], status: str, **extra: Any) -> 
     return JSONResponse(body, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})  # retryable, as every 503
 
 
-def add_health_routes(app: FastAPI, gw: Gateway) -> None:
-    @app.get("/health/live")
-    async def live() -> Response:
-        return JSONResponse({"status": "live"})
+async def root(request: Request, route: Route) -> Response:
+    """``/``: a probe."""
+    return JSONResponse({"service": "polar-gateway", "status": "ok"})
 
-    @app.get("/health/ready")
-    async def ready() -> Response:
-        checks = await readiness(gw)
-        if all(check["ok"] for check in checks.values()):
-            return JSONResponse({"status": "ready", "checks": checks})
-        return _not_ready(checks, "not_ready")
 
-    @app.get("/health")
-    async def health() -> Response:
-        checks = await readiness(gw)
-        extra = {"backend": gw.backend.name, "weight_version": checks["backend"].get("weight_version")}
-        if all(check["ok"] for check in checks.values()):
-            return JSONResponse({"status": "ok", **extra, "checks": checks})
-        return _not_ready(checks, "degraded", **extra)
+async def live(request: Request, route: Route) -> Response:
+    return JSONResponse({"status": "live"})
+
+
+async def ready(request: Request, route: Route) -> Response:
+    checks = await readiness(served(request).gateway)
+    if all(check["ok"] for check in checks.values()):
+        return JSONResponse({"status": "ready", "checks": checks})
+    return _not_ready(checks, "not_ready")
+
+
+async def health(request: Request, route: Route) -> Response:
+    gw = served(request).gateway
+    checks = await readiness(gw)
+    extra = {"backend": gw.backend.name, "weight_version": checks["backend"].get("weight_version")}
+    if all(check["ok"] for check in checks.values()):
+        return JSONResponse({"status": "ok", **extra, "checks": checks})
+    return _not_ready(checks, "degraded", **extra)

@@ -20,6 +20,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from polar.errors import PolarError
+from polar.httpserve.body import FastJSONResponse
+from polar.proxy.call.complete import Reply
+from polar.proxy.call.plan import CallPlan
+from polar.proxy.http import errors
+from polar.proxy.http.delivery import handed_over, undelivered_once_done
+from polar.proxy.http.stream_response import aclose
+from polar.wire import ProtocolCodec
 
 SPACE = b" "
 SSE_IDLE = b"\n"
@@ -32,37 +39,53 @@ async def first_within(task: asyncio.Task[Any], every_s: float) -> bool:
 
 
 async def padded_json(
-    task: asyncio.Task[Any], every_s: float, encode: Callable[[Any], bytes], on_error: Callable[[PolarError], bytes]
+    task: asyncio.Task[Reply], every_s: float, codec: ProtocolCodec, undelivered: Callable[[int], None]
 ) -> AsyncIterator[bytes]:
-    """Spaces every ``every_s`` seconds until ``task`` ends, then its JSON (or its error's body). A client that
-    leaves does not stop the call: its capture is still committed, as for an ordinary response."""
-    while not await first_within(task, every_s):
-        yield SPACE
+    """Spaces every ``every_s`` seconds until ``task`` ends, then its JSON (or its error's body in ``codec``'s
+    shape). A client that leaves does not stop the call: its capture is still committed, and marked undelivered
+    (``undelivered(capture_id)``) unless its body was handed over before the client left
+    (``polar.proxy.http.delivery``)."""
+    handed = False
     try:
-        yield encode(task.result())
-    except PolarError as exc:
-        yield on_error(exc)
+        while not await first_within(task, every_s):
+            yield SPACE
+        try:
+            body = bytes(FastJSONResponse(task.result().body).body)
+        except PolarError as exc:
+            handed = True  # no reply to deliver: its error capture is no reply
+            yield errors.call_failed_body(codec, exc)
+            return
+        yield body
+        await handed_over()
+        handed = True
+    finally:
+        if not handed:
+            undelivered_once_done(task, undelivered)
 
 
 async def padded_stream(
     opening: asyncio.Task[Any],
     every_s: float,
     frames_of: Callable[[Any], AsyncIterator[bytes]],
-    on_error: Callable[[PolarError], list[bytes]],
+    plan: CallPlan,
 ) -> AsyncIterator[bytes]:
     """Empty SSE lines every ``every_s`` seconds until ``opening`` (the stream's start) ends, then its frames; an
-    error before the first token becomes ``on_error``'s frames."""
+    error before the first token becomes the protocol's error event (``plan``'s)."""
     try:
         while not await first_within(opening, every_s):
             yield SSE_IDLE
         try:
             opened = opening.result()
         except PolarError as exc:
-            for frame in on_error(exc):
+            for frame in errors.stream_failed_frames(plan, exc):
                 yield frame
             return
-        async for frame in frames_of(opened):
-            yield frame
+        frames = frames_of(opened)
+        try:
+            async for frame in frames:
+                yield frame
+        finally:
+            await aclose(frames)  # left at a yield (the client left while a frame was sent): it ends now
     finally:
         if not opening.done():  # the client left during the wait: stop the generation
             opening.cancel()

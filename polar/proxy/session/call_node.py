@@ -13,7 +13,21 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
-from polar.tokens.messages import Message, ToolSpec
+from polar.tokens.messages import Message, Role, ToolSpec
+
+
+def join_prefill(messages: tuple[Message, ...], reply: Message) -> tuple[tuple[Message, ...], Message]:
+    """A call whose conversation ends with an assistant message (a prefill the model continued: Anthropic's
+    assistant prefill) as the harness will echo it: the conversation before the prefill, and the prefill joined
+    with the sampled continuation as the reply. The next request's history holds the joined text, which is what
+    the call's prompt and output ids hold in that order, so it extends this call instead of reading as an edit."""
+    if not messages or messages[-1].role is not Role.ASSISTANT or messages[-1].tool_calls:
+        return messages, reply
+    if messages[-1].digest is not None:  # sealed already (its text dropped): left as it was sent
+        return messages, reply
+    prefill = messages[-1]
+    joined = Message(Role.ASSISTANT, prefill.content + reply.content, reply.reasoning, reply.tool_calls)
+    return messages[:-1], joined
 
 
 class LazyPrompt(Sequence[int]):
@@ -100,7 +114,8 @@ class CallNode:
     ):
         self.id, self.parent_id, self.prefix_len, self.n_prompt = id, parent_id, prefix_len, n_prompt
         self.n_output = len(output_ids)
-        self.messages, self.tools, self.reply, self.seq = messages, tools, reply, seq
+        self.messages, self.reply = join_prefill(messages, reply)
+        self.tools, self.seq = tools, seq
         self.minted = minted
         self.line: Line | None = None  # set by ``Line.extend``: the ids live there from then on
         self._delta, self._output = prompt_delta_ids, output_ids

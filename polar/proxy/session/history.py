@@ -44,6 +44,7 @@ from db.capture_tree import prompt_from_chain
 from db.enums import CaptureStatus
 from db.request_json import expand_request, full_request_json
 from polar.proxy.session.call_node import CallNode, LazyPrompt, Line
+from polar.proxy.session.cut import KEEP, CutReply
 from polar.tokens.messages import Message
 from polar.tokens.render import PriorCall
 from polar.wire.body_digest import BodyDigest, body_digest
@@ -82,6 +83,7 @@ class SessionHistory:
     # The latest request decoded for this session; the next one re-sends most of it, and only what it adds is
     # checked and decoded again (polar.proxy.call.intake).
     last_request: LastRequest | None = None
+    cut: tuple[CutReply, ...] = ()  # the latest replies cut mid-stream (polar.proxy.session.cut)
 
     @property
     def complete(self) -> bool:
@@ -346,6 +348,12 @@ class HistoryCache:
                 history.by_depth.remove((len(node.messages), node.seq, node.id))
                 history.prompts.pop(capture_id, None)
                 history.digests.pop(capture_id, None)
+
+    def note_cut(self, session_id: str, cut: CutReply) -> None:
+        """A reply its client cut mid-stream (never a node): admission reads it in the requests that follow."""
+        history = self._history(session_id)
+        with history.lock:
+            history.cut = (*history.cut[-(KEEP - 1) :], cut)
 
     def note_seq(self, session_id: str, seq: int) -> None:
         """A seq this process used without a node (an error capture)."""

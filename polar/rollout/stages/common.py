@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from db.stage_results import StageResult
 from harness_adapters.base import HarnessContext
 from polar.rollout import state
 from polar.rollout.context import RolloutContext
@@ -29,7 +30,7 @@ class StageReport:
     rollout_id: str
     stage: Stage
     skipped: bool
-    result: Mapping[str, Any]
+    result: StageResult
 
 
 async def _heartbeat(ctx: RolloutContext, rollout_id: str, owner: str) -> None:
@@ -51,7 +52,9 @@ async def run_stage(ctx: RolloutContext, rollout_id: str, stage: Stage, owner: s
     )
     if start.skipped:
         log.info("rollout %s: %s already done, skipped", rollout_id, stage)
-        return StageReport(rollout_id, stage, True, start.view.result(stage))
+        done = start.view.results.stage(stage)
+        assert done is not None, f"rollout {rollout_id}: {stage} is done but has no result"  # one transaction sets both
+        return StageReport(rollout_id, stage, True, done)
     started = time.monotonic()
     beat = asyncio.create_task(_heartbeat(ctx, rollout_id, owner))
     try:

@@ -1,7 +1,9 @@
 """The ``evaluate`` stage: the rollout's reward, its final status, and its trajectories rewarded.
 
-Only a COMPLETED run is evaluated; an ERROR or TIMEOUT run gets reward 0 without running the evaluator (its
-trajectories are masked, or kept as negatives after an agent-budget timeout, by the training filter). The
+A COMPLETED run is evaluated, and so is a run stopped because the agent's own budget ran out: as Harbor does,
+the verifier scores the state the agent left and the reward stands, the rollout's status (TIMEOUT) recording the
+timeout beside it (the training filter keeps such trajectories trainable with that reward). An ERROR run, or a
+TIMEOUT at the rollout's deadline, gets reward 0 without running the evaluator (its trajectories are masked). The
 evaluator runs in the agent's runtime, or with ``fresh_runtime`` in the evaluation runtime (prepared during
 the run, the agent's diff applied). An ``EvaluationError`` (or a timeout) fails the stage, so Prefect retries
 it, and the retry flow later resumes only this stage: earlier stages are done and are never run again. On
@@ -20,6 +22,8 @@ import sqlalchemy as sa
 from db.engine import session_scope
 from db.enums import RolloutStatus
 from db.models import Evaluation
+from db.stage_reports import ArtifactSummary, BuildSummary
+from db.stage_results import EvaluateResult
 from polar.errors import EvaluationError
 from polar.evaluators import get_evaluator
 from polar.evaluators.base import EvalContext
@@ -51,28 +55,28 @@ def _store_evaluation(
         )
 
 
-async def _score(ctx: RolloutContext, view: RolloutView) -> tuple[float, dict[str, Any]]:
+async def _score(ctx: RolloutContext, view: RolloutView) -> tuple[float, EvaluateResult]:
     spec = view.task.evaluator
     evaluator = get_evaluator(spec.type)
     config = evaluator.Config.model_validate(spec.config)
     postrun = view.results.postrun
-    artifacts = dict(postrun.artifacts) if postrun is not None else {}
-    report: dict[str, Any] = {"evaluator": spec.type}
+    artifacts = postrun.artifacts if postrun is not None else ArtifactSummary()
+    fresh = rebuilt = None
     if spec.fresh_runtime:
-        runtime, report["fresh_runtime"] = await fresh_eval_runtime(ctx, view, artifacts)
+        runtime, fresh = await fresh_eval_runtime(ctx, view, artifacts)
     else:
         runtime = agent_runtime(ctx, view)
         if runtime.exists():
             await runtime.start(fresh=False)
         else:  # resumed on another host: the agent's runtime rebuilt from the kept artifacts
-            report["rebuilt_runtime"] = await rebuild_agent_runtime(ctx, view, artifacts)
+            rebuilt = await rebuild_agent_runtime(ctx, view, artifacts)
     eval_ctx = EvalContext(
         rollout_id=view.id,
         instruction=view.task.instruction,
         runtime=runtime,
         timeout_s=spec.timeout_s,
         python=runtime.interpreter(ctx.python),
-        artifacts=artifacts,
+        artifacts=artifacts.as_json(),  # evaluators read the summary as stored (``diff``, ...)
         chat=ctx.chat,
     )
     started = time.monotonic()
@@ -83,33 +87,38 @@ async def _score(ctx: RolloutContext, view: RolloutView) -> tuple[float, dict[st
     duration = time.monotonic() - started
     details = dict(result.details)
     await asyncio.to_thread(_store_evaluation, ctx, view.id, spec.type, result.reward, details, duration)
-    report.update(reward=result.reward, duration_s=round(duration, 3), details=details)
-    return result.reward, report
+    scored = EvaluateResult(evaluator=spec.type, reward=result.reward, duration_s=round(duration, 3), details=details)
+    if fresh is not None:
+        scored = scored.model_copy(update={"fresh_runtime": fresh})
+    elif rebuilt is not None:
+        scored = scored.model_copy(update={"rebuilt_runtime": rebuilt})
+    return result.reward, scored
 
 
 async def _evaluate(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutput:
     run = view.run
-    outcome = RolloutStatus(run.outcome)
-    if outcome is RolloutStatus.COMPLETED:
+    outcome = run.outcome
+    if outcome is RolloutStatus.COMPLETED or (outcome is RolloutStatus.TIMEOUT and run.agent_budget_expired):
         reward, report = await _score(ctx, view)
     else:
-        reward, report = 0.0, {"evaluator": None, "skipped": f"the run ended {outcome.value}; reward 0", "reward": 0.0}
+        reward = 0.0
+        report = EvaluateResult(evaluator=None, skipped=f"the run ended {outcome.value}; reward 0", reward=reward)
     try:
-        report["build"] = await asyncio.to_thread(
+        built = await asyncio.to_thread(
             build_trajectories,
             ctx,
             view.id,
             builder=view.task.builder,
-            status=outcome.value,
+            status=outcome,
             aligned_agent_timeout=run.agent_budget_expired,
             reward=reward,
         )
     except TrajectoriesConsumed as exc:  # a trainer took the rows already; they are not handed out twice
-        report["build"] = {"kept": exc.message}
+        built = BuildSummary(kept=exc.message)
     if not ctx.settings.keep_workdirs:
         for runtime in (agent_runtime(ctx, view), eval_runtime(ctx, view)):
             await runtime.stop(remove=True)
-    return StageOutput(report, status=outcome, reward=reward, error=run.error)
+    return StageOutput(report.model_copy(update={"build": built}), status=outcome, reward=reward, error=run.error)
 
 
 async def evaluate(ctx: RolloutContext, rollout_id: str, *, owner: str) -> StageReport:

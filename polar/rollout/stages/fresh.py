@@ -12,9 +12,8 @@ artifact that was not kept fails the stage naming it (``ArtifactMissing``), neve
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
 
+from db.stage_reports import ArtifactSummary, RuntimeReport
 from polar.errors import ArtifactMissing, SandboxError
 from polar.rollout import artifact_store
 from polar.rollout.context import RolloutContext
@@ -24,7 +23,7 @@ from polar.rollout.state import RolloutView
 from polar.runtime.base import Runtime
 
 
-async def prepare_eval_runtime(ctx: RolloutContext, view: RolloutView) -> dict[str, Any]:
+async def prepare_eval_runtime(ctx: RolloutContext, view: RolloutView) -> RuntimeReport:
     runtime = eval_runtime(ctx, view)
     await runtime.start(fresh=True)
     spec = view.task.evaluator
@@ -32,37 +31,36 @@ async def prepare_eval_runtime(ctx: RolloutContext, view: RolloutView) -> dict[s
     reports = await run_prepare(runtime, actions, copy_roots=ctx.settings.copy_root_paths)
     # The marker says the recipe finished: a runtime half-prepared by a dead attempt is prepared again.
     await runtime.write_file(str(runtime.layout.private / "prepared"), "ok")
-    return {"runtime": runtime.describe(), "prepare": reports}
+    return RuntimeReport(runtime=runtime.describe(), prepare=reports)
 
 
 async def fresh_eval_runtime(
-    ctx: RolloutContext, view: RolloutView, artifacts: dict[str, Any]
-) -> tuple[Runtime, dict[str, Any]]:
+    ctx: RolloutContext, view: RolloutView, artifacts: ArtifactSummary
+) -> tuple[Runtime, RuntimeReport]:
     """The prepared evaluation runtime with the agent's changes applied."""
     runtime = eval_runtime(ctx, view)
-    report: dict[str, Any] = {"reused": runtime.exists() and (runtime.layout.private / "prepared").exists()}
-    if not report["reused"]:
-        report.update(await prepare_eval_runtime(ctx, view))
+    report = RuntimeReport(reused=runtime.exists() and (runtime.layout.private / "prepared").exists())
+    if not report.reused:
+        report = report.merged(await prepare_eval_runtime(ctx, view))
     else:
         await runtime.start(fresh=False)
-    report.update(await _apply_changes(ctx, view, runtime, artifacts, local=agent_runtime(ctx, view).exists()))
-    return runtime, report
+    changes = await _apply_changes(ctx, view, runtime, artifacts, local=agent_runtime(ctx, view).exists())
+    return runtime, report.merged(changes)
 
 
-def _kept(view: RolloutView, artifacts: Mapping[str, Any]) -> Mapping[str, Any]:
-    kept: Mapping[str, Any] | None = artifacts.get("kept")
-    if not kept:
+def _kept(view: RolloutView, artifacts: ArtifactSummary) -> ArtifactSummary:
+    if not artifacts.kept:
         raise ArtifactMissing(
             f"rollout {view.id}: its runtime folder is not on this host and its run kept no artifacts"
-            f" ({artifacts.get('error') or 'none were recorded'})",
+            f" ({artifacts.error or 'none were recorded'})",
             field="artifacts",
         )
-    return kept
+    return artifacts
 
 
-async def _stored(ctx: RolloutContext, view: RolloutView, kept: Mapping[str, Any], name: str) -> bytes:
-    entry = kept.get(name) or {}
-    why = entry.get("reason", "") if not entry.get("stored") else ""
+async def _stored(ctx: RolloutContext, view: RolloutView, kept: ArtifactSummary, name: str) -> bytes:
+    entry = kept.entry(name)
+    why = (entry.reason or "") if not entry.stored else ""
     return await asyncio.to_thread(artifact_store.load, ctx.factory, view.id, name, why=why)
 
 
@@ -75,44 +73,46 @@ async def _apply_patch(runtime: Runtime, patch: bytes) -> None:
 
 
 async def _apply_changes(
-    ctx: RolloutContext, view: RolloutView, runtime: Runtime, artifacts: Mapping[str, Any], *, local: bool
-) -> dict[str, Any]:
+    ctx: RolloutContext, view: RolloutView, runtime: Runtime, artifacts: ArtifactSummary, *, local: bool
+) -> RuntimeReport:
     """The agent's diff and the evaluator's ``copy_paths``, from the agent's runtime folder when this host has it
     (``local``), else from the kept artifacts."""
-    report: dict[str, Any] = {}
+    applied_diff = restored_work = False
     source = agent_runtime(ctx, view)
-    kept = {} if local else _kept(view, artifacts)
-    patch_file = artifacts.get("patch_file")
-    if artifacts.get("diff_bytes"):
-        if local and patch_file:
-            with open(patch_file, "rb") as f:
+    kept = ArtifactSummary() if local else _kept(view, artifacts)
+    if artifacts.diff_bytes:
+        if local and artifacts.patch_file:
+            with open(artifacts.patch_file, "rb") as f:
                 patch = f.read()
         else:
             patch = await _stored(ctx, view, kept, "diff.patch")
         await _apply_patch(runtime, patch)
-        report["applied_diff"] = True
-    elif not local and "work.tar.gz" in kept:
+        applied_diff = True
+    elif not local and "work.tar.gz" in kept.kept:
         data = await _stored(ctx, view, kept, "work.tar.gz")
         await asyncio.to_thread(artifact_store.untar_into, data, runtime.layout.work)
-        report["restored_work"] = True
+        restored_work = True
     for path in view.task.evaluator.copy_paths:
         if local:
             if (source.layout.work / path).exists():
                 await runtime.upload(source.layout.work / path, path)
             continue
-        if (kept.get(f"work/{path}") or {}).get("absent"):
+        if kept.entry(f"work/{path}").absent:
             continue
-        if f"work/{path}.tar.gz" in kept:
+        if f"work/{path}.tar.gz" in kept.kept:
             data = await _stored(ctx, view, kept, f"work/{path}.tar.gz")
             await asyncio.to_thread(artifact_store.untar_into, data, runtime.layout.work / path)
         else:
             await runtime.write_file(path, await _stored(ctx, view, kept, f"work/{path}"))
-    report["copied"] = list(view.task.evaluator.copy_paths)
-    report["from_artifacts"] = not local
-    return report
+    copied, from_artifacts = list(view.task.evaluator.copy_paths), not local
+    if applied_diff:  # the report names what was done, and only that
+        return RuntimeReport(applied_diff=True, copied=copied, from_artifacts=from_artifacts)
+    if restored_work:
+        return RuntimeReport(restored_work=True, copied=copied, from_artifacts=from_artifacts)
+    return RuntimeReport(copied=copied, from_artifacts=from_artifacts)
 
 
-async def rebuild_agent_runtime(ctx: RolloutContext, view: RolloutView, artifacts: Mapping[str, Any]) -> dict[str, Any]:
+async def rebuild_agent_runtime(ctx: RolloutContext, view: RolloutView, artifacts: ArtifactSummary) -> RuntimeReport:
     """The agent's runtime recreated on this host (its folder is elsewhere): prepared like the agent's, then the
     agent's changes applied from the kept artifacts."""
     _kept(view, artifacts)  # fail before preparing anything when nothing was kept
@@ -120,4 +120,4 @@ async def rebuild_agent_runtime(ctx: RolloutContext, view: RolloutView, artifact
     await runtime.start(fresh=True)
     reports = await run_prepare(runtime, view.task.runtime.prepare, copy_roots=ctx.settings.copy_root_paths)
     changes = await _apply_changes(ctx, view, runtime, artifacts, local=False)
-    return {"rebuilt": True, "prepare": reports, **changes}
+    return RuntimeReport(rebuilt=True, prepare=reports).merged(changes)

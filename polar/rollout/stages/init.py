@@ -9,8 +9,7 @@ rollout as TIMEOUT without launching anything.
 
 from __future__ import annotations
 
-from typing import Any
-
+from db.stage_results import InitResult
 from polar.rollout.context import RolloutContext
 from polar.rollout.prepare import DeadlinePassed, run_prepare
 from polar.rollout.stages.common import (
@@ -24,28 +23,27 @@ from polar.rollout.state import RolloutView, Stage, StageOutput
 from polar.runtime.base import Runtime
 
 
-async def prepare_agent_runtime(ctx: RolloutContext, view: RolloutView, runtime: Runtime) -> dict[str, Any]:
+async def prepare_agent_runtime(ctx: RolloutContext, view: RolloutView, runtime: Runtime) -> InitResult:
     """Start ``runtime`` fresh and prepare it for the harness; the init stage's result (also what the run stage
-    records when it prepares the runtime again before launching a harness a second time)."""
+    does when it prepares the runtime again before launching a harness a second time)."""
     await runtime.start(fresh=True)
-    result: dict[str, Any] = {"runtime": runtime.describe(), "harness": view.task.harness.name}
+    described, harness = runtime.describe(), view.task.harness.name
     try:
-        result["prepare"] = await run_prepare(
+        prepared = await run_prepare(
             runtime,
             view.task.runtime.prepare,
             copy_roots=ctx.settings.copy_root_paths,
             remaining_s=view.remaining_s,
         )
     except DeadlinePassed as exc:
-        return {**result, "deadline_expired": True, "error": str(exc)}
+        return InitResult(runtime=described, harness=harness, deadline_expired=True, error=str(exc))
     adapter, config = harness_config(view)
     hctx = harness_context(ctx, view, runtime)
     await runtime.write_file(hctx.instruction_file, view.task.instruction)
     files = dict(adapter.setup_files(config, hctx))
     for path, content in files.items():
         await runtime.write_file(path, content)
-    result["harness_files"] = sorted(files)
-    return result
+    return InitResult(runtime=described, harness=harness, prepare=prepared, harness_files=sorted(files))
 
 
 async def _init(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutput:

@@ -13,13 +13,14 @@ first and last captures.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import sqlalchemy as sa
 
 from db.engine import session_scope
 from db.enums import CaptureStatus, RolloutStatus
 from db.models import Capture, Rollout
+from db.stage_reports import ArtifactSummary, BuildSummary
+from db.stage_results import PostrunResult
 from polar.errors import ArtifactMissing
 from polar.rollout.artifacts import keep_artifacts
 from polar.rollout.context import RolloutContext
@@ -33,10 +34,10 @@ def build_trajectories(
     rollout_id: str,
     *,
     builder: str,
-    status: str,
+    status: RolloutStatus,
     aligned_agent_timeout: bool,
     reward: float | None = None,
-) -> dict[str, Any]:
+) -> BuildSummary:
     """Build and store ``rollout_id``'s trajectories; returns a summary for the stage result."""
     with session_scope(ctx.factory) as db:
         built = build_and_store(
@@ -65,34 +66,34 @@ def build_trajectories(
             assert row is not None
             row.weight_version_min, row.weight_version_max = versions[0], versions[-1]
     stats = built.stats
-    return {
-        "builder": builder,
-        "captures": stats.captures_in,
-        "error_captures": stats.error_captures,
-        "trajectories": stats.traces_out,
-        "loss_tokens": sum(t.n_loss_tokens for t in built.traces),
-        "filter": sorted({t.filter_reason for t in built.traces if t.filter_reason}),
-    }
+    return BuildSummary(
+        builder=builder,
+        captures=stats.captures_in,
+        error_captures=stats.error_captures,
+        trajectories=stats.traces_out,
+        loss_tokens=sum(t.n_loss_tokens for t in built.traces),
+        filter=sorted({t.filter_reason for t in built.traces if t.filter_reason}),
+    )
 
 
 async def _postrun(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutput:
     run = view.run
     runtime = agent_runtime(ctx, view)
-    artifacts = dict(run.artifacts)
-    if not artifacts.get("kept"):
+    artifacts = run.artifacts
+    if not artifacts.kept:
         if runtime.exists():
             artifacts = await asyncio.wait_for(
                 keep_artifacts(ctx.factory, ctx.settings, view, runtime), ctx.settings.postrun_timeout_s
             )
-        elif run.outcome == RolloutStatus.COMPLETED.value:
+        elif run.outcome is RolloutStatus.COMPLETED:
             # Its evaluator needs the agent's changes: without them it would grade untouched files (a silent 0).
             raise ArtifactMissing(
                 f"rollout {view.id}: the runtime folder {runtime.layout.root} is not on this host and the run kept "
-                f"no artifacts (diff.patch, the evaluator's files): {artifacts.get('error') or 'none recorded'}",
+                f"no artifacts (diff.patch, the evaluator's files): {artifacts.error or 'none recorded'}",
                 field="artifacts",
             )
         else:  # an ERROR or TIMEOUT run is rewarded 0 by its outcome; nothing will read its changes
-            artifacts = {"error": f"the runtime folder {runtime.layout.root} is gone; no artifacts"}
+            artifacts = ArtifactSummary(error=f"the runtime folder {runtime.layout.root} is gone; no artifacts")
     await ctx.gateway.close_session(view.id)
     built = await asyncio.to_thread(
         build_trajectories,
@@ -102,7 +103,7 @@ async def _postrun(ctx: RolloutContext, view: RolloutView, owner: str) -> StageO
         status=run.outcome,
         aligned_agent_timeout=run.agent_budget_expired,
     )
-    return StageOutput({"artifacts": artifacts, "build": built})
+    return StageOutput(PostrunResult(artifacts=artifacts, build=built))
 
 
 async def postrun(ctx: RolloutContext, rollout_id: str, *, owner: str) -> StageReport:

@@ -20,11 +20,9 @@ ERROR (``interrupted``) with the captures kept as they were, masked, as a run th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from datetime import datetime
-from typing import Any
 
 from db.enums import RolloutStatus
+from db.stage_results import Relaunch, RunProgress, RunResult
 from polar.rollout import state
 from polar.rollout.context import RolloutContext
 from polar.rollout.stages.init import prepare_agent_runtime
@@ -34,43 +32,46 @@ from polar.runtime.base import ProcessHandle, Runtime
 REASON = "the flow run that launched the harness died before the harness ended"
 
 
-def _prepared_since(view: RolloutView, launched_at: str | None) -> bool:
+def _prepared_since(view: RolloutView, launch: RunProgress) -> bool:
     """Whether init prepared the runtime after that launch (init ran again: the runtime was not on this host)."""
-    started = (view.stage_timings.get(Stage.INIT.value) or {}).get("started_at")
-    return bool(started and launched_at and datetime.fromisoformat(started) > datetime.fromisoformat(launched_at))
+    prepared, launched = view.timings.started_at(Stage.INIT), launch.launched
+    return prepared is not None and launched is not None and prepared > launched
 
 
 async def after_interruption(
-    ctx: RolloutContext, view: RolloutView, runtime: Runtime, progress: Mapping[str, Any], owner: str
-) -> StageOutput | dict[str, Any]:
-    """Set the cut-short launch aside; returns what the new launch's report records (``relaunched``), or the
+    ctx: RolloutContext, view: RolloutView, runtime: Runtime, launch: RunProgress, owner: str
+) -> StageOutput | Relaunch:
+    """Set the cut-short ``launch`` aside; returns what the new launch's report records (``relaunched``), or the
     run's ERROR outcome when no relaunch is left."""
     killed = False
-    process = progress.get("process")
-    if process and runtime.exists():
-        killed = await runtime.kill(ProcessHandle(int(process["pid"]), int(process["start_ticks"])))
+    process = launch.process
+    if process is not None and runtime.exists():
+        killed = await runtime.kill(ProcessHandle(process.pid, process.start_ticks))
     await ctx.gateway.close_session(view.id)
     earlier = view.results.interrupted_runs
     allowed = ctx.settings.run_retries
     if len(earlier) >= allowed:
         return StageOutput(
-            {
-                "outcome": RolloutStatus.ERROR.value,
-                "interrupted": True,
-                "leftover_killed": killed,
-                "agent_budget_expired": False,
-                "relaunches": len(earlier),
-                "error": (
+            RunResult(
+                outcome=RolloutStatus.ERROR,
+                interrupted=True,
+                leftover_killed=killed,
+                agent_budget_expired=False,
+                relaunches=len(earlier),
+                error=(
                     f"the harness run was interrupted ({REASON}); it was launched again {len(earlier)} time(s), "
                     f"as many as POLAR_RUN_RETRIES ({allowed}) allows"
                 ),
-            }
+            )
         )
-    record = await asyncio.to_thread(state.set_aside, ctx.factory, view.id, owner, progress, REASON)
-    record["leftover_killed"] = killed
-    record["runtime_prepared_again"] = not _prepared_since(view, progress.get("launched_at"))
-    if record["runtime_prepared_again"]:
-        prepared = await prepare_agent_runtime(ctx, view, runtime)
-        if prepared.get("deadline_expired"):
-            record["deadline_expired"] = True
-    return record
+    record = await asyncio.to_thread(state.set_aside, ctx.factory, view.id, owner, launch, REASON)
+    prepare_again = not _prepared_since(view, launch)
+    expired = prepare_again and (await prepare_agent_runtime(ctx, view, runtime)).deadline_expired
+    return Relaunch.model_validate(
+        {
+            **record.as_json(),
+            "leftover_killed": killed,
+            "runtime_prepared_again": prepare_again,
+            **({"deadline_expired": True} if expired else {}),  # the key is there only when it is true
+        }
+    )

@@ -30,10 +30,11 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
-from datetime import datetime
-from typing import Any
+from dataclasses import dataclass
 
 from db.enums import RolloutStatus
+from db.stage_reports import ArtifactSummary, RuntimeReport
+from db.stage_results import LaunchedProcess, Relaunch, RunProgress, RunResult
 from polar.rollout import state
 from polar.rollout.artifacts import keep_artifacts
 from polar.rollout.context import RolloutContext
@@ -53,65 +54,81 @@ from polar.runtime.launcher import clear_exit, exit_path, launcher_argv, read_ex
 OUTPUT_EXCERPT = 2000
 
 
-def _ended(returncode: int | None, timed_out: bool, by_agent: bool, budget: float, stderr: str) -> dict[str, Any]:
-    """The outcome fields of a run's report."""
+@dataclass(frozen=True)
+class _End:
+    """How the harness ended: the outcome fields of the run's report."""
+
+    outcome: RolloutStatus
+    agent_budget_expired: bool = False
+    deadline_expired: bool = False
+    error: str | None = None
+
+    def recorded_in(self, report: RunResult) -> RunResult:
+        """``report`` with this end's error, when there is one (a clean exit's report has no ``error`` key)."""
+        return report if self.error is None else report.model_copy(update={"error": self.error})
+
+
+def _ended(returncode: int | None, timed_out: bool, by_agent: bool, budget: float, stderr: str) -> _End:
     if timed_out:
         limit = "agent budget" if by_agent else "deadline"
-        return {
-            "outcome": RolloutStatus.TIMEOUT.value,
-            "agent_budget_expired": by_agent,
-            "deadline_expired": not by_agent,
-            "error": f"the harness ran past its {limit} ({budget:.1f} s) and was stopped",
-        }
+        error = f"the harness ran past its {limit} ({budget:.1f} s) and was stopped"
+        return _End(RolloutStatus.TIMEOUT, agent_budget_expired=by_agent, deadline_expired=not by_agent, error=error)
     if returncode != 0:
-        error = f"the harness exited with code {returncode}: {stderr[-300:].strip()}"
-        return {"outcome": RolloutStatus.ERROR.value, "error": error}
-    return {"outcome": RolloutStatus.COMPLETED.value}
+        return _End(RolloutStatus.ERROR, error=f"the harness exited with code {returncode}: {stderr[-300:].strip()}")
+    return _End(RolloutStatus.COMPLETED)
 
 
-async def _recovered(ctx: RolloutContext, view: RolloutView, runtime: Runtime, progress: Any) -> StageOutput | None:
+async def _record_end(ctx: RolloutContext, view: RolloutView, owner: str, ended: RunResult) -> None:
+    """Recorded before anything else can fail: a retry of the stage then reports the harness as it ended."""
+    await asyncio.to_thread(state.record_progress, ctx.factory, view.id, owner, RunProgress(ended=ended))
+
+
+async def _recovered(
+    ctx: RolloutContext, view: RolloutView, runtime: Runtime, launch: RunProgress
+) -> StageOutput | None:
     """The report of a harness that finished before its worker died (its launcher's exit file), if it did.
 
     Only an end before this attempt began counts: a harness that went on (its worker was stale, not dead, so its
     container kept running) ran without its session, which the takeover revoked, so its end says nothing about
     the task."""
-    launch_id = progress.get("launch_id")
-    ended = await read_exit(runtime, launch_id) if launch_id else None
+    ended = await read_exit(runtime, launch.launch_id) if launch.launch_id else None
     if ended is None:
         return None
-    this_attempt = (view.stage_timings.get(Stage.RUN.value) or {}).get("started_at")
-    if this_attempt and ended.ended_at > datetime.fromisoformat(this_attempt):
+    this_attempt = view.timings.started_at(Stage.RUN)
+    if this_attempt is not None and ended.ended_at > this_attempt:
         return None
-    launched_at = datetime.fromisoformat(progress["launched_at"])
-    budget = float(progress.get("budget_s") or 0.0)
-    stdout = _log_tail(runtime, "harness.stdout")
+    launched_at = launch.launched
+    assert launched_at is not None  # the caller saw the launch recorded
+    budget = launch.budget_s or 0.0
     stderr = _log_tail(runtime, "harness.stderr")
-    report: dict[str, Any] = {
-        "launched": True,
-        "recovered": True,  # read from the launcher's exit file after the worker that ran it died
-        "exit_code": ended.exit_code,
-        "duration_s": round(max(0.0, (ended.ended_at - launched_at).total_seconds()), 3),
-        "budget_s": round(budget, 3),
-        "agent_budget_expired": False,
-        "deadline_expired": False,
-        "stdout_tail": stdout,
-        "stderr_tail": stderr,
-        **_ended(ended.exit_code, False, False, budget, stderr),
-    }
-    await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, view.owner or "", {"ended": report})
+    end = _ended(ended.exit_code, False, False, budget, stderr)
+    report = end.recorded_in(
+        RunResult(
+            launched=True,
+            recovered=True,
+            exit_code=ended.exit_code,
+            duration_s=round(max(0.0, (ended.ended_at - launched_at).total_seconds()), 3),
+            budget_s=round(budget, 3),
+            agent_budget_expired=end.agent_budget_expired,
+            deadline_expired=end.deadline_expired,
+            stdout_tail=_log_tail(runtime, "harness.stdout"),
+            stderr_tail=stderr,
+            outcome=end.outcome,
+        )
+    )
+    await _record_end(ctx, view, view.owner or "", report)
     await ctx.gateway.close_session(view.id)
-    report["artifacts"] = await _keep(ctx, view, runtime)
-    return StageOutput(report)
+    return StageOutput(report.model_copy(update={"artifacts": await _keep(ctx, view, runtime)}))
 
 
-async def _keep(ctx: RolloutContext, view: RolloutView, runtime: Runtime) -> dict[str, Any]:
+async def _keep(ctx: RolloutContext, view: RolloutView, runtime: Runtime) -> ArtifactSummary:
     """The artifacts a later stage needs on any host, kept while this host still has the runtime folder."""
     try:
         return await asyncio.wait_for(
             keep_artifacts(ctx.factory, ctx.settings, view, runtime), ctx.settings.postrun_timeout_s
         )
     except Exception as exc:  # noqa: BLE001 - postrun keeps them again if it runs here; elsewhere it fails naming them
-        return {"error": f"keeping the artifacts failed: {exc.__class__.__name__}: {exc}"}
+        return ArtifactSummary(error=f"keeping the artifacts failed: {exc.__class__.__name__}: {exc}")
 
 
 def _log_tail(runtime: Runtime, name: str) -> str:
@@ -124,41 +141,51 @@ def _log_tail(runtime: Runtime, name: str) -> str:
         return ""
 
 
-async def _prewarm(ctx: RolloutContext, view: RolloutView) -> dict[str, Any]:
+async def _prewarm(ctx: RolloutContext, view: RolloutView) -> RuntimeReport:
     try:
         return await prepare_eval_runtime(ctx, view)
     except Exception as exc:  # noqa: BLE001 - evaluate prepares it again; the run's outcome must not depend on it
-        return {"error": f"{exc.__class__.__name__}: {exc}"}
+        return RuntimeReport(error=f"{exc.__class__.__name__}: {exc}")
+
+
+async def _resume(
+    ctx: RolloutContext, view: RolloutView, runtime: Runtime, owner: str
+) -> StageOutput | Relaunch | None:
+    """What an earlier attempt of the run left: the harness's end (reported as it was), or a launch with no end,
+    recovered from its exit file or set aside (``Relaunch``; the ERROR outcome past the relaunch limit). None
+    when it launched nothing."""
+    progress = view.results.run_progress
+    if progress.ended is not None:  # the harness ended, then the stage failed (closing the session, say)
+        await ctx.gateway.close_session(view.id)
+        return StageOutput(progress.ended)
+    if not progress.launched_at:
+        return None
+    recovered = await _recovered(ctx, view, runtime, progress)
+    if recovered is not None:
+        return recovered
+    return await after_interruption(ctx, view, runtime, progress, owner)
+
+
+def _too_late(relaunched: Relaunch | None) -> StageOutput:
+    timed_out = RunResult(
+        outcome=RolloutStatus.TIMEOUT,
+        launched=False,
+        deadline_expired=True,
+        agent_budget_expired=False,
+        error="the deadline passed before the harness could start",
+    )
+    return StageOutput(timed_out if relaunched is None else timed_out.model_copy(update={"relaunched": relaunched}))
 
 
 async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutput:
     runtime = agent_runtime(ctx, view)
-    progress = view.progress(Stage.RUN)
-    if progress.get("ended"):  # the harness ended, then the stage failed (closing the session, say)
-        await ctx.gateway.close_session(view.id)
-        return StageOutput(dict(progress["ended"]))
-    relaunched: dict[str, Any] | None = None
-    if progress.get("launched_at"):
-        recovered = await _recovered(ctx, view, runtime, progress)
-        if recovered is not None:
-            return recovered
-        after = await after_interruption(ctx, view, runtime, progress, owner)
-        if isinstance(after, StageOutput):
-            return after
-        relaunched = after
+    relaunched = await _resume(ctx, view, runtime, owner)
+    if isinstance(relaunched, StageOutput):
+        return relaunched
     init = view.results.init
-    expired = (init is not None and init.deadline_expired) or (relaunched or {}).get("deadline_expired")
+    expired = (init is not None and init.deadline_expired) or (relaunched is not None and relaunched.deadline_expired)
     if expired or view.remaining_s() <= 0:
-        return StageOutput(
-            {
-                "outcome": RolloutStatus.TIMEOUT.value,
-                "launched": False,
-                "deadline_expired": True,
-                "agent_budget_expired": False,
-                "error": "the deadline passed before the harness could start",
-                **({"relaunched": relaunched} if relaunched else {}),
-            }
-        )
+        return _too_late(relaunched)
     await runtime.start(fresh=False)
     adapter, config = harness_config(view)
     hctx = harness_context(ctx, view, runtime)
@@ -174,19 +201,15 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
         by_agent = agent_budget is not None and agent_budget <= remaining
         budget = agent_budget if by_agent and agent_budget is not None else remaining
         launch_id = uuid.uuid4().hex
-        launched = {
-            "launched_at": state.now().isoformat(),
-            "budget_s": budget,
-            "launch_id": launch_id,
-            "host": socket.gethostname(),
-        }
+        launched = RunProgress(
+            launched_at=state.now().isoformat(), budget_s=budget, launch_id=launch_id, host=socket.gethostname()
+        )
         clear_exit(runtime)
-        await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, launched)
+        await asyncio.to_thread(state.record_progress, ctx.factory, view.id, owner, launched)
 
         async def spawned(process: ProcessHandle) -> None:
-            await asyncio.to_thread(
-                state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"process": process.as_json()}
-            )
+            running = RunProgress(process=LaunchedProcess(pid=process.pid, start_ticks=process.start_ticks))
+            await asyncio.to_thread(state.record_progress, ctx.factory, view.id, owner, running)
 
         prewarm = asyncio.create_task(_prewarm(ctx, view)) if view.task.evaluator.fresh_runtime else None
         try:
@@ -203,25 +226,27 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
                 prewarm.cancel()
             raise
 
-    report: dict[str, Any] = {
-        "launched": True,
-        "exit_code": result.returncode,
-        "duration_s": round(result.duration_s, 3),
-        "budget_s": round(budget, 3),
-        "agent_budget_expired": False,
-        "deadline_expired": False,
-        "stdout_tail": result.stdout[-OUTPUT_EXCERPT:],
-        "stderr_tail": result.stderr[-OUTPUT_EXCERPT:],
-    }
-    report.update(_ended(result.returncode, result.timed_out, by_agent, budget, result.stderr))
-    if relaunched:
-        report["relaunched"] = relaunched  # which launch was set aside, why, and its captures
-    # Recorded before anything else can fail: a retry of this stage then reports the harness as it ended.
-    await asyncio.to_thread(state.record_progress, ctx.factory, view.id, Stage.RUN, owner, {"ended": report})
+    end = _ended(result.returncode, result.timed_out, by_agent, budget, result.stderr)
+    report = end.recorded_in(
+        RunResult(
+            launched=True,
+            exit_code=result.returncode,
+            duration_s=round(result.duration_s, 3),
+            budget_s=round(budget, 3),
+            agent_budget_expired=end.agent_budget_expired,
+            deadline_expired=end.deadline_expired,
+            stdout_tail=result.stdout[-OUTPUT_EXCERPT:],
+            stderr_tail=result.stderr[-OUTPUT_EXCERPT:],
+            outcome=end.outcome,
+        )
+    )
+    if relaunched is not None:  # which launch was set aside, why, and its captures
+        report = report.model_copy(update={"relaunched": relaunched})
+    await _record_end(ctx, view, owner, report)
     await ctx.gateway.close_session(view.id)
-    report["artifacts"] = await _keep(ctx, view, runtime)
+    report = report.model_copy(update={"artifacts": await _keep(ctx, view, runtime)})
     if prewarm is not None:
-        report["eval_runtime"] = await prewarm
+        report = report.model_copy(update={"eval_runtime": await prewarm})
     return StageOutput(report)
 
 

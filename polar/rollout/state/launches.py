@@ -17,54 +17,45 @@ this runs, so no call of the old launch can commit afterwards):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.engine import session_scope
 from db.enums import CaptureStatus
 from db.models import Capture
+from db.stage_results import InterruptedRun, RunProgress
 from polar.clock import now
 from polar.rollout.state.view import Stage, _owned
 
-INTERRUPTED_RUNS = "interrupted_runs"
-
-
-def interrupted_runs(stage_results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The launches of this rollout that were cut short and set aside, oldest first."""
-    return list(stage_results.get(INTERRUPTED_RUNS) or [])
-
 
 def set_aside(
-    factory: sessionmaker[Session], rollout_id: str, owner: str, launch: Mapping[str, Any], reason: str
-) -> dict[str, Any]:
+    factory: sessionmaker[Session], rollout_id: str, owner: str, launch: RunProgress, reason: str
+) -> InterruptedRun:
     """Set the interrupted ``launch`` (the run stage's progress) and its captures aside; returns its record."""
     with session_scope(factory) as db:
         row = _owned(db, rollout_id, owner)  # locked: the capture writer waits
-        number = len(row.results.interrupted_runs) + 1
+        results = row.results
+        number = len(results.interrupted_runs) + 1
         marked = db.execute(
             sa.update(Capture)
             .where(Capture.rollout_id == rollout_id, Capture.status == CaptureStatus.OK)
             .values(status=CaptureStatus.INTERRUPTED, error=f"made by interrupted harness launch {number}: {reason}")
             .execution_options(synchronize_session=False)
         )
-        record = {
-            "launch": number,
-            "launch_id": launch.get("launch_id"),
-            "launched_at": launch.get("launched_at"),
-            "host": launch.get("host"),
-            "set_aside_at": now().isoformat(),
-            "reason": reason,
-            "captures_set_aside": int(marked.rowcount or 0),  # type: ignore[attr-defined]
-            "seq_end": int(row.next_capture_seq or 0),
+        record = InterruptedRun(
+            launch=number,
+            launch_id=launch.launch_id,
+            launched_at=launch.launched_at,
+            host=launch.host,
+            set_aside_at=now().isoformat(),
+            reason=reason,
+            captures_set_aside=int(marked.rowcount or 0),  # type: ignore[attr-defined]
+            seq_end=int(row.next_capture_seq or 0),
+        )
+        row.stage_results = {
+            **(row.stage_results or {}),
+            "interrupted_runs": [r.as_json() for r in (*results.interrupted_runs, record)],
+            "progress": results.progress.without({Stage.RUN.value}),
         }
-        results = dict(row.stage_results or {})
-        results[INTERRUPTED_RUNS] = [*interrupted_runs(results), record]
-        progress = dict(results.get("progress") or {})
-        progress.pop(Stage.RUN.value, None)
-        results["progress"] = progress
-        row.stage_results = results
         row.heartbeat_at = now()
         return record

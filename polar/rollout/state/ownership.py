@@ -3,9 +3,8 @@ rollouts the retry flow should resume."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,11 +16,6 @@ from db.stage_results import StageResults
 from polar.clock import now
 from polar.errors import RolloutClaimed
 from polar.rollout.state.view import DEADLINE_STAGES, RolloutView, Stage, _row, _view
-
-
-def _spent_s(timings: Mapping[str, Any], stages: Sequence[Stage]) -> float:
-    return sum(float((timings.get(s.value) or {}).get("duration_s") or 0.0) for s in stages)
-
 
 OwnerProbe = Callable[[str, float], bool]
 """``(owner flow run id, seconds since its last heartbeat) -> whether that flow run is not running any more``.
@@ -95,7 +89,7 @@ def claim(
         row = _row(db, rollout_id)
         _clear_failure(row)
         view = _view(db, row, default_timeout_s)
-        left = max(0.0, view.timeout_s - _spent_s(row.stage_timings or {}, DEADLINE_STAGES))
+        left = max(0.0, view.timeout_s - view.timings.spent_s(DEADLINE_STAGES))
         row.deadline_at = at + timedelta(seconds=left)
         row.started_at = row.started_at or at
         db.flush()
@@ -143,12 +137,14 @@ def select_retryable(
 
 def _clear_failure(row: Rollout) -> None:
     """A claimed rollout that had failed resumes: its failure moves to ``previous_failures``."""
-    results = dict(row.stage_results or {})
-    failure = results.pop("failure", None)
+    results = row.results
+    failure = results.failure
     if failure is None:
         return
-    failed = Stage(failure["stage"])
-    row.stage_results = {**results, "previous_failures": [*results.get("previous_failures", []), failure]}
+    failed = Stage(failure.stage)
+    kept = {k: v for k, v in (row.stage_results or {}).items() if k != "failure"}
+    previous = [f.as_json() for f in (*results.previous_failures, failure)]
+    row.stage_results = {**kept, "previous_failures": previous}
     row.status = failed.previous.status if failed.previous else RolloutStatus.PENDING
     row.error = None
     row.finished_at = None

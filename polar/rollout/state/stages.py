@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
@@ -16,7 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.engine import session_scope
 from db.enums import RolloutStatus, TaskStatus
 from db.models import Rollout, Task
-from db.stage_results import checked_stage_result
+from db.stage_results import Failure, RunProgress, StageResult, checked_stage_result
+from db.stage_timings import StageHost, StageTimings
 from polar.clock import now
 from polar.errors import StageOrderError
 from polar.rollout.state.view import STAGES, RolloutView, Stage, _owned, _view
@@ -42,29 +41,32 @@ def begin_stage(
             raise StageOrderError(
                 f"rollout {rollout_id}: {stage} cannot start before {stage.previous} is done", field="stage"
             )
-        timing = dict(view.stage_timings.get(stage.value) or {})
-        timing["started_at"] = at.isoformat()
-        timing["attempts"] = int(timing.get("attempts", 0)) + 1
         # Where it ran (the parent is the worker that started this flow process, if any).
-        timing["where"] = {"host": socket.gethostname(), "pid": os.getpid(), "ppid": os.getppid()}
-        row.stage_timings = {**view.stage_timings, stage.value: timing}
+        where = StageHost(host=socket.gethostname(), pid=os.getpid(), ppid=os.getppid())
+        timing = view.timings.stage(stage).begun(at, where)
+        row.stage_timings = {**(row.stage_timings or {}), stage.value: timing.as_json()}
         row.status = stage.status
         row.heartbeat_at = at
         db.flush()
         return StageStart(_view(db, row, default_timeout_s), skipped=False)
 
 
-def record_progress(
-    factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str, values: Mapping[str, Any]
-) -> None:
-    """Merge ``values`` into what ``stage`` has recorded while running (committed before this returns)."""
+def enter_stage(factory: sessionmaker[Session], rollout_id: str, stage: Stage, owner: str) -> None:
+    """The rollout holds ``stage``'s slot: its status becomes the stage's now, before the stage begins, so the
+    store never shows it in the READY buffer (``INIT``) after it gave its ready slot back."""
+    with session_scope(factory) as db:
+        _owned(db, rollout_id, owner).status = stage.status
+
+
+def record_progress(factory: sessionmaker[Session], rollout_id: str, owner: str, values: RunProgress) -> None:
+    """Merge ``values`` (the keys it was given) into what the run stage has recorded while running (committed
+    before this returns)."""
     with session_scope(factory) as db:
         row = _owned(db, rollout_id, owner)
-        results = dict(row.stage_results or {})
-        progress = dict(results.get("progress") or {})
-        progress[stage.value] = {**(progress.get(stage.value) or {}), **values}
-        results["progress"] = progress
-        row.stage_results = results
+        results = row.results
+        progress = results.run_progress.merged(values)
+        stored = results.progress.without({Stage.RUN.value})
+        row.stage_results = {**(row.stage_results or {}), "progress": {**stored, Stage.RUN.value: progress.as_json()}}
         row.heartbeat_at = now()
 
 
@@ -72,7 +74,7 @@ def record_progress(
 class StageOutput:
     """What a stage hands back: its result, and for the last stage the rollout's final status and reward."""
 
-    result: Mapping[str, Any]
+    result: StageResult
     status: RolloutStatus | None = None
     reward: float | None = None
     error: str | None = None
@@ -84,12 +86,8 @@ def finish_stage(
     at = now()
     with session_scope(factory) as db:
         row = _owned(db, rollout_id, owner)
-        timings = dict(row.stage_timings or {})
-        timing = dict(timings.get(stage.value) or {})
-        started = datetime.fromisoformat(timing.get("started_at") or at.isoformat())
-        timing.update(finished_at=at.isoformat(), duration_s=round((at - started).total_seconds(), 4))
-        timings[stage.value] = timing
-        row.stage_timings = timings
+        timing = StageTimings.of(row.stage_timings).stage(stage).ended(at)
+        row.stage_timings = {**(row.stage_timings or {}), stage.value: timing.as_json()}
         row.stage_results = {**(row.stage_results or {}), stage.value: checked_stage_result(stage.value, output.result)}
         row.stage = stage.value
         row.heartbeat_at = at
@@ -106,10 +104,8 @@ def mark_failed(factory: sessionmaker[Session], rollout_id: str, stage: Stage, o
     at = now()
     with session_scope(factory) as db:
         row = _owned(db, rollout_id, owner)
-        row.stage_results = {
-            **(row.stage_results or {}),
-            "failure": {"stage": stage.value, "error": error, "at": at.isoformat()},
-        }
+        failure = Failure(stage=stage.value, error=error, at=at.isoformat())
+        row.stage_results = {**(row.stage_results or {}), "failure": failure.as_json()}
         row.status = RolloutStatus.ERROR
         row.error = f"{stage.value} failed: {error}"
         row.finished_at = at
@@ -126,10 +122,10 @@ def reopen_stage(
         row = _owned(db, rollout_id, owner)
         later = {s.value for s in STAGES[STAGES.index(stage) :]}
         kept = {s.value for s in keep_progress}
+        progress = row.results.progress.without(later - kept)
         results = {k: v for k, v in (row.stage_results or {}).items() if k not in later}
-        results["progress"] = {k: v for k, v in (results.get("progress") or {}).items() if k not in later or k in kept}
+        row.stage_results = {**results, "progress": progress}
         row.stage_timings = {k: v for k, v in (row.stage_timings or {}).items() if k not in later}
-        row.stage_results = results
         row.stage = stage.previous.value if stage.previous else None
 
 

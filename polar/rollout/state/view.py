@@ -15,6 +15,7 @@ from db.engine import session_scope
 from db.enums import RolloutStatus
 from db.models import Rollout, Task
 from db.stage_results import Failure, RunResult, StageResults
+from db.stage_timings import StageTimings
 from polar.clock import now
 from polar.errors import NotFound, RolloutClaimed
 from polar.rollout.spec import TaskRequest
@@ -50,15 +51,16 @@ DEADLINE_STAGES = (Stage.INIT, Stage.RUN)
 
 @dataclass(frozen=True)
 class RolloutView:
-    """What the stages read about a rollout (a snapshot; the row stays the authority)."""
+    """What the stages read about a rollout (a snapshot; the row stays the authority). Its JSON columns are read
+    once, here (``_view``), as records: ``results`` (``stage_results``) and ``timings`` (``stage_timings``)."""
 
     id: str
     task_id: str
     sample_index: int
     task: TaskRequest
     status: RolloutStatus
-    stage_results: Mapping[str, Any]
-    stage_timings: Mapping[str, Any]
+    results: StageResults
+    timings: StageTimings
     attempt: int
     owner: str | None
     deadline_at: datetime | None
@@ -66,15 +68,7 @@ class RolloutView:
 
     @property
     def done(self) -> frozenset[Stage]:
-        return frozenset(s for s in STAGES if (self.stage_timings.get(s.value) or {}).get("finished_at"))
-
-    def result(self, stage: Stage) -> Mapping[str, Any]:
-        """A finished stage's result as stored (``results`` reads it typed)."""
-        return self.stage_results.get(stage.value) or {}
-
-    @property
-    def results(self) -> StageResults:
-        return StageResults.of(self.stage_results)
+        return frozenset(s for s in STAGES if self.timings.finished(s))
 
     @property
     def run(self) -> RunResult:
@@ -82,9 +76,6 @@ class RolloutView:
         run = self.results.run
         assert run is not None, f"rollout {self.id}: the run stage has not finished"
         return run
-
-    def progress(self, stage: Stage) -> Mapping[str, Any]:
-        return self.results.progress_of(stage.value)
 
     def remaining_s(self, at: datetime | None = None) -> float:
         """Seconds left before the shared deadline (init + run)."""
@@ -133,8 +124,8 @@ def _view(db: Session, row: Rollout, default_timeout_s: float) -> RolloutView:
         sample_index=row.sample_index,
         task=_task_request(task, default_timeout_s),
         status=RolloutStatus(row.status),
-        stage_results=dict(row.stage_results or {}),
-        stage_timings=dict(row.stage_timings or {}),
+        results=row.results,
+        timings=StageTimings.of(row.stage_timings),
         attempt=row.attempt,
         owner=row.flow_run_id,
         deadline_at=row.deadline_at,

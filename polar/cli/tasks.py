@@ -1,0 +1,97 @@
+"""``polar tasks import harbor PATH...`` and ``polar tasks import swebench FILE.jsonl`` (TaskRequests as JSON), and
+``polar tasks check PATH...`` (each task's oracle and a no-op agent through the pipeline, as ``polar run`` runs a
+batch)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from polar.cli.runs import allow_copy_root, batch, harness_spec
+from polar.rollout.spec import parse_task_request
+from polar.settings import get_settings
+
+REPOS_HELP = (
+    "local clones (a git repository, or a folder of <owner>/<name> or <name> clones): each instance's test patch "
+    "and gold patch must apply at its base commit there, or nothing is imported"
+)
+
+
+def _import(args: argparse.Namespace) -> None:
+    from polar.tasks.harbor import load_harbor
+    from polar.tasks.swebench import load_swebench
+
+    tasks: list[Any]
+    if args.format == "harbor":
+        tasks = load_harbor([Path(p) for p in args.paths])
+    else:
+        tasks = [
+            instance
+            for path in args.paths
+            for instance in load_swebench(path, template=args.image_template, dataset=args.dataset, repos=args.repos)
+        ]
+    harness = harness_spec(args.harness, args.harness_config, args.model)
+    requests = [task.request(harness, samples=args.samples) for task in tasks]
+    for request in requests:
+        parse_task_request(request)  # the registries agree, or nothing is written
+    text = json.dumps(requests if len(requests) != 1 else requests[0], indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+        print(f"wrote {len(requests)} TaskRequest(s) to {args.out}")
+    else:
+        print(text)
+
+
+def _check(args: argparse.Namespace) -> None:
+    from polar.tasks import load_benchmark
+    from polar.tasks.check import check_requests, format_verdicts, judge
+
+    tasks = load_benchmark(args.paths, image_template=args.image_template, repos=args.repos)
+    for path in args.paths:
+        allow_copy_root(Path(path) if Path(path).is_dir() else Path(path).resolve().parent)
+    requests = check_requests(tasks)
+    for request in requests:
+        parse_task_request(request)
+    title = f"polar tasks check: {len(tasks)} task(s), oracle and no-op each"
+    rows = batch(get_settings(), requests, title)
+    if rows is None:  # the lines above say which rollouts did not run here
+        raise SystemExit(1)
+    verdicts = judge(tasks, rows)
+    print()
+    print(format_verdicts(verdicts))
+    if not all(v.ok for v in verdicts):
+        raise SystemExit(1)
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tasks = sub.add_parser("tasks", help="benchmark tasks: import Harbor folders, check oracles and no-ops")
+    actions = tasks.add_subparsers(dest="tasks_command", required=True)
+    imp = actions.add_parser("import", help="print (or write) the TaskRequests of benchmark tasks")
+    formats = imp.add_subparsers(dest="format", required=True)
+    from polar.tasks.swebench import IMAGE_TEMPLATES
+
+    harbor = formats.add_parser("harbor", help="Harbor task folders, or folders of them")
+    harbor.add_argument("paths", nargs="+")
+    swebench = formats.add_parser("swebench", help="SWE-bench-style instances, one JSON object per line")
+    swebench.add_argument("paths", nargs="+", metavar="FILE.jsonl")
+    swebench.add_argument(
+        "--dataset", default="swebench", choices=sorted(IMAGE_TEMPLATES), help="image naming of instances without one"
+    )
+    swebench.add_argument("--image-template", help="override: e.g. 'myorg/sweb.{id_docker}:v1'")
+    swebench.add_argument("--repos", help=REPOS_HELP)
+    for parser in (harbor, swebench):
+        parser.add_argument(
+            "--harness", default="mini_swe_agent", help="the harness that will run them (default: mini_swe_agent)"
+        )
+        parser.add_argument("--harness-config", help="the harness's config as JSON")
+        parser.add_argument("--model", help="the model name the harness asks for")
+        parser.add_argument("--samples", type=int, default=1, help="samples per task (num_samples)")
+        parser.add_argument("--out", help="a JSON file for polar run (default: print)")
+        parser.set_defaults(func=_import)
+    check = actions.add_parser("check", help="run each task's oracle and a no-op; exit 1 if any task is broken")
+    check.add_argument("paths", nargs="+", help="Harbor task folders (or folders of them), SWE-bench .jsonl files")
+    check.add_argument("--image-template", help="image naming of SWE-bench instances without an image field")
+    check.add_argument("--repos", help=REPOS_HELP)
+    check.set_defaults(func=_check)

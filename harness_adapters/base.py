@@ -13,9 +13,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
+
+
+class ModelCalls(StrEnum):
+    """What a harness, so configured, does with the model; the run stage acts on it.
+
+    ``required``: an agent. A run that exits 0 without one model call reaching its session did not run the
+    policy (it could not start its client, or crashed and exited 0): an infrastructure error, never a sample.
+    ``optional``: a program that may call the model or not (``command``). ``none``: it never does (a task's
+    oracle, a no-op): no gateway relay is started for it, so it needs nothing the relay needs (Node)."""
+
+    REQUIRED = "required"
+    OPTIONAL = "optional"
+    NONE = "none"
 
 
 @dataclass(frozen=True)
@@ -110,3 +124,6 @@ class HarnessAdapter(Protocol):
 
     def launch(self, config: Any, ctx: HarnessContext, session: SessionAccess) -> LaunchSpec:
         """How to start the harness against ``session``."""
+
+    def model_calls(self, config: Any) -> ModelCalls:
+        """Whether this harness, configured by ``config``, calls the model (``ModelCalls``)."""

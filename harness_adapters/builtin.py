@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness_adapters.base import HarnessContext, LaunchSpec, RoleHints, SessionAccess
+from harness_adapters.base import HarnessContext, LaunchSpec, ModelCalls, RoleHints, SessionAccess
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a coding agent working in a shell. Use the bash tool to inspect and change files in the current "
@@ -33,6 +33,9 @@ class BuiltinAgent:
     name: ClassVar[str] = "agent"
     Config: ClassVar[type[BaseModel]] = AgentConfig
     role_hints = RoleHints()  # structure alone labels its chains
+
+    def model_calls(self, config: AgentConfig) -> ModelCalls:
+        return ModelCalls.REQUIRED
 
     def setup_files(self, config: AgentConfig, ctx: HarnessContext) -> Mapping[str, str]:
         return {}

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness_adapters.base import (
     HarnessContext,
     LaunchSpec,
+    ModelCalls,
     RoleHints,
     SessionAccess,
     fill_placeholders,
@@ -29,12 +30,19 @@ class CommandConfig(BaseModel):
     command: str | list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict, description="written into the workdir at init")
+    model_calls: ModelCalls = Field(
+        default=ModelCalls.OPTIONAL,
+        description="'none': the program never calls the model (an oracle, a no-op), so no gateway relay is started",
+    )
 
 
 class CommandHarness:
     name: ClassVar[str] = "command"
     Config: ClassVar[type[BaseModel]] = CommandConfig
     role_hints = RoleHints()  # structure alone labels its chains
+
+    def model_calls(self, config: CommandConfig) -> ModelCalls:
+        return config.model_calls
 
     def setup_files(self, config: CommandConfig, ctx: HarnessContext) -> Mapping[str, str]:
         return dict(config.files)

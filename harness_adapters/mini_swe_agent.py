@@ -19,7 +19,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness_adapters.base import HarnessContext, LaunchSpec, RoleHints, SessionAccess
+from harness_adapters.base import HarnessContext, LaunchSpec, ModelCalls, RoleHints, SessionAccess
 from harness_adapters.install import TOOLS
 from polar.errors import SandboxError
 
@@ -40,6 +40,9 @@ class MiniSweAgent:
     name: ClassVar[str] = "mini_swe_agent"
     Config: ClassVar[type[BaseModel]] = MiniConfig
     role_hints = RoleHints()
+
+    def model_calls(self, config: MiniConfig) -> ModelCalls:
+        return ModelCalls.REQUIRED
 
     def setup_files(self, config: MiniConfig, ctx: HarnessContext) -> Mapping[str, str]:
         return {}

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness_adapters.base import HarnessContext, LaunchSpec, RoleHints, SessionAccess
+from harness_adapters.base import HarnessContext, LaunchSpec, ModelCalls, RoleHints, SessionAccess
 from harness_adapters.install import TOOLS, ToolPin
 from polar.errors import SandboxError
 
@@ -94,6 +94,9 @@ class NpmCliHarness:
     @property
     def pin(self) -> ToolPin:
         return TOOLS[self.spec.tool]
+
+    def model_calls(self, config: CliConfig) -> ModelCalls:
+        return ModelCalls.REQUIRED
 
     def setup_files(self, config: CliConfig, ctx: HarnessContext) -> Mapping[str, str]:
         return {}

@@ -196,11 +196,17 @@ class HarborTask:
         env = " ".join(shlex.quote(f"{name}={value}") for name, value in sorted(self.config.solution.env.items()))
         solve = f"env {env} bash /solution/solve.sh" if env else "bash /solution/solve.sh"
         command = f"rm -rf /solution && cp -a {{workdir}}/../{ORACLE_DIR} /solution && {solve}"
-        return self.request({"name": "command", "config": {"command": command}}, prepare=prepare, name_suffix=":oracle")
+        return self.request(
+            {"name": "command", "config": {"command": command, "model_calls": "none"}},
+            prepare=prepare,
+            name_suffix=":oracle",
+        )
 
     def noop_request(self) -> dict[str, Any]:
         """The task with an agent that does nothing."""
-        return self.request({"name": "command", "config": {"command": "true"}}, name_suffix=":noop")
+        return self.request(
+            {"name": "command", "config": {"command": "true", "model_calls": "none"}}, name_suffix=":noop"
+        )
 
 
 def _image_name(task_id: str) -> str:

@@ -131,10 +131,16 @@ class SWEbenchInstance:
         """The instance solved by its gold patch."""
         prepare = [{"type": "write_file", "path": f"../{ORACLE_PATCH}", "content": self.raw["patch"]}]
         command = f"git apply {{workdir}}/../{ORACLE_PATCH}"
-        return self.request({"name": "command", "config": {"command": command}}, prepare=prepare, name_suffix=":oracle")
+        return self.request(
+            {"name": "command", "config": {"command": command, "model_calls": "none"}},
+            prepare=prepare,
+            name_suffix=":oracle",
+        )
 
     def noop_request(self) -> dict[str, Any]:
-        return self.request({"name": "command", "config": {"command": "true"}}, name_suffix=":noop")
+        return self.request(
+            {"name": "command", "config": {"command": "true", "model_calls": "none"}}, name_suffix=":noop"
+        )
 
 
 def read_instance(raw: Any, *, template: str | None = None, dataset: str = "swebench") -> SWEbenchInstance:

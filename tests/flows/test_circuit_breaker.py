@@ -13,10 +13,13 @@ from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 from prefect.states import Failed
 
 from db.enums import RolloutStatus
-from db.models import Rollout
+from db.models import Rollout, Task
 from flows.batch import rollout_batch
 from flows.dispatch import Dispatch, dispatch_rollouts
 from flows.rollout import rollout
+from harness_adapters import ADAPTERS
+from harness_adapters.base import HarnessContext, LaunchSpec, ModelCalls, RoleHints, SessionAccess
+from harness_adapters.command import CommandConfig
 from polar.errors import BatchStopped
 from polar.rollout import submit_tasks
 from polar.rollout.context import store_factory
@@ -103,3 +106,56 @@ async def test_a_deployment_batch_stops_too_and_its_unstarted_flow_runs_are_canc
     cancelled = [rid for rid in ids if rows[rid].status is RolloutStatus.CANCELLED]
     assert sorted(cancelled) == sorted(set(ids) - failed)
     assert all(rows[rid].error.startswith("batch stopped: 3 rollouts in a row") for rid in cancelled)
+
+
+class SilentAgent:
+    """An agent that exits 0 without calling the model, as a CLI that crashes on its own error and exits 0 does."""
+
+    name = "silent"
+    Config = CommandConfig
+    role_hints = RoleHints()
+
+    def model_calls(self, config: CommandConfig) -> ModelCalls:
+        return ModelCalls.REQUIRED
+
+    def setup_files(self, config: CommandConfig, ctx: HarnessContext) -> dict[str, str]:
+        return {}
+
+    def launch(self, config: CommandConfig, ctx: HarnessContext, session: SessionAccess) -> LaunchSpec:
+        return LaunchSpec(argv=("true",))
+
+
+def unstartable_task(index: int) -> dict:
+    """Every other task's harness is not in the runtime (exit 127); the others' agent never calls the model."""
+    harness = (
+        {"name": "command", "config": {"command": ["/opt/no-such-harness/bin/agent"]}}
+        if index % 2
+        else {"name": "silent", "config": {"command": "unused"}}
+    )
+    evaluator = {"type": "script", "config": {"script": "exit 0"}}
+    return {
+        "name": f"unstartable-{index:02d}",
+        "instruction": "Do the task.",
+        "harness": harness,
+        "evaluator": evaluator,
+    }
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+async def test_harnesses_that_cannot_start_or_never_call_the_model_are_infrastructure_errors(flow_env, monkeypatch):
+    """Neither is a scored sample: each rollout is ERROR with the cause and no reward, and the breaker counts them."""
+    monkeypatch.setitem(ADAPTERS, "silent", SilentAgent())
+    flow_env(POLAR_BATCH_MAX_CONSECUTIVE_ERRORS="4", POLAR_BATCH_MAX_ACTIVE="1")
+    with pytest.raises(BatchStopped, match=r"4 rollouts in a row failed .* 4 unstarted rollout\(s\) cancelled"):
+        await rollout_batch(tasks=[unstartable_task(i) for i in range(8)])
+    with store_factory()() as db:
+        mine = sa.select(Task.id).where(Task.name.startswith("unstartable-"))
+        failed = db.scalars(
+            sa.select(Rollout).where(Rollout.status == RolloutStatus.ERROR, Rollout.task_id.in_(mine))
+        ).all()
+    causes = sorted(row.error.split(": ", 2)[1] for row in failed)
+    assert causes == ["the harness could not start"] * 2 + ["the harness exited 0 without a model call"] * 2, causes
+    for row in failed:
+        assert row.reward is None and row.error.startswith("run failed")
+        ended = row.results.run_progress.ended  # the end as recorded: a retry of the stage raises it again
+        assert ended is not None and ended.infra_error is not None and ended.infra_error in row.error

@@ -8,7 +8,15 @@ exception, says how the harness ended:
 
 - COMPLETED: it exited 0.
 - ERROR: it exited non-zero (crashed): its captures are kept, its trajectories will be masked.
-- TIMEOUT: it was killed at its limit. ``agent_budget_expired`` (the agent's own budget ran out) makes its
+- TIMEOUT: it was killed at its limit.
+
+Two ends say nothing about the policy, so they are infrastructure errors (``RunResult.infra_error``): the stage
+raises ``HarnessError`` after recording the end (a retry raises it again), the rollout is ERROR with the cause,
+its captures are masked and the batch's circuit breaker counts it. The harness could not start (exit 126 or 127,
+the shell's statuses for a command that is not executable or not found: a CLI missing from the tools folder, an
+image without the interpreter); or an agent (``ModelCalls.REQUIRED``) exited 0 with no model call reaching its
+session. A harness that never calls the model (``ModelCalls.NONE``: a task's oracle or no-op) gets no relay to
+the gateway. ``agent_budget_expired`` (the agent's own budget ran out) makes its
   trajectories trainable reward-0 negatives; a deadline expiry is masked.
 
 The launch is recorded in the row before the harness starts, and how it ended as soon as it has; a retried run
@@ -28,13 +36,20 @@ With ``evaluator.fresh_runtime`` the evaluation runtime is prepared while the ag
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import uuid
 from dataclasses import dataclass
 
-from db.enums import RolloutStatus
+import sqlalchemy as sa
+
+from db.engine import session_scope
+from db.enums import CaptureStatus, RolloutStatus
+from db.models import Capture
 from db.stage_reports import ArtifactSummary, RuntimeReport
 from db.stage_results import LaunchedProcess, Relaunch, RunProgress, RunResult
+from harness_adapters.base import ModelCalls
+from polar.errors import HarnessError
 from polar.rollout import state
 from polar.rollout.artifacts import keep_artifacts
 from polar.rollout.context import RolloutContext
@@ -78,9 +93,47 @@ def _ended(returncode: int | None, timed_out: bool, by_agent: bool, budget: floa
     return _End(RolloutStatus.COMPLETED)
 
 
-async def _record_end(ctx: RolloutContext, view: RolloutView, owner: str, ended: RunResult) -> None:
-    """Recorded before anything else can fail: a retry of the stage then reports the harness as it ended."""
+# The shell's statuses for a command it could not run (POSIX): the harness never started.
+_CANNOT_START = {126: "is not executable", 127: "was not found"}
+
+
+def _model_calls_made(ctx: RolloutContext, rollout_id: str) -> int:
+    """Captures of this rollout's calls, failed ones included, less those of a launch set aside."""
+    with session_scope(ctx.factory) as db:
+        query = sa.select(sa.func.count()).where(
+            Capture.rollout_id == rollout_id, Capture.status != CaptureStatus.INTERRUPTED
+        )
+        return int(db.scalar(query) or 0)
+
+
+async def _infra_error(ctx: RolloutContext, view: RolloutView, report: RunResult) -> str | None:
+    """Why this end says nothing about the policy (see the module's docstring), None when it is an outcome."""
+    said = report.stderr_tail[-300:].strip()
+    if report.exit_code in _CANNOT_START:
+        cause = f"the harness could not start: its command {_CANNOT_START[report.exit_code]} in the runtime"
+        return f"{cause} (exit {report.exit_code})" + (f": {said}" if said else "")
+    adapter, config = harness_config(view)
+    if report.exit_code == 0 and adapter.model_calls(config) is ModelCalls.REQUIRED:
+        if await asyncio.to_thread(_model_calls_made, ctx, view.id) == 0:
+            return "the harness exited 0 without a model call" + (f": {said}" if said else "")
+    return None
+
+
+async def _record_end(ctx: RolloutContext, view: RolloutView, owner: str, ended: RunResult) -> RunResult:
+    """Recorded before anything else can fail: a retry of the stage then reports the harness as it ended.
+    Returns ``ended`` with its ``infra_error`` set, where it has one."""
+    infra = await _infra_error(ctx, view, ended)
+    if infra is not None:
+        ended = ended.model_copy(update={"infra_error": infra, "error": infra, "outcome": RolloutStatus.ERROR})
     await asyncio.to_thread(state.record_progress, ctx.factory, view.id, owner, RunProgress(ended=ended))
+    return ended
+
+
+def _outcome(report: RunResult) -> StageOutput:
+    """The stage's output for a recorded end; an infrastructure error is raised instead."""
+    if report.infra_error is not None:
+        raise HarnessError(report.infra_error)
+    return StageOutput(report)
 
 
 async def _recovered(
@@ -116,9 +169,9 @@ async def _recovered(
             outcome=end.outcome,
         )
     )
-    await _record_end(ctx, view, view.owner or "", report)
+    report = await _record_end(ctx, view, view.owner or "", report)
     await ctx.gateway.close_session(view.id)
-    return StageOutput(report.model_copy(update={"artifacts": await _keep(ctx, view, runtime)}))
+    return _outcome(report.model_copy(update={"artifacts": await _keep(ctx, view, runtime)}))
 
 
 async def _keep(ctx: RolloutContext, view: RolloutView, runtime: Runtime) -> ArtifactSummary:
@@ -157,7 +210,7 @@ async def _resume(
     progress = view.results.run_progress
     if progress.ended is not None:  # the harness ended, then the stage failed (closing the session, say)
         await ctx.gateway.close_session(view.id)
-        return StageOutput(progress.ended)
+        return _outcome(progress.ended)
     if not progress.launched_at:
         return None
     recovered = await _recovered(ctx, view, runtime, progress)
@@ -177,6 +230,15 @@ def _too_late(relaunched: Relaunch | None) -> StageOutput:
     return StageOutput(timed_out if relaunched is None else timed_out.model_copy(update={"relaunched": relaunched}))
 
 
+def _budget(view: RolloutView) -> tuple[float, bool]:
+    """The harness's time limit, and whether it is the agent's own budget (not the time left to the deadline)."""
+    remaining = view.remaining_s()
+    agent_budget = view.task.agent_timeout_s
+    if agent_budget is not None and agent_budget <= remaining:
+        return agent_budget, True
+    return remaining, False
+
+
 async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutput:
     runtime = agent_runtime(ctx, view)
     relaunched = await _resume(ctx, view, runtime, owner)
@@ -190,16 +252,14 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
     adapter, config = harness_config(view)
     hctx = harness_context(ctx, view, runtime)
     access = await ctx.gateway.open_session(view.id, policy=view.policy)
-    async with runtime.reach(ctx.gateway.url) as gateway_url:
+    # A harness that never calls the model needs no way to the gateway (nor what the relay needs: Node).
+    needs_gateway = adapter.model_calls(config) is not ModelCalls.NONE
+    async with runtime.reach(ctx.gateway.url) if needs_gateway else contextlib.nullcontext(ctx.gateway.url) as url:
         # Inside a runtime without the host's network the gateway has another address (a tunnel's).
-        launch = adapter.launch(config, hctx, access.rebased(ctx.gateway.url, gateway_url))
+        launch = adapter.launch(config, hctx, access.rebased(ctx.gateway.url, url))
         for path, content in launch.files.items():
             await runtime.write_file(path, content)
-
-        remaining = view.remaining_s()
-        agent_budget = view.task.agent_timeout_s
-        by_agent = agent_budget is not None and agent_budget <= remaining
-        budget = agent_budget if by_agent and agent_budget is not None else remaining
+        budget, by_agent = _budget(view)
         launch_id = uuid.uuid4().hex
         launched = RunProgress(
             launched_at=state.now().isoformat(), budget_s=budget, launch_id=launch_id, host=socket.gethostname()
@@ -242,12 +302,12 @@ async def _run(ctx: RolloutContext, view: RolloutView, owner: str) -> StageOutpu
     )
     if relaunched is not None:  # which launch was set aside, why, and its captures
         report = report.model_copy(update={"relaunched": relaunched})
-    await _record_end(ctx, view, owner, report)
+    report = await _record_end(ctx, view, owner, report)
     await ctx.gateway.close_session(view.id)
     report = report.model_copy(update={"artifacts": await _keep(ctx, view, runtime)})
     if prewarm is not None:
         report = report.model_copy(update={"eval_runtime": await prewarm})
-    return StageOutput(report)
+    return _outcome(report)
 
 
 async def run(ctx: RolloutContext, rollout_id: str, *, owner: str) -> StageReport:

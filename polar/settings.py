@@ -303,6 +303,12 @@ class Settings(BaseSettings):
     docker_network: Literal["none", "host"] = Field(
         default="none", description="none (a tunnel to the gateway only) or host"
     )
+    docker_build_network: Literal["none", "host"] = Field(
+        default="none", description="network of task image builds that name none (host: RUN steps may download)"
+    )
+    verify_network: Literal["same", "none", "host"] = Field(
+        default="same", description="the network evaluators run on: same (the agent's), none or host"
+    )
     apptainer_image: str = Field(default="", description="SIF image or sandbox folder of apptainer runtimes")
 
     @property

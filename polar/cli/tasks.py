@@ -1,6 +1,6 @@
 """``polar tasks import harbor PATH...`` and ``polar tasks import swebench FILE.jsonl`` (TaskRequests as JSON), and
 ``polar tasks check PATH...`` (each task's oracle and a no-op agent through the pipeline, as ``polar run`` runs a
-batch)."""
+batch) and ``polar tasks build PATH...`` (each task's image built or adopted, its tag printed)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,26 @@ def _check(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def _build(args: argparse.Namespace) -> None:
+    from polar.runtime.docker_engine import docker_client
+    from polar.tasks import load_benchmark
+    from polar.tasks.build import format_readiness, make_ready
+
+    settings = get_settings()
+    tasks = load_benchmark(args.paths, image_template=args.image_template, repos=args.repos)
+    rows = make_ready(
+        docker_client(settings.docker_host),
+        tasks,
+        settings.home / "image-builds",
+        network=args.network,
+        default_network=settings.docker_build_network,
+        adopt=args.adopt,
+    )
+    print(format_readiness(rows))
+    if not all(row.ok for row in rows):
+        raise SystemExit(1)
+
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tasks = sub.add_parser("tasks", help="benchmark tasks: import Harbor folders, check oracles and no-ops")
     actions = tasks.add_subparsers(dest="tasks_command", required=True)
@@ -95,3 +115,16 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     check.add_argument("--image-template", help="image naming of SWE-bench instances without an image field")
     check.add_argument("--repos", help=REPOS_HELP)
     check.set_defaults(func=_check)
+    build = actions.add_parser(
+        "build", help="build (or adopt) each task's image on the Docker engine and print its tag; exit 1 on a failure"
+    )
+    build.add_argument("paths", nargs="+", help="Harbor task folders (or folders of them), SWE-bench .jsonl files")
+    build.add_argument(
+        "--network",
+        choices=("none", "host"),
+        help="the build's network (default: the task's, else POLAR_DOCKER_BUILD_NETWORK); host lets RUN download",
+    )
+    build.add_argument("--adopt", metavar="IMAGE", help="tag this image, built outside Polar, as the one task's image")
+    build.add_argument("--image-template", help="image naming of SWE-bench instances without an image field")
+    build.add_argument("--repos", help=REPOS_HELP)
+    build.set_defaults(func=_build)

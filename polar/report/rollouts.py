@@ -28,7 +28,8 @@ class RolloutRow:
     trajectories: int
     loss_tokens: int
     seconds: float | None
-    note: str
+    note: str  # a table cell: the error's first 60 characters, or what the agent changed
+    error: str = ""  # the whole error, for a verdict that must carry its hint
 
 
 def _note(rollout: Rollout) -> str:
@@ -78,6 +79,7 @@ def rollout_rows(factory: sessionmaker[Session], task_ids: Sequence[str]) -> lis
                     loss_tokens=int(tokens),
                     seconds=seconds,
                     note=_note(rollout),
+                    error=rollout.error or "",
                 )
             )
         return rows

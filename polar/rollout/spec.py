@@ -86,6 +86,9 @@ class EvaluatorSpec(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict, description="the evaluator's Config")
     timeout_s: float = Field(default=300.0, gt=0)
     fresh_runtime: bool = Field(default=False, description="evaluate in a new runtime prepared while the agent runs")
+    network: Literal["same", "none", "host"] | None = Field(
+        default=None, description="the verifier's network (same: the agent's); default POLAR_VERIFY_NETWORK"
+    )
     prepare: list[PrepareAction] | None = Field(
         default=None, description="fresh runtime recipe; default runtime.prepare"
     )

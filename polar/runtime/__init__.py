@@ -50,6 +50,7 @@ def _docker(settings: Settings, key: str, env: Mapping[str, str], isolation: Iso
         env=env,
         docker_host=settings.docker_host,
         network=settings.docker_network,
+        build_network=settings.docker_build_network,
         build_roots=settings.copy_root_paths,
         build_logs=settings.home / "image-builds",
     )

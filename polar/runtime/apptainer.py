@@ -125,6 +125,10 @@ class ApptainerRuntime(LocalRuntime):
         argv = ["bash", "-c", command] if isinstance(command, str) else [str(part) for part in command]
         return [self.options.binary, "exec", "--pwd", str(cwd), f"instance://{self.instance}", *argv]
 
+    async def use_network(self, network: str) -> None:
+        if network != self.options.network:
+            raise SandboxError(f"an apptainer instance keeps the network it started with ({self.options.network})")
+
     @contextlib.asynccontextmanager
     async def reach(self, url: str) -> AsyncIterator[str]:
         if self.options.network == "host":

@@ -110,6 +110,10 @@ class Runtime(Protocol):
     async def stop(self, *, remove: bool) -> None:
         """Release the runtime's resources (processes, a container); ``remove`` also deletes its files."""
 
+    async def use_network(self, network: str) -> None:
+        """From now on, commands run on ``network`` (``none`` or ``host``), with the files and state the runtime
+        holds kept (the verifier's network: ``evaluator.network``). ``SandboxError`` where the runtime cannot."""
+
     def reach(self, url: str) -> AbstractAsyncContextManager[str]:
         """Make the HTTP service at ``url`` (the gateway) reachable from the runtime's commands while the context
         is open; yields the URL they must use for it (the same URL where the runtime shares the host's network)."""

@@ -72,11 +72,13 @@ class DockerRuntime(LocalRuntime):
         env: Mapping[str, str] | None = None,
         docker_host: str = "",
         network: str = "none",
+        build_network: str = "none",
         build_roots: Sequence[Path] = (),
         build_logs: Path | None = None,
     ):
         super().__init__(key, base, env=env)
         self.build_roots = tuple(build_roots)
+        self.build_network = build_network
         self.build_logs = build_logs or Path(base) / "image-builds"
         self.options = options or DockerOptions()
         self.image = self.options.image or image
@@ -184,7 +186,7 @@ class DockerRuntime(LocalRuntime):
                 f"image build context {spec.context!r} is outside the folders tasks may use (POLAR_COPY_ROOTS: "
                 f"{allowed})"
             )
-        self.image = ensure_image(self.client, spec, self.build_logs)
+        self.image = ensure_image(self.client, spec, self.build_logs, network=spec.network or self.build_network)
 
     def _find(self) -> Any:
         import docker
@@ -232,8 +234,35 @@ class DockerRuntime(LocalRuntime):
         except Exception as exc:  # noqa: BLE001 - an engine that went away, a refused call: the stage fails clearly
             raise SandboxError(f"the Docker engine failed starting container {self.name}: {api_error(exc)}") from None
 
+    @property
+    def _state_image(self) -> str:
+        """What ``use_network`` commits the container to."""
+        return f"polar-state/{self.key.lower()}:network"
+
+    async def use_network(self, network: str) -> None:
+        """A container's network is fixed when it is made, so the running one is committed to an image (everything
+        the agent left outside the work folder too) and made again from it on ``network``; the work folder is the
+        same host folder. The image (``polar-state/<key>:network``) is removed when the runtime stops."""
+        if network != self.network:
+            await self._call(self._renetwork, network)
+
+    def _renetwork(self, network: str) -> None:
+        container = self._ensure()
+        repository, tag = self._state_image.split(":")
+        try:
+            container.commit(repository=repository, tag=tag)
+        except Exception as exc:  # noqa: BLE001 - the engine's refusal, named
+            raise SandboxError(f"cannot keep container {self.name}'s state to change its network: {exc}") from None
+        self._remove()
+        self.image, self.network = self._state_image, network
+        self._ensure()
+
     async def stop(self, *, remove: bool) -> None:
         await self._call(self._remove)
+        # Made anew (a later stage, a retry), a runtime starts from its own image: the committed state has no use
+        # once its container is gone, and a runtime object made anew does not know there was one.
+        with contextlib.suppress(Exception):
+            await self._call(self.client.images.remove, self._state_image, force=True)
         await super().stop(remove=remove)
         if remove:
             shutil.rmtree(self._socket_dir(), ignore_errors=True)

@@ -3,8 +3,10 @@
 - The tag is the context's content hash (``polar-task/<name>:<sha256 of every file's path, mode and bytes>``), so
   an unchanged context is built once and every rollout of it reuses the image; a changed file is a new tag.
 - Images are never pulled: each ``FROM`` image must already be on the engine (stage names and ``scratch``
-  excepted), else a ``SandboxError`` names the missing image before the build starts. Builds run with
-  ``network none`` and ``pull=False``.
+  excepted), else a ``SandboxError`` names the missing image before the build starts (``pull=False``).
+- Builds run without a network unless the spec's ``network`` (or ``POLAR_DOCKER_BUILD_NETWORK``) is ``host``:
+  then ``RUN`` steps reach what the host reaches (package registries, and also the host's loopback services, so
+  only for task folders you trust). The network is not part of the tag: an image is the same whichever built it.
 - The build's log is kept next to the image's lock (``<logs>/<tag>.log``) whether it succeeds or not, and a
   failed build's error quotes its last lines.
 - ``timeout_s`` bounds the whole build (Harbor's ``build_timeout_sec``); a build past it is abandoned (its
@@ -20,7 +22,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,6 +37,7 @@ class BuildSpec(BaseModel):
     dockerfile: str = Field(default="Dockerfile", description="relative to the context")
     name: str = Field(default="task", pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description="the tag's repository part")
     timeout_s: float = Field(default=600.0, gt=0, description="the whole build's limit (build_timeout_sec)")
+    network: Literal["none", "host"] | None = Field(default=None, description="default POLAR_DOCKER_BUILD_NETWORK")
 
 
 _LOCKS: dict[str, threading.Lock] = {}
@@ -91,8 +94,9 @@ def _check_context(spec: BuildSpec) -> tuple[Path, Path]:
     return context, dockerfile
 
 
-def ensure_image(client: Any, spec: BuildSpec, logs_dir: Path) -> str:
-    """The tag of ``spec``'s image, built now unless the engine has it. Blocking; raises ``SandboxError``."""
+def ensure_image(client: Any, spec: BuildSpec, logs_dir: Path, *, network: str = "none") -> str:
+    """The tag of ``spec``'s image, built now (on ``network``) unless the engine has it. Blocking; raises
+    ``SandboxError``."""
     import docker
 
     context, dockerfile = _check_context(spec)
@@ -113,15 +117,15 @@ def ensure_image(client: Any, spec: BuildSpec, logs_dir: Path) -> str:
                 ) from None
         logs_dir.mkdir(parents=True, exist_ok=True)
         log_path = logs_dir / (tag.replace("/", "_").replace(":", "_") + ".log")
-        _build(client, spec, context, tag, log_path)
+        _build(client, spec, context, tag, log_path, network)
     return tag
 
 
-def _build(client: Any, spec: BuildSpec, context: Path, tag: str, log_path: Path) -> None:
+def _build(client: Any, spec: BuildSpec, context: Path, tag: str, log_path: Path, network: str) -> None:
     deadline = time.monotonic() + spec.timeout_s
     error: str | None = None
     with log_path.open("w") as log:
-        log.write(f"# polar image build: {tag} from {context} (timeout {spec.timeout_s:g} s)\n")
+        log.write(f"# polar image build: {tag} from {context} (network {network}, timeout {spec.timeout_s:g} s)\n")
         stream = client.api.build(
             path=str(context),
             dockerfile=spec.dockerfile,
@@ -129,7 +133,7 @@ def _build(client: Any, spec: BuildSpec, context: Path, tag: str, log_path: Path
             rm=True,
             forcerm=True,
             pull=False,
-            network_mode="none",
+            network_mode=network,
             decode=True,
             timeout=spec.timeout_s,
         )
@@ -153,4 +157,8 @@ def _build(client: Any, spec: BuildSpec, context: Path, tag: str, log_path: Path
             if close is not None:
                 close()
     if error is not None:
-        raise SandboxError(f"image build of {context} failed: {error} (log: {log_path})")
+        offline = "" if network == "host" else "a build that downloads needs `polar tasks build --network host`; "
+        raise SandboxError(
+            f"image build of {context} failed: {error}. The task's image is {tag}: {offline}an image built elsewhere "
+            f"is taken with `polar tasks build --adopt IMAGE` (log: {log_path})"
+        )

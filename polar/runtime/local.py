@@ -139,6 +139,10 @@ class LocalRuntime:
     def interpreter(self, host_python: str) -> str:
         return host_python  # visible under bubblewrap too (polar.runtime.bwrap binds this interpreter)
 
+    async def use_network(self, network: str) -> None:
+        if network != "host":
+            raise SandboxError(f"the {self.kind} runtime shares the host's network: it cannot run on {network!r}")
+
     @contextlib.asynccontextmanager
     async def reach(self, url: str) -> AsyncIterator[str]:
         yield url  # the host's network: the gateway is where it is

@@ -57,8 +57,8 @@ class Verdict:
 def _outcome(row: RolloutRow | None) -> str:
     if row is None:
         return "missing"
-    if row.status != "COMPLETED":
-        return f"{row.status}: {row.note}" if row.note else row.status
+    if row.status != "COMPLETED":  # the whole error: its hint (what to install, what to run) is the point
+        return f"{row.status}: {row.error}" if row.error else row.status
     return f"{row.reward:.2f}" if row.reward is not None else "no reward"
 
 

@@ -12,7 +12,8 @@ Mapping onto a ``TaskRequest`` (``HarborTask.request``):
 - the docker runtime, its image built from ``environment/`` (``runtime.options.build``, ``build_timeout_sec``)
   or ``[environment] docker_image``; the image's WORKDIR is the agent's work folder (``seed_workdir``);
 - ``cpus`` and ``memory``/``memory_mb`` onto the runtime's limits; ``allow_internet = false`` onto network
-  ``none`` (``true`` leaves ``POLAR_DOCKER_NETWORK``, whose default is also ``none``);
+  ``none`` for the agent, the image build and the verifier (``true`` leaves ``POLAR_DOCKER_NETWORK``,
+  ``POLAR_DOCKER_BUILD_NETWORK`` and ``POLAR_VERIFY_NETWORK``, whose defaults are all offline);
 - ``[agent] timeout_sec`` is the agent budget; the shared deadline adds the build timeout to it;
 - ``[verifier]`` becomes the ``harbor`` evaluator (``timeout_sec``, ``env``, ``user``) with ``tests/`` inline;
   ``[solution] env`` is the oracle's environment (``solve.sh`` runs with it);
@@ -147,6 +148,9 @@ class HarborTask:
                 "name": _image_name(self.task_id),
                 "timeout_s": env.build_timeout_sec,
             }
+            if not env.allow_internet:
+                options["build"]["network"] = "none"
+
         else:
             options["image"] = env.docker_image
         if env.cpus is not None:
@@ -181,6 +185,8 @@ class HarborTask:
                 "harbor": {"path": str(self.path), "version": self.config.version, "metadata": self.config.metadata},
             },
         }
+        if not env.allow_internet:  # the verifier stays offline too, whatever POLAR_VERIFY_NETWORK says
+            request["evaluator"]["network"] = "none"
         if policies:
             request["policies"] = policies
         return request

@@ -1,7 +1,8 @@
 """The benchmark datasets through the ``polar`` CLI as a user runs it, in the docker runtime: ``polar tasks check``
 finds every ``datasets/harbor-mini`` task and every ``datasets/swe-mini`` and ``datasets/swe-parse`` instance sound
-(oracle 1, no-op 0) and a broken copy broken (exit 1, named), and ``polar run`` on Harbor task folders with
-``--samples 4`` prints each task's group.
+(oracle 1, no-op 0) and a broken copy broken (exit 1, named), from a fresh ``POLAR_HOME`` whose tools folder is
+empty (oracle and no-op runs call no model, so they start no gateway relay and need no Node), and ``polar run`` on
+Harbor task folders with ``--samples 4`` prints each task's group.
 """
 
 from __future__ import annotations
@@ -44,7 +45,17 @@ def test_tasks_check_finds_the_datasets_sound_and_a_broken_copy_broken(swe_insta
     broken = Path(shutil.copytree(HARBOR / "hello-file", tmp_path / "broken-hello"))
     (broken / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")  # an oracle that solves nothing
 
-    proc = polar("tasks", "check", str(HARBOR), *map(str, SWE), str(broken), tmp_path=tmp_path, cache_dir=cache_dir)
+    no_tools = tmp_path / "no-tools"
+    proc = polar(
+        "tasks",
+        "check",
+        str(HARBOR),
+        *map(str, SWE),
+        str(broken),
+        tmp_path=tmp_path,
+        cache_dir=cache_dir,
+        tools=no_tools,
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     found = verdicts(proc.stdout)
     harbor = sorted(p.name for p in HARBOR.iterdir() if (p / "task.toml").exists())
@@ -55,7 +66,7 @@ def test_tasks_check_finds_the_datasets_sound_and_a_broken_copy_broken(swe_insta
     for task in [*harbor, *instances]:
         assert found.get(task) == "ok", (task, found)
     assert found["broken-hello"].startswith("BROKEN: oracle scored 0.00, not 1"), found
-    assert "14 of 15 tasks sound, 1 broken" in proc.stdout
+    assert "14 of 15 tasks sound, 1 broken" in proc.stdout and not no_tools.exists()
 
 
 def test_polar_run_on_task_folders_prints_each_tasks_group(docker_engine, tmp_path, cache_dir):

@@ -70,6 +70,9 @@ async def _score(ctx: RolloutContext, view: RolloutView) -> tuple[float, Evaluat
             await runtime.start(fresh=False)
         else:  # resumed on another host: the agent's runtime rebuilt from the kept artifacts
             rebuilt = await rebuild_agent_runtime(ctx, view, artifacts)
+    network = spec.network or ctx.settings.verify_network
+    if network != "same":  # a verifier that fetches its tools, or one kept offline whatever the agent had
+        await runtime.use_network(network)
     eval_ctx = EvalContext(
         rollout_id=view.id,
         instruction=view.task.instruction,

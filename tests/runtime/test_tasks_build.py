@@ -1,0 +1,130 @@
+"""Images as their authors wrote them, through ``polar tasks build`` as a user types it and through the pipeline: a
+Dockerfile that installs a Debian package fails offline (naming the way out) and builds on the build network; an
+image built outside Polar is adopted as a task's image; a verifier that pip-installs from PyPI at verify time scores
+with the verify network while the agent ran offline, and is an ERROR without it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+from db.enums import RolloutStatus
+from polar.runtime.images import BuildSpec, image_tag
+from polar.tasks.harbor import read_task
+from tests.runtime.conftest import IMAGE, REPO
+from tests.runtime.test_docker_faults import drive, stage_error
+from tests.runtime.test_tasks_cli import polar
+
+HOST_CA = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
+APT = f"FROM {IMAGE}\nRUN apt-get update -q && apt-get install -y -q --no-install-recommends jq\nWORKDIR /app\n"
+
+
+def task_folder(root: Path, name: str, dockerfile: str, test_sh: str = "echo 1 > /logs/verifier/reward.txt\n") -> Path:
+    folder = root / name
+    (folder / "environment").mkdir(parents=True)
+    (folder / "tests").mkdir()
+    (folder / "solution").mkdir()
+    (folder / "task.toml").write_text(
+        'version = "1.0"\n\n[agent]\ntimeout_sec = 120.0\n\n[verifier]\ntimeout_sec = 300.0\n'
+    )
+    (folder / "instruction.md").write_text("Leave a note.\n")
+    (folder / "environment" / "Dockerfile").write_text(dockerfile)
+    (folder / "tests" / "test.sh").write_text("#!/bin/bash\nset -e\n" + test_sh)
+    (folder / "solution" / "solve.sh").write_text("#!/bin/bash\necho note > /root/agent-note\n")
+    return folder
+
+
+def table(out: str) -> dict[str, list[str]]:
+    """``polar tasks build``'s table: task -> [state, image, detail...]."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:3] == ["task", "state", "image"])
+    return {line.split()[0]: line.split()[1:] for line in lines[start + 1 :] if line.strip()}
+
+
+def test_tasks_build_as_typed_prints_each_tag(docker_engine, tmp_path, cache_dir, monkeypatch):
+    monkeypatch.chdir(REPO)
+    proc = polar("tasks", "build", "datasets/harbor-mini/hello-file", tmp_path=tmp_path, cache_dir=cache_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    state, image, *_ = table(proc.stdout)["hello-file"]
+    spec = BuildSpec(context=str(REPO / "datasets/harbor-mini/hello-file/environment"), name="hello-file")
+    assert state in ("built", "present") and image == image_tag(spec)
+    assert docker_engine.images.get(image)
+
+
+def test_a_dockerfile_that_installs_a_debian_package_builds_on_the_build_network(docker_engine, tmp_path, cache_dir):
+    name = f"apt-{uuid.uuid4().hex[:8]}"
+    folder = task_folder(tmp_path, name, APT)
+    offline = polar("tasks", "build", "--network", "none", str(folder), tmp_path=tmp_path, cache_dir=cache_dir)
+    assert offline.returncode == 1 and table(offline.stdout)[name][0] == "failed", offline.stdout + offline.stderr
+    assert "polar tasks build --network host" in offline.stdout and "--adopt IMAGE" in offline.stdout
+
+    tag = image_tag(BuildSpec(context=str(folder / "environment"), name=name))
+    try:
+        built = polar("tasks", "build", "--network", "host", str(folder), tmp_path=tmp_path, cache_dir=cache_dir)
+        assert built.returncode == 0, built.stdout + built.stderr
+        assert table(built.stdout)[name][:2] == ["built", tag]
+        assert docker_engine.containers.run(tag, ["jq", "--version"], remove=True, network_mode="none").startswith(
+            b"jq-"
+        )
+        again = polar("tasks", "build", str(folder), tmp_path=tmp_path, cache_dir=cache_dir)
+        assert again.returncode == 0 and table(again.stdout)[name][:2] == ["present", tag]
+    finally:
+        docker_engine.images.remove(tag, force=True)
+
+
+def test_an_image_built_elsewhere_is_adopted_as_the_tasks_image(docker_engine, tmp_path, cache_dir):
+    name = f"adopt-{uuid.uuid4().hex[:8]}"
+    folder = task_folder(tmp_path, name, APT)
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "Dockerfile").write_text(f"FROM {IMAGE}\nRUN echo built-elsewhere > /marker\nWORKDIR /app\n")
+    mine = f"polar-test/{name}:1"
+    docker_engine.images.build(path=str(own), tag=mine, network_mode="none", rm=True)
+    tag = image_tag(BuildSpec(context=str(folder / "environment"), name=name))
+    try:
+        proc = polar("tasks", "build", "--adopt", mine, str(folder), tmp_path=tmp_path, cache_dir=cache_dir)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert table(proc.stdout)[name][:2] == ["adopted", tag]
+        assert docker_engine.images.get(tag).id == docker_engine.images.get(mine).id
+        missing = polar(
+            "tasks", "build", "--adopt", "polar-test/none:0", str(folder), tmp_path=tmp_path, cache_dir=cache_dir
+        )
+        assert missing.returncode == 1 and "is not on this engine" in missing.stdout
+    finally:
+        for image in (tag, mine):
+            docker_engine.images.remove(image, force=True)
+
+
+async def test_a_verifier_that_installs_from_pypi_scores_on_the_verify_network(docker_context, docker_engine, no_leaks):
+    """The agent ran offline and left a file outside its work folder; the verifier, on the host's network, pip-
+    installs a package and finds the file: 1. On the agent's network (none) the install fails: an ERROR, not 0."""
+    check = (
+        "test -f /root/agent-note\n"
+        "pip install -q --no-cache-dir --break-system-packages --index-url https://pypi.org/simple six==1.17.0\n"
+        "python3 -c 'import six' && echo 1 > /logs/verifier/reward.txt\n"
+    )
+    # This machine reaches PyPI through a proxy whose CA is in the host's bundle: the image carries it, as an image
+    # built behind such a proxy does.
+    pip = APT.replace(" jq", " python3-pip") + "COPY host-ca.crt /etc/host-ca.crt\nENV PIP_CERT=/etc/host-ca.crt\n"
+    name = f"pip-{uuid.uuid4().hex[:8]}"
+    folder = task_folder(no_leaks / "tasks", name, pip, check)
+    shutil.copyfile(HOST_CA, folder / "environment" / "host-ca.crt")
+    docker_context.settings.docker_build_network = "host"
+    tag = image_tag(BuildSpec(context=str(folder / "environment"), name=name))
+    try:
+        online = read_task(folder).oracle_request()
+        online["evaluator"]["network"] = "host"
+        row, _ = await drive(docker_context, online, no_leaks)
+        assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0, stage_error(row)
+        assert row.stage_results["run"]["exit_code"] == 0
+
+        row, _ = await drive(docker_context, read_task(folder).oracle_request(), no_leaks)
+        assert row.status is RolloutStatus.ERROR and row.reward is None, stage_error(row)
+        assert re.search(r"neither /logs/verifier/reward.txt nor reward.json", row.error), row.error
+        assert not docker_engine.images.list(name="polar-state/*")  # the committed state went with its runtime
+    finally:
+        docker_context.settings.docker_build_network = "none"
+        docker_engine.images.remove(tag, force=True)

@@ -2,8 +2,9 @@
 
 The runtime's folder tree (``RuntimeLayout``) lives on the host, as for ``local``, and is bind-mounted into the
 container at the same path, so every path the pipeline and the harness use means the same file on both sides
-and the container holds no state of its own: removing it loses only processes. ``start(fresh=False)`` (a later
-stage, a resumed flow) therefore reattaches to the running container or creates a new one on the folder.
+and a container made again on it loses only processes and what was written outside the folder. ``start(fresh=
+False)`` (a later stage, a resumed flow) reattaches to the running container or creates a new one on the folder;
+``use_network`` (the verifier's network) keeps the rest too, committing the container before making it again.
 
 - Engine access, task options and labels: ``polar.runtime.docker_engine``.
 - Image: ``options.image`` or ``POLAR_DOCKER_IMAGE``; never pulled (a missing image is a ``SandboxError``).
@@ -43,9 +44,9 @@ from typing import Any
 from polar.errors import SandboxError
 from polar.runtime import lifeline
 from polar.runtime.base import ExecResult, ProcessHandle, SpawnHook
-from polar.runtime.docker_engine import LABEL, DockerOptions, api_error, docker_client
+from polar.runtime.docker_engine import LABEL, DockerOptions, api_error, docker_client, seed_workdir
 from polar.runtime.docker_exec import ExecFiles
-from polar.runtime.images import ensure_image
+from polar.runtime.images import check_inside, ensure_image
 from polar.runtime.local import LocalRuntime, _tail
 from polar.runtime.tunnel import SANDBOX_SOCKET_DIR, gateway_tunnel
 
@@ -159,33 +160,14 @@ class DockerRuntime(LocalRuntime):
         return container
 
     def _seed_workdir(self, container: Any) -> None:
-        """The image's WORKDIR becomes a link to the work folder, so the task's absolute paths (``/app``) and the
-        harness's folder are one. Its content is copied in once per runtime (a marker in the private folder): a
-        container made again on the same folder (a later stage in another process) only links it again."""
         workdir = (self.client.images.get(self.image).attrs.get("Config") or {}).get("WorkingDir") or ""
-        work = str(self.layout.work)
-        if workdir in ("", "/", work):
-            return
-        marker = self.layout.private / "workdir-seeded"
-        script = (
-            'w=$1 t=$2 m=$3; if [ ! -e "$m" ]; then if [ -d "$w" ] && [ ! -L "$w" ]; then cp -a "$w/." "$t/"; fi; '
-            'touch "$m"; fi; rm -rf "$w"; mkdir -p "$(dirname "$w")"; ln -sfn "$t" "$w"'
-        )
-        code, output = container.exec_run(["sh", "-c", script, "seed", workdir, work, str(marker)])
-        if code != 0:
-            raise SandboxError(f"cannot link the image's WORKDIR {workdir} to {work}: {output.decode()[-300:]}")
+        seed_workdir(container, workdir, str(self.layout.work), self.layout.private / "workdir-seeded")
 
     def _build_image(self) -> None:
         spec = self.options.build
         if spec is None:
             return
-        context = Path(spec.context).expanduser().resolve()
-        if not any(context == Path(r).resolve() or Path(r).resolve() in context.parents for r in self.build_roots):
-            allowed = ", ".join(str(r) for r in self.build_roots) or "none are configured"
-            raise SandboxError(
-                f"image build context {spec.context!r} is outside the folders tasks may use (POLAR_COPY_ROOTS: "
-                f"{allowed})"
-            )
+        check_inside(spec, self.build_roots)
         self.image = ensure_image(self.client, spec, self.build_logs, network=spec.network or self.build_network)
 
     def _find(self) -> Any:
@@ -259,8 +241,7 @@ class DockerRuntime(LocalRuntime):
 
     async def stop(self, *, remove: bool) -> None:
         await self._call(self._remove)
-        # Made anew (a later stage, a retry), a runtime starts from its own image: the committed state has no use
-        # once its container is gone, and a runtime object made anew does not know there was one.
+        # A runtime made anew (a later stage) starts from its own image and knows nothing of a committed state.
         with contextlib.suppress(Exception):
             await self._call(self.client.images.remove, self._state_image, force=True)
         await super().stop(remove=remove)

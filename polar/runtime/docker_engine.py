@@ -1,9 +1,10 @@
 """The Docker engine as the ``docker`` runtime and the reaper reach it: one SDK client per engine, the options a
-task gives the runtime, and the label every Polar container carries."""
+task gives the runtime, the label every Polar container carries, and the seeding of an image's WORKDIR."""
 
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -59,3 +60,18 @@ def api_error(exc: Exception) -> str:
     """An SDK error as one line: the engine's explanation when it gave one."""
     explanation = getattr(exc, "explanation", None)
     return str(explanation or exc)
+
+
+def seed_workdir(container: Any, workdir: str, work: str, marker: Path) -> None:
+    """The image's WORKDIR becomes a link to the work folder, so the task's absolute paths (``/app``) and the
+    harness's folder are one. Its content is copied in once per runtime (``marker``, in the private folder): a
+    container made again on the same folder (a later stage in another process) only links it again."""
+    if workdir in ("", "/", work):
+        return
+    script = (
+        'w=$1 t=$2 m=$3; if [ ! -e "$m" ]; then if [ -d "$w" ] && [ ! -L "$w" ]; then cp -a "$w/." "$t/"; fi; '
+        'touch "$m"; fi; rm -rf "$w"; mkdir -p "$(dirname "$w")"; ln -sfn "$t" "$w"'
+    )
+    code, output = container.exec_run(["sh", "-c", script, "seed", workdir, work, str(marker)])
+    if code != 0:
+        raise SandboxError(f"cannot link the image's WORKDIR {workdir} to {work}: {output.decode()[-300:]}")

@@ -21,6 +21,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -77,6 +78,16 @@ def base_images(dockerfile: str) -> list[str]:
         if alias:
             stages.add(alias)
     return images
+
+
+def check_inside(spec: BuildSpec, roots: Sequence[Path]) -> None:
+    """``SandboxError`` unless the build context lies inside one of ``roots`` (``POLAR_COPY_ROOTS``)."""
+    context = Path(spec.context).expanduser().resolve()
+    if not any(context == Path(r).resolve() or Path(r).resolve() in context.parents for r in roots):
+        allowed = ", ".join(str(r) for r in roots) or "none are configured"
+        raise SandboxError(
+            f"image build context {spec.context!r} is outside the folders tasks may use (POLAR_COPY_ROOTS: {allowed})"
+        )
 
 
 def _lock(tag: str) -> threading.Lock:

@@ -4,6 +4,7 @@ attacker's client does (a body that never ends, headers that never end) needs so
 from __future__ import annotations
 
 import os
+import re
 import select
 import socket
 import subprocess
@@ -100,8 +101,23 @@ def upload(port: int, path: str, headers: dict[str, str], total: int, chunk: int
             sent += chunk
         else:
             sock.sendall(b"0\r\n\r\n")
-        reply = sock.recv(65536)
+        reply = _answer(sock)
     return reply, sent, time.monotonic() - started
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """The answer's head and its body (``content-length``): the server may write them apart."""
+    reply = b""
+    try:
+        while data := sock.recv(65536):
+            reply += data
+            head, found, body = reply.partition(b"\r\n\r\n")
+            length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+            if found and len(body) >= (int(length[1]) if length else 0):
+                break
+    except (ConnectionResetError, TimeoutError):  # closed after answering, with our unsent chunks in flight
+        pass
+    return reply
 
 
 def closed_after(port: int, opening: bytes, limit_s: float) -> float | None:

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from polar.tasks.swe_images import build_instance_image
+
 DATE = "2026-01-0{day}T12:00:00+00:00"
 PYTEST = "python3 -m pytest -rA -p no:cacheprovider"
 HEREDOC = "EOF_114329324912"
@@ -260,21 +262,6 @@ def eval_script(base: str, test_patch: str, test_command: str, test_files: list[
     )
 
 
-def build_image(client, repo: Path, base: str, tag: str, from_image: str) -> None:
-    """An image with the repository at /testbed holding only the history up to ``base``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        git(repo, "branch", "-f", "snapshot", base)
-        git(repo, "bundle", "create", "-q", str(Path(tmp) / "repo.bundle"), "snapshot")
-        dockerfile = (
-            f"FROM {from_image}\nCOPY repo.bundle /tmp/repo.bundle\n"
-            f"RUN git clone -q -b snapshot /tmp/repo.bundle /testbed && cd /testbed && git checkout -q -B main {base} "
-            "&& git branch -D snapshot && git remote remove origin && rm /tmp/repo.bundle\n"
-            f'LABEL polar.base_commit="{base}"\nWORKDIR /testbed\n'
-        )
-        (Path(tmp) / "Dockerfile").write_text(dockerfile)
-        client.images.build(path=tmp, tag=tag, rm=True, forcerm=True, pull=False, network_mode="none")
-
-
 def run_tests(client, image: str, patches: list[str], test_command: str, test_files: list[str]) -> dict[str, str]:
     """The pytest status map in ``image`` with ``patches`` applied (swebench's parse_log_pytest)."""
     from swebench.harness.log_parsers import PARSER_REGISTRY
@@ -326,7 +313,7 @@ def build(out: Path, from_image: str, project: str = "textkit") -> list[dict]:
         for fix in source.history(repo):
             instance_id = f"{owner}__{name}-{fix['suffix']}"
             tag = f"polar-swe/{instance_id.lower().replace('__', '_1776_')}:latest"
-            build_image(client, repo, fix["base"], tag, from_image)
+            build_instance_image(client, repo, fix["base"], tag, from_image)
             files = fix["test_files"]
             before = run_tests(client, tag, [fix["test_patch"]], source.test_command, files)
             after = run_tests(client, tag, [fix["test_patch"], fix["patch"]], source.test_command, files)

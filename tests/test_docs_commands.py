@@ -49,6 +49,7 @@ RUN_BY: dict[tuple[str, ...], str] = {
     ("polar", "tasks", "import", "harbor"): "tests/tasks/test_harbor_import.py",
     ("polar", "tasks", "import", "swebench"): "tests/tasks/test_swebench_patches.py",
     ("polar", "tasks", "check"): "tests/runtime/test_tasks_cli.py",
+    ("polar", "tasks", "build"): "tests/runtime/test_tasks_build.py",
     ("polar", "retry"): "tests/test_cli_run_report.py::test_a_run_with_nothing_scored_exits_1_and_says_so",
     ("polar", "status"): "tests/test_cli.py",
     ("polar", "harness"): "tests/runtime/test_harness_adapters.py",

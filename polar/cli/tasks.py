@@ -68,18 +68,18 @@ def _check(args: argparse.Namespace) -> None:
 def _build(args: argparse.Namespace) -> None:
     from polar.runtime.docker_engine import docker_client
     from polar.tasks import load_benchmark
-    from polar.tasks.build import format_readiness, make_ready
+    from polar.tasks.build import BuildPlan, format_readiness, make_ready
 
     settings = get_settings()
     tasks = load_benchmark(args.paths, image_template=args.image_template, repos=args.repos)
-    rows = make_ready(
-        docker_client(settings.docker_host),
-        tasks,
-        settings.home / "image-builds",
+    plan = BuildPlan(
+        logs=settings.home / "image-builds",
         network=args.network,
         default_network=settings.docker_build_network,
-        adopt=args.adopt,
+        repos=Path(args.repos) if args.repos else None,
+        from_image=args.from_image or settings.docker_image,
     )
+    rows = make_ready(docker_client(settings.docker_host), tasks, plan, adopt=args.adopt)
     print(format_readiness(rows))
     if not all(row.ok for row in rows):
         raise SystemExit(1)
@@ -126,5 +126,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     build.add_argument("--adopt", metavar="IMAGE", help="tag this image, built outside Polar, as the one task's image")
     build.add_argument("--image-template", help="image naming of SWE-bench instances without an image field")
-    build.add_argument("--repos", help=REPOS_HELP)
+    build.add_argument("--repos", help=REPOS_HELP + "; a missing instance image is built from its clone there")
+    build.add_argument(
+        "--from-image", help="what SWE-bench instance images are built FROM (default POLAR_DOCKER_IMAGE)"
+    )
     build.set_defaults(func=_build)

@@ -5,8 +5,9 @@ for, ``polar-task/<name>:<context hash>`` (``polar.runtime.images``): built now 
 build network (``--network``, else the task's own, else ``POLAR_DOCKER_BUILD_NETWORK``). ``adopt`` takes an image
 built outside Polar (``docker build -t mine .`` with whatever the Dockerfile needs) as that task's image: it is
 tagged with Polar's tag, so every rollout of the task runs in it. A task that names its image (``[environment]
-docker_image``, a SWE-bench instance) is only looked up: Polar never pulls. Each task gets one ``Readiness`` line;
-a failure names its cause and the build's log, and stops nothing else.
+docker_image``) is only looked up: Polar never pulls. A SWE-bench instance's missing image is built from a local
+clone when ``repos`` is given (``polar.tasks.swe_images``: the repository at ``/testbed`` at the base commit, FROM
+``from_image``). Each task gets one ``Readiness`` line; a failure names its cause and stops nothing else.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from typing import Any
 from polar.errors import InvalidRequest, PolarError
 from polar.runtime.images import BuildSpec, ensure_image, image_tag
 from polar.tasks.check import Checkable
+from polar.tasks.patches import find_repo
+from polar.tasks.swe_images import build_instance_image
+from polar.tasks.swebench import SWEbenchInstance
 
 # Any harness will do: only the runtime part of the request is read.
 _ANY_HARNESS = {"name": "command", "config": {"command": "true", "model_calls": "none"}}
@@ -56,37 +60,57 @@ def _has(client: Any, image: str) -> bool:
         return False
 
 
-def _ready(client: Any, task: Checkable, logs: Path, network: str | None, default_network: str) -> Readiness:
+@dataclass(frozen=True)
+class BuildPlan:
+    """How ``make_ready`` builds: the network (None: the task's, else ``default_network``), where the build logs
+    go, and for SWE-bench instances the local clones and the image their images are built FROM."""
+
+    logs: Path
+    network: str | None = None
+    default_network: str = "none"
+    repos: Path | None = None
+    from_image: str = "polar/base:bookworm"
+
+
+def _named(client: Any, task: Checkable, image: str, plan: BuildPlan) -> Readiness:
+    if _has(client, image):
+        return Readiness(task.task_id, image, ImageState.PRESENT)
+    if not isinstance(task, SWEbenchInstance):
+        return Readiness(task.task_id, image, ImageState.MISSING, "not on this engine (Polar never pulls: load it)")
+    if plan.repos is None:
+        return Readiness(task.task_id, image, ImageState.MISSING, "build it from a local clone: --repos DIR")
+    base = str(task.raw["base_commit"])
+    started = time.monotonic()
+    try:
+        repo = find_repo(plan.repos, str(task.raw["repo"]), base)
+        build_instance_image(client, repo, base, image, plan.from_image, network=plan.network or plan.default_network)
+    except PolarError as exc:
+        return Readiness(task.task_id, image, ImageState.FAILED, exc.message)
+    return Readiness(task.task_id, image, ImageState.BUILT, f"{time.monotonic() - started:.1f} s")
+
+
+def _ready(client: Any, task: Checkable, plan: BuildPlan) -> Readiness:
     options = task.request(_ANY_HARNESS)["runtime"]["options"]
     if options.get("build") is None:
-        image = options.get("image") or ""
-        if _has(client, image):
-            return Readiness(task.task_id, image, ImageState.PRESENT)
-        return Readiness(task.task_id, image, ImageState.MISSING, "not on this engine (Polar never pulls: load it)")
+        return _named(client, task, options.get("image") or "", plan)
     spec = BuildSpec.model_validate(options["build"])
     tag = image_tag(spec)
     if _has(client, tag):
         return Readiness(task.task_id, tag, ImageState.PRESENT)
     started = time.monotonic()
     try:
-        ensure_image(client, spec, logs, network=network or spec.network or default_network)
+        ensure_image(client, spec, plan.logs, network=plan.network or spec.network or plan.default_network)
     except PolarError as exc:
         return Readiness(task.task_id, tag, ImageState.FAILED, exc.message)
     return Readiness(task.task_id, tag, ImageState.BUILT, f"{time.monotonic() - started:.1f} s")
 
 
 def make_ready(
-    client: Any,
-    tasks: Sequence[Checkable],
-    logs: Path,
-    *,
-    network: str | None = None,
-    default_network: str = "none",
-    adopt: str | None = None,
+    client: Any, tasks: Sequence[Checkable], plan: BuildPlan, *, adopt: str | None = None
 ) -> list[Readiness]:
     """Each task's image ready (see the module's docstring); ``adopt`` needs exactly one task that builds."""
     if adopt is None:
-        return [_ready(client, task, logs, network, default_network) for task in tasks]
+        return [_ready(client, task, plan) for task in tasks]
     if len(tasks) != 1:
         raise InvalidRequest(f"--adopt takes one task, not {len(tasks)}", field="--adopt")
     (task,) = tasks

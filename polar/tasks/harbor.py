@@ -39,7 +39,7 @@ import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -66,6 +66,17 @@ class SolutionSection(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)  # the oracle's environment: solve.sh runs with it
 
 
+class McpServer(BaseModel):
+    """One ``[[environment.mcp_servers]]`` entry, as Harbor declares it (each agent decides how to consume it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    transport: Literal["stdio", "sse", "streamable-http"] = "stdio"
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    url: str | None = None
+
+
 class EnvironmentSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
     build_timeout_sec: float = Field(default=600.0, gt=0)
@@ -78,6 +89,8 @@ class EnvironmentSection(BaseModel):
     gpus: int = Field(default=0, ge=0, le=0, description="GPUs are not offered to task containers")
     gpu_types: list[str] | None = None  # which GPUs would do: moot while no task gets one (``gpus`` is 0)
     allow_internet: bool = True
+    # Read and checked, then refused while non-empty (``read_task``): no adapter hands MCP servers to its harness yet.
+    mcp_servers: list[McpServer] = Field(default_factory=list)
 
     @field_validator("memory")
     @classmethod
@@ -281,6 +294,14 @@ def read_task(path: Path) -> HarborTask:
         where = ".".join(str(part) for part in first["loc"])
         message = "unknown key" if first["type"] == "extra_forbidden" else str(first["msg"])
         raise _bad(task, f"task.toml [{where.rsplit('.', 1)[0]}] {where.rsplit('.', 1)[-1]}", message) from None
+    if config.environment.mcp_servers:
+        names = ", ".join(server.name for server in config.environment.mcp_servers)
+        raise _bad(
+            task,
+            "task.toml [environment] mcp_servers",
+            f"Polar does not start MCP servers for a task yet ({names}): the agent would run without the tools the "
+            "task gives it, and its score would not be the task's",
+        )
     instruction_path = path / "instruction.md"
     if not instruction_path.is_file():
         raise _bad(task, "instruction.md", f"missing in {path}")

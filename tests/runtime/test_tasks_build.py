@@ -1,13 +1,16 @@
 """Images as their authors wrote them, through ``polar tasks build`` as a user types it and through the pipeline: a
 Dockerfile that installs a Debian package fails offline (naming the way out) and builds on the build network; an
 image built outside Polar is adopted as a task's image; a verifier that pip-installs from PyPI at verify time scores
-with the verify network while the agent ran offline, and is an ERROR without it."""
+with the verify network while the agent ran offline, and is an ERROR without it; a SWE-bench instance's image is
+built from a local clone."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -17,7 +20,9 @@ from polar.tasks.harbor import read_task
 from tests.runtime.conftest import IMAGE, REPO
 from tests.runtime.test_docker_faults import drive, stage_error
 from tests.runtime.test_tasks_cli import polar
+from tests.tasks.test_swebench_patches import clones  # noqa: F401  (the swe-mini project's history, rebuilt)
 
+SWE_MINI = REPO / "datasets" / "swe-mini" / "instances.jsonl"
 HOST_CA = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
 APT = f"FROM {IMAGE}\nRUN apt-get update -q && apt-get install -y -q --no-install-recommends jq\nWORKDIR /app\n"
 
@@ -127,4 +132,31 @@ async def test_a_verifier_that_installs_from_pypi_scores_on_the_verify_network(d
         assert not docker_engine.images.list(name="polar-state/*")  # the committed state went with its runtime
     finally:
         docker_context.settings.docker_build_network = "none"
+        docker_engine.images.remove(tag, force=True)
+
+
+def test_a_swe_instances_image_is_built_from_a_local_clone(docker_engine, clones, tmp_path, cache_dir):
+    """The repository at /testbed at the base commit, nothing later in its history; without --repos the missing
+    image is named with the way to build it."""
+    row = json.loads(SWE_MINI.read_text().splitlines()[0])
+    tag = f"polar-swe/test-{uuid.uuid4().hex[:8]}:latest"
+    instances = tmp_path / "instances.jsonl"
+    instances.write_text(json.dumps({**row, "image": tag}) + "\n")
+    missing = polar("tasks", "build", str(instances), tmp_path=tmp_path, cache_dir=cache_dir)
+    assert missing.returncode == 1 and "--repos DIR" in missing.stdout, missing.stdout + missing.stderr
+    try:
+        built = polar("tasks", "build", str(instances), "--repos", str(clones), tmp_path=tmp_path, cache_dir=cache_dir)
+        assert built.returncode == 0, built.stdout + built.stderr
+        assert table(built.stdout)[row["instance_id"]][:2] == ["built", tag]
+        script = "git rev-parse HEAD && git log --format=%H | wc -l && pwd"
+        out = docker_engine.containers.run(tag, ["bash", "-c", script], remove=True, network_mode="none").decode()
+        head, commits, where = out.split()
+        history = subprocess.run(
+            ["git", "-C", str(clones / "textkit"), "rev-list", "--count", row["base_commit"]],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert (head, commits, where) == (row["base_commit"], history.stdout.strip(), "/testbed")
+    finally:
         docker_engine.images.remove(tag, force=True)

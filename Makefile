@@ -38,7 +38,7 @@ tools:
 	bash scripts/install_harnesses.sh
 	# Node beside the CLIs: the docker runtime mounts the tools folder read-only (no Node in the image).
 	POLAR_TOOLS=$(CURDIR)/.polar-tools $(BIN)/polar harness install node
-	# mini-swe-agent from PyPI (pip --target into the tools folder; tests/runtime/test_cli_harbor_rollouts.py).
+	# mini-swe-agent from PyPI (pip --target into the tools folder) and the Python it runs on, copied beside it.
 	POLAR_TOOLS=$(CURDIR)/.polar-tools $(BIN)/polar harness install mini_swe_agent
 	bash scripts/vllm_env.sh
 	# Debian's chromium for the web UI's browser tests (tests/ui).

@@ -275,11 +275,8 @@ def check_links(task: str, folder: Path) -> None:
                 raise _bad(task, path.relative_to(folder).as_posix(), f"a symlink: {reason}")
 
 
-def read_task(path: Path) -> HarborTask:
-    """One task folder; ``InvalidRequest`` names the task and what is wrong (a symlink out of it, too)."""
-    path = Path(path)
-    task = path.name
-    check_links(task, path)
+def _read_config(task: str, path: Path) -> tuple[dict[str, Any], TaskToml]:
+    """``task.toml`` as read and as checked."""
     toml_path = path / "task.toml"
     if not toml_path.is_file():
         raise _bad(task, "task.toml", f"missing in {path}")
@@ -302,14 +299,35 @@ def read_task(path: Path) -> HarborTask:
             f"Polar does not start MCP servers for a task yet ({names}): the agent would run without the tools the "
             "task gives it, and its score would not be the task's",
         )
+    return raw, config
+
+
+def _check_environment(task: str, path: Path, config: TaskToml) -> None:
+    compose = [p.name for p in (path / "environment").glob("docker-compose.y*ml")]
+    if compose:
+        raise _bad(
+            task,
+            f"environment/{compose[0]}",
+            "multi-container tasks are not supported: the docker runtime runs the agent's one container, so the "
+            "services the file adds would be missing",
+        )
+    if not (path / "environment" / "Dockerfile").is_file() and not config.environment.docker_image:
+        raise _bad(task, "environment/Dockerfile", "missing (and task.toml names no [environment] docker_image)")
+
+
+def read_task(path: Path) -> HarborTask:
+    """One task folder; ``InvalidRequest`` names the task and what is wrong (a symlink out of it, too)."""
+    path = Path(path)
+    task = path.name
+    check_links(task, path)
+    raw, config = _read_config(task, path)
     instruction_path = path / "instruction.md"
     if not instruction_path.is_file():
         raise _bad(task, "instruction.md", f"missing in {path}")
     instruction = instruction_path.read_text(errors="replace").strip()
     if not instruction:
         raise _bad(task, "instruction.md", "is empty")
-    if not (path / "environment" / "Dockerfile").is_file() and not config.environment.docker_image:
-        raise _bad(task, "environment/Dockerfile", "missing (and task.toml names no [environment] docker_image)")
+    _check_environment(task, path, config)
     if not (path / "tests" / "test.sh").is_file():
         raise _bad(task, "tests/test.sh", f"missing in {path}")
     tests, binary, executables = _files(task, path / "tests", "tests")

@@ -211,3 +211,11 @@ def test_polar_tasks_import_harbor_writes_every_task_or_nothing(tmp_path: Path, 
     broken_out = tmp_path / "broken.json"
     assert main(["tasks", "import", "harbor", str(tmp_path / "set"), "--out", str(broken_out)]) == 2
     assert "log-errors: instruction.md" in capsys.readouterr().err and not broken_out.exists()
+
+
+def test_a_multi_container_task_is_refused_saying_why(task_dir: Path):
+    (task_dir / "environment" / "docker-compose.yaml").write_text("services:\n  db:\n    image: postgres\n")
+    error = _error(task_dir)
+    assert (
+        error.field == "environment/docker-compose.yaml" and "multi-container tasks are not supported" in error.message
+    )

@@ -8,7 +8,8 @@ exception, says how the harness ended:
 
 - COMPLETED: it exited 0.
 - ERROR: it exited non-zero (crashed): its captures are kept, its trajectories will be masked.
-- TIMEOUT: it was killed at its limit.
+- TIMEOUT: it was killed at its limit. ``agent_budget_expired`` (the agent's own budget ran out) makes its
+  trajectories trainable reward-0 negatives; a deadline expiry is masked.
 
 Two ends say nothing about the policy, so they are infrastructure errors (``RunResult.infra_error``): the stage
 raises ``HarnessError`` after recording the end (a retry raises it again), the rollout is ERROR with the cause,
@@ -16,8 +17,7 @@ its captures are masked and the batch's circuit breaker counts it. The harness c
 the shell's statuses for a command that is not executable or not found: a CLI missing from the tools folder, an
 image without the interpreter); or an agent (``ModelCalls.REQUIRED``) exited 0 with no model call reaching its
 session. A harness that never calls the model (``ModelCalls.NONE``: a task's oracle or no-op) gets no relay to
-the gateway. ``agent_budget_expired`` (the agent's own budget ran out) makes its
-  trajectories trainable reward-0 negatives; a deadline expiry is masked.
+the gateway.
 
 The launch is recorded in the row before the harness starts, and how it ended as soon as it has; a retried run
 that finds the end reports it. The harness runs under the launcher (``polar.runtime.launcher``), which writes its

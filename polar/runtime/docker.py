@@ -181,8 +181,12 @@ class DockerRuntime(LocalRuntime):
     def _remove(self) -> None:
         container = self._find()
         if container is not None:
+            committed = (container.attrs.get("Config") or {}).get("Image") == self._state_image
             with contextlib.suppress(Exception):
                 container.remove(force=True)
+            if committed:
+                with contextlib.suppress(Exception):
+                    self.client.images.remove(self._state_image, force=True)
         lifeline.release(self.name)
         self._container = None
 
@@ -217,14 +221,13 @@ class DockerRuntime(LocalRuntime):
             raise SandboxError(f"the Docker engine failed starting container {self.name}: {api_error(exc)}") from None
 
     @property
-    def _state_image(self) -> str:
-        """What ``use_network`` commits the container to."""
+    def _state_image(self) -> str:  # what ``use_network`` commits the container to; nothing else starts from it
         return f"polar-state/{self.key.lower()}:network"
 
     async def use_network(self, network: str) -> None:
         """A container's network is fixed when it is made, so the running one is committed to an image (everything
         the agent left outside the work folder too) and made again from it on ``network``; the work folder is the
-        same host folder. The image (``polar-state/<key>:network``) is removed when the runtime stops."""
+        same host folder. The image (``polar-state/<key>:network``) is removed with the container made from it."""
         if network != self.network:
             await self._call(self._renetwork, network)
 
@@ -241,9 +244,6 @@ class DockerRuntime(LocalRuntime):
 
     async def stop(self, *, remove: bool) -> None:
         await self._call(self._remove)
-        # A runtime made anew (a later stage) starts from its own image and knows nothing of a committed state.
-        with contextlib.suppress(Exception):
-            await self._call(self.client.images.remove, self._state_image, force=True)
         await super().stop(remove=remove)
         if remove:
             shutil.rmtree(self._socket_dir(), ignore_errors=True)

@@ -6,13 +6,17 @@ built from a local clone."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from db.enums import RolloutStatus
 from polar.runtime.images import BuildSpec, image_tag
@@ -24,10 +28,26 @@ from tests.tasks.test_swebench_patches import clones  # noqa: F401  (the swe-min
 
 SWE_MINI = REPO / "datasets" / "swe-mini" / "instances.jsonl"
 HOST_CA = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
-APT = f"FROM {IMAGE}\nRUN apt-get update -q && apt-get install -y -q --no-install-recommends jq\nWORKDIR /app\n"
+# Debian packages installed at build time. This machine reaches PyPI through a proxy whose CA is in the host's
+# bundle: the image carries it, as an image built behind such a proxy does. One Dockerfile for every task here, so
+# the engine's layer cache builds it once.
+APT = (
+    f"FROM {IMAGE}\nRUN apt-get update -q && apt-get install -y -q --no-install-recommends jq python3-pip\n"
+    "COPY host-ca.crt /etc/host-ca.crt\nENV PIP_CERT=/etc/host-ca.crt\nWORKDIR /app\n"
+)
 
 
-def task_folder(root: Path, name: str, dockerfile: str, test_sh: str = "echo 1 > /logs/verifier/reward.txt\n") -> Path:
+@pytest.fixture(scope="module")
+def made(docker_engine) -> Iterator[list[str]]:
+    """Images the tests made, removed together at the end (so their layers serve as each other's cache)."""
+    tags: list[str] = []
+    yield tags
+    for tag in tags:
+        with contextlib.suppress(Exception):
+            docker_engine.images.remove(tag, force=True)
+
+
+def task_folder(root: Path, name: str, test_sh: str = "echo 1 > /logs/verifier/reward.txt\n") -> Path:
     folder = root / name
     (folder / "environment").mkdir(parents=True)
     (folder / "tests").mkdir()
@@ -36,7 +56,8 @@ def task_folder(root: Path, name: str, dockerfile: str, test_sh: str = "echo 1 >
         'version = "1.0"\n\n[agent]\ntimeout_sec = 120.0\n\n[verifier]\ntimeout_sec = 300.0\n'
     )
     (folder / "instruction.md").write_text("Leave a note.\n")
-    (folder / "environment" / "Dockerfile").write_text(dockerfile)
+    (folder / "environment" / "Dockerfile").write_text(APT)
+    shutil.copyfile(HOST_CA, folder / "environment" / "host-ca.crt")
     (folder / "tests" / "test.sh").write_text("#!/bin/bash\nset -e\n" + test_sh)
     (folder / "solution" / "solve.sh").write_text("#!/bin/bash\necho note > /root/agent-note\n")
     return folder
@@ -59,51 +80,49 @@ def test_tasks_build_as_typed_prints_each_tag(docker_engine, tmp_path, cache_dir
     assert docker_engine.images.get(image)
 
 
-def test_a_dockerfile_that_installs_a_debian_package_builds_on_the_build_network(docker_engine, tmp_path, cache_dir):
+def test_a_dockerfile_that_installs_a_debian_package_builds_on_the_build_network(
+    docker_engine, made, tmp_path, cache_dir
+):
     name = f"apt-{uuid.uuid4().hex[:8]}"
-    folder = task_folder(tmp_path, name, APT)
+    folder = task_folder(tmp_path, name)
     offline = polar("tasks", "build", "--network", "none", str(folder), tmp_path=tmp_path, cache_dir=cache_dir)
     assert offline.returncode == 1 and table(offline.stdout)[name][0] == "failed", offline.stdout + offline.stderr
     assert "polar tasks build --network host" in offline.stdout and "--adopt IMAGE" in offline.stdout
 
     tag = image_tag(BuildSpec(context=str(folder / "environment"), name=name))
-    try:
-        built = polar("tasks", "build", "--network", "host", str(folder), tmp_path=tmp_path, cache_dir=cache_dir)
-        assert built.returncode == 0, built.stdout + built.stderr
-        assert table(built.stdout)[name][:2] == ["built", tag]
-        assert docker_engine.containers.run(tag, ["jq", "--version"], remove=True, network_mode="none").startswith(
-            b"jq-"
-        )
-        again = polar("tasks", "build", str(folder), tmp_path=tmp_path, cache_dir=cache_dir)
-        assert again.returncode == 0 and table(again.stdout)[name][:2] == ["present", tag]
-    finally:
-        docker_engine.images.remove(tag, force=True)
+    made.append(tag)
+    built = polar("tasks", "build", "--network", "host", str(folder), tmp_path=tmp_path, cache_dir=cache_dir)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert table(built.stdout)[name][:2] == ["built", tag]
+    jq = docker_engine.containers.run(tag, ["jq", "--version"], remove=True, network_mode="none")
+    assert jq.startswith(b"jq-")
+    again = polar("tasks", "build", str(folder), tmp_path=tmp_path, cache_dir=cache_dir)
+    assert again.returncode == 0 and table(again.stdout)[name][:2] == ["present", tag]
 
 
-def test_an_image_built_elsewhere_is_adopted_as_the_tasks_image(docker_engine, tmp_path, cache_dir):
+def test_an_image_built_elsewhere_is_adopted_as_the_tasks_image(docker_engine, made, tmp_path, cache_dir):
     name = f"adopt-{uuid.uuid4().hex[:8]}"
-    folder = task_folder(tmp_path, name, APT)
+    folder = task_folder(tmp_path, name)
     own = tmp_path / "own"
     own.mkdir()
     (own / "Dockerfile").write_text(f"FROM {IMAGE}\nRUN echo built-elsewhere > /marker\nWORKDIR /app\n")
     mine = f"polar-test/{name}:1"
     docker_engine.images.build(path=str(own), tag=mine, network_mode="none", rm=True)
     tag = image_tag(BuildSpec(context=str(folder / "environment"), name=name))
-    try:
-        proc = polar("tasks", "build", "--adopt", mine, str(folder), tmp_path=tmp_path, cache_dir=cache_dir)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert table(proc.stdout)[name][:2] == ["adopted", tag]
-        assert docker_engine.images.get(tag).id == docker_engine.images.get(mine).id
-        missing = polar(
-            "tasks", "build", "--adopt", "polar-test/none:0", str(folder), tmp_path=tmp_path, cache_dir=cache_dir
-        )
-        assert missing.returncode == 1 and "is not on this engine" in missing.stdout
-    finally:
-        for image in (tag, mine):
-            docker_engine.images.remove(image, force=True)
+    made.extend((tag, mine))
+    proc = polar("tasks", "build", "--adopt", mine, str(folder), tmp_path=tmp_path, cache_dir=cache_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert table(proc.stdout)[name][:2] == ["adopted", tag]
+    assert docker_engine.images.get(tag).id == docker_engine.images.get(mine).id
+    missing = polar(
+        "tasks", "build", "--adopt", "polar-test/none:0", str(folder), tmp_path=tmp_path, cache_dir=cache_dir
+    )
+    assert missing.returncode == 1 and "is not on this engine" in missing.stdout
 
 
-async def test_a_verifier_that_installs_from_pypi_scores_on_the_verify_network(docker_context, docker_engine, no_leaks):
+async def test_a_verifier_that_installs_from_pypi_scores_on_the_verify_network(
+    docker_context, docker_engine, made, no_leaks
+):
     """The agent ran offline and left a file outside its work folder; the verifier, on the host's network, pip-
     installs a package and finds the file: 1. On the agent's network (none) the install fails: an ERROR, not 0."""
     check = (
@@ -111,14 +130,10 @@ async def test_a_verifier_that_installs_from_pypi_scores_on_the_verify_network(d
         "pip install -q --no-cache-dir --break-system-packages --index-url https://pypi.org/simple six==1.17.0\n"
         "python3 -c 'import six' && echo 1 > /logs/verifier/reward.txt\n"
     )
-    # This machine reaches PyPI through a proxy whose CA is in the host's bundle: the image carries it, as an image
-    # built behind such a proxy does.
-    pip = APT.replace(" jq", " python3-pip") + "COPY host-ca.crt /etc/host-ca.crt\nENV PIP_CERT=/etc/host-ca.crt\n"
     name = f"pip-{uuid.uuid4().hex[:8]}"
-    folder = task_folder(no_leaks / "tasks", name, pip, check)
-    shutil.copyfile(HOST_CA, folder / "environment" / "host-ca.crt")
+    folder = task_folder(no_leaks / "tasks", name, check)
     docker_context.settings.docker_build_network = "host"
-    tag = image_tag(BuildSpec(context=str(folder / "environment"), name=name))
+    made.append(image_tag(BuildSpec(context=str(folder / "environment"), name=name)))
     try:
         online = read_task(folder).oracle_request()
         online["evaluator"]["network"] = "host"
@@ -132,7 +147,6 @@ async def test_a_verifier_that_installs_from_pypi_scores_on_the_verify_network(d
         assert not docker_engine.images.list(name="polar-state/*")  # the committed state went with its runtime
     finally:
         docker_context.settings.docker_build_network = "none"
-        docker_engine.images.remove(tag, force=True)
 
 
 def test_a_swe_instances_image_is_built_from_a_local_clone(docker_engine, clones, tmp_path, cache_dir):

@@ -36,27 +36,13 @@ from polar.proxy.call.output_check import OutputCheck
 from polar.serving import ServerThread
 from polar.settings import Settings
 from tests.proxy.asgi_gateway import CONTROL, asgi_gateway, open_session
-from tests.proxy.fault_sglang import INFO, fault_sglang
+from tests.proxy.fault_sglang import INFO, fault_sglang, meta_info
 from tests.proxy.gateway_server import settings_for
 
 STALL_S = 5.0
 DEADLINE_S = 1.0
 FAULTS = ("empty", "negative_id", "nan_logprob", "server_error", "stall")
 OK_IDS = [100, 101, 102]
-
-
-def _meta(ids: list[int], logprob: float) -> dict[str, Any]:
-    return {
-        "id": "r",
-        "finish_reason": {"type": "length", "length": len(ids)},
-        "prompt_tokens": 3,
-        "completion_tokens": len(ids),
-        "cached_tokens": 0,
-        "weight_version": "w0",
-        "weight_versions": [{"version": "w0", "start": 0, "end": len(ids)}],
-        "e2e_latency": 0.01,
-        "output_token_logprobs": [[logprob, i, None] for i in ids],
-    }
 
 
 def fake_sglang() -> FastAPI:
@@ -71,7 +57,7 @@ async def _answer(body: dict[str, Any], fault: str) -> Response:
         await asyncio.sleep(STALL_S)
     ids = {"empty": [], "negative_id": [100, -3]}.get(fault, OK_IDS)
     logprob = float("nan") if fault == "nan_logprob" else -0.5
-    payload = {"text": "", "output_ids": ids, "meta_info": _meta(ids, logprob)}
+    payload = {"text": "", "output_ids": ids, "meta_info": meta_info(ids, logprob=logprob)}
     if not body["stream"]:
         return Response(json.dumps(payload), media_type="application/json")
 

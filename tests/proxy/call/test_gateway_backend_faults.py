@@ -19,7 +19,7 @@ from fastapi.responses import Response, StreamingResponse
 from polar.backends.sglang import SGLangBackend
 from polar.serving import ServerThread
 from tests.proxy.asgi_gateway import asgi_gateway, captures, open_session
-from tests.proxy.fault_sglang import INFO, fault_sglang
+from tests.proxy.fault_sglang import INFO, fault_sglang, meta_info
 from tests.proxy.gateway_server import settings_for
 from tests.proxy.shapes import PROTOCOLS, error_problem, stream_outcome
 
@@ -41,20 +41,11 @@ FAULTS: dict[str, tuple[Any, float, str]] = {
 
 
 def _meta(ids: list[int], last_logprob: float, finished: bool) -> dict[str, Any]:
+    """Every logprob -0.5 but the last one's."""
     logprobs = [[-0.5, i, None] for i in ids]
     if logprobs:
         logprobs[-1][0] = last_logprob
-    return {
-        "id": "r",
-        "finish_reason": {"type": "length", "length": len(ids)} if finished else None,
-        "prompt_tokens": 3,
-        "completion_tokens": len(ids),
-        "cached_tokens": 0,
-        "weight_version": "w0",
-        "weight_versions": [{"version": "w0", "start": 0, "end": len(ids)}],
-        "e2e_latency": 0.01,
-        "output_token_logprobs": logprobs,
-    }
+    return meta_info(ids, final=finished, output_token_logprobs=logprobs)
 
 
 def faulty_sglang() -> FastAPI:

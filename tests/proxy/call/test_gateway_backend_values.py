@@ -21,30 +21,15 @@ from fastapi.responses import Response, StreamingResponse
 from polar.backends.sglang import SGLangBackend
 from polar.serving import ServerThread
 from tests.proxy.asgi_gateway import asgi_gateway, captures, open_session
-from tests.proxy.fault_sglang import INFO, fault_sglang
+from tests.proxy.fault_sglang import INFO, fault_sglang, meta_info
 from tests.proxy.gateway_server import settings_for
 from tests.proxy.shapes import PROTOCOLS, error_problem, stream_outcome
 
 IDS = [100, 101]
 
 
-def _meta(ids: list[int], *, final: bool, **changes: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "id": "r",
-        "finish_reason": {"type": "length", "length": len(ids)} if final else None,
-        "prompt_tokens": 3,
-        "completion_tokens": len(ids),
-        "cached_tokens": 0,
-        "weight_version": "w0",
-        "weight_versions": [{"version": "w0", "start": 0, "end": len(ids)}],
-        "e2e_latency": 0.01,
-        "output_token_logprobs": [[-0.5, i, None] for i in ids],
-    }
-    return {**meta, **changes}
-
-
 def _chunk(ids: list[int], *, final: bool = True, **changes: Any) -> dict[str, Any]:
-    return {"text": "", "output_ids": ids, "meta_info": _meta(ids, final=final, **changes)}
+    return {"text": "", "output_ids": ids, "meta_info": meta_info(ids, final=final, **changes)}
 
 
 def _event(payload: Any) -> bytes:

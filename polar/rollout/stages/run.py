@@ -41,11 +41,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-
-from db.engine import session_scope
-from db.enums import CaptureStatus, RolloutStatus
-from db.models import Capture
+from db.enums import RolloutStatus
 from db.stage_reports import ArtifactSummary, RuntimeReport
 from db.stage_results import LaunchedProcess, Relaunch, RunProgress, RunResult
 from harness_adapters.base import ModelCalls
@@ -97,15 +93,6 @@ def _ended(returncode: int | None, timed_out: bool, by_agent: bool, budget: floa
 _CANNOT_START = {126: "is not executable", 127: "was not found"}
 
 
-def _model_calls_made(ctx: RolloutContext, rollout_id: str) -> int:
-    """Captures of this rollout's calls, failed ones included, less those of a launch set aside."""
-    with session_scope(ctx.factory) as db:
-        query = sa.select(sa.func.count()).where(
-            Capture.rollout_id == rollout_id, Capture.status != CaptureStatus.INTERRUPTED
-        )
-        return int(db.scalar(query) or 0)
-
-
 async def _infra_error(ctx: RolloutContext, view: RolloutView, report: RunResult) -> str | None:
     """Why this end says nothing about the policy (see the module's docstring), None when it is an outcome."""
     said = report.stderr_tail[-300:].strip()
@@ -114,7 +101,7 @@ async def _infra_error(ctx: RolloutContext, view: RolloutView, report: RunResult
         return f"{cause} (exit {report.exit_code})" + (f": {said}" if said else "")
     adapter, config = harness_config(view)
     if report.exit_code == 0 and adapter.model_calls(config) is ModelCalls.REQUIRED:
-        if await asyncio.to_thread(_model_calls_made, ctx, view.id) == 0:
+        if await asyncio.to_thread(state.calls_since_set_aside, ctx.factory, view.id) == 0:
             return "the harness exited 0 without a model call" + (f": {said}" if said else "")
     return None
 

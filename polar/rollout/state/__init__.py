@@ -27,7 +27,7 @@ written under a key is a record's ``as_json()``, what is read is the row's colum
 """
 
 from polar.clock import now
-from polar.rollout.state.launches import set_aside
+from polar.rollout.state.launches import calls_since_set_aside, set_aside
 from polar.rollout.state.ownership import claim, heartbeat, select_retryable
 from polar.rollout.state.stages import (
     StageOutput,
@@ -51,6 +51,7 @@ __all__ = [
     "StageOutput",
     "StageStart",
     "begin_stage",
+    "calls_since_set_aside",
     "cancel_unstarted",
     "claim",
     "enter_stage",

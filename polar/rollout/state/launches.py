@@ -13,6 +13,8 @@ this runs, so no call of the old launch can commit afterwards):
   captures set aside and ``seq_end``: every capture with a lower seq belongs to an earlier launch), a key no
   reopened stage clears, so the count of relaunches survives re-initialising the runtime;
 - the run stage's progress is cleared, ready for the new launch.
+
+``calls_since_set_aside`` counts the current launch's calls (the run stage's check that an agent called the model).
 """
 
 from __future__ import annotations
@@ -59,3 +61,12 @@ def set_aside(
         }
         row.heartbeat_at = now()
         return record
+
+
+def calls_since_set_aside(factory: sessionmaker[Session], rollout_id: str) -> int:
+    """The rollout's captures, failed calls included, less those of launches set aside: the current launch's."""
+    with session_scope(factory) as db:
+        query = sa.select(sa.func.count()).where(
+            Capture.rollout_id == rollout_id, Capture.status != CaptureStatus.INTERRUPTED
+        )
+        return int(db.scalar(query) or 0)

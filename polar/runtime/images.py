@@ -105,27 +105,31 @@ def _check_context(spec: BuildSpec) -> tuple[Path, Path]:
     return context, dockerfile
 
 
+def has_image(client: Any, name: str) -> bool:
+    """Whether the engine has the image ``name`` (never pulled)."""
+    import docker
+
+    try:
+        client.images.get(name)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
 def ensure_image(client: Any, spec: BuildSpec, logs_dir: Path, *, network: str = "none") -> str:
     """The tag of ``spec``'s image, built now (on ``network``) unless the engine has it. Blocking; raises
     ``SandboxError``."""
-    import docker
-
     context, dockerfile = _check_context(spec)
     tag = image_tag(spec)
     with _lock(tag):
-        try:
-            client.images.get(tag)
+        if has_image(client, tag):
             return tag
-        except docker.errors.ImageNotFound:
-            pass
         for base in base_images(dockerfile.read_text(errors="replace")):
-            try:
-                client.images.get(base)
-            except docker.errors.ImageNotFound:
+            if not has_image(client, base):
                 raise SandboxError(
                     f"image build of {spec.context}: FROM image {base!r} is not on this Docker engine "
                     "(Polar never pulls images: build or load it first)"
-                ) from None
+                )
         logs_dir.mkdir(parents=True, exist_ok=True)
         log_path = logs_dir / (tag.replace("/", "_").replace(":", "_") + ".log")
         _build(client, spec, context, tag, log_path, network)

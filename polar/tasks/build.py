@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from polar.errors import InvalidRequest, PolarError
-from polar.runtime.images import BuildSpec, ensure_image, image_tag
+from polar.runtime.images import BuildSpec, ensure_image, has_image, image_tag
 from polar.tasks.check import Checkable
 from polar.tasks.patches import find_repo
 from polar.tasks.swe_images import build_instance_image
@@ -50,16 +50,6 @@ class Readiness:
         return self.state not in (ImageState.MISSING, ImageState.FAILED)
 
 
-def _has(client: Any, image: str) -> bool:
-    import docker
-
-    try:
-        client.images.get(image)
-        return True
-    except docker.errors.ImageNotFound:
-        return False
-
-
 @dataclass(frozen=True)
 class BuildPlan:
     """How ``make_ready`` builds: the network (None: the task's, else ``default_network``), where the build logs
@@ -73,7 +63,7 @@ class BuildPlan:
 
 
 def _named(client: Any, task: Checkable, image: str, plan: BuildPlan) -> Readiness:
-    if _has(client, image):
+    if has_image(client, image):
         return Readiness(task.task_id, image, ImageState.PRESENT)
     if not isinstance(task, SWEbenchInstance):
         return Readiness(task.task_id, image, ImageState.MISSING, "not on this engine (Polar never pulls: load it)")
@@ -95,7 +85,7 @@ def _ready(client: Any, task: Checkable, plan: BuildPlan) -> Readiness:
         return _named(client, task, options.get("image") or "", plan)
     spec = BuildSpec.model_validate(options["build"])
     tag = image_tag(spec)
-    if _has(client, tag):
+    if has_image(client, tag):
         return Readiness(task.task_id, tag, ImageState.PRESENT)
     started = time.monotonic()
     try:
@@ -121,7 +111,7 @@ def make_ready(
             field="--adopt",
         )
     tag = image_tag(BuildSpec.model_validate(build))
-    if not _has(client, adopt):
+    if not has_image(client, adopt):
         return [Readiness(task.task_id, tag, ImageState.FAILED, f"image {adopt!r} is not on this engine")]
     repository, _, version = tag.rpartition(":")
     client.images.get(adopt).tag(repository, version)

@@ -26,11 +26,12 @@ from polar.errors import InvalidRequest
 _FILE = re.compile(r"error: (?:patch failed: (?P<failed>[^:\n]+):\d+|(?P<other>[^:\n]+): (?:does not|already))")
 
 
-def _git(
-    repo: Path, *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+def git(
+    repo: Path, *args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout_s: float = 120
 ) -> subprocess.CompletedProcess[str]:
+    """``git -C repo ARGS`` with its output captured (never raises on git's own failure: read ``returncode``)."""
     return subprocess.run(
-        ["git", "-C", str(repo), *args], input=stdin, capture_output=True, text=True, env=env, timeout=120
+        ["git", "-C", str(repo), *args], input=stdin, capture_output=True, text=True, env=env, timeout=timeout_s
     )
 
 
@@ -38,7 +39,7 @@ def find_repo(repos: Path, repo: str, commit: str) -> Path:
     """The local repository of ``repo`` (``owner/name``) under ``repos`` that holds ``commit``."""
     owner, _, name = repo.partition("/")
     for candidate in (repos / repo, repos / (name or owner), repos):
-        if candidate.is_dir() and _git(candidate, "cat-file", "-e", f"{commit}^{{commit}}").returncode == 0:
+        if candidate.is_dir() and git(candidate, "cat-file", "-e", f"{commit}^{{commit}}").returncode == 0:
             return candidate
     raise InvalidRequest(
         f"no local repository of {repo} holding {commit[:12]} under {repos} (looked in {repo}, {name or owner} "
@@ -57,7 +58,7 @@ def check_patches(instance: dict[str, Any], repos: Path) -> None:
         raise InvalidRequest(f"instance {instance_id}: {exc.message}", field=exc.field) from None
     with tempfile.TemporaryDirectory(prefix="polar-patch-") as tmp:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        read = _git(repo, "read-tree", base, env=env)
+        read = git(repo, "read-tree", base, env=env)
         if read.returncode != 0:
             raise InvalidRequest(
                 f"instance {instance_id}: base_commit {base[:12]} unreadable: {read.stderr.strip()}",
@@ -65,7 +66,7 @@ def check_patches(instance: dict[str, Any], repos: Path) -> None:
             )
         # The gold patch is checked on top of the test patch, the order grading applies them in.
         for field in ("test_patch", "patch"):
-            applied = _git(repo, "apply", "--cached", "-", env=env, stdin=str(instance[field]))
+            applied = git(repo, "apply", "--cached", "-", env=env, stdin=str(instance[field]))
             if applied.returncode != 0:
                 error = applied.stderr.strip()
                 match = _FILE.search(error)

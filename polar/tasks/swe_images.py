@@ -10,18 +10,18 @@ offline unless ``network`` is ``host``.
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from polar.errors import SandboxError
+from polar.tasks.patches import git
 
 
-def _git(*args: str) -> None:
-    done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=600, check=False)
+def _git(repo: Path, *args: str) -> None:
+    done = git(repo, *args, timeout_s=600)
     if done.returncode != 0:
-        raise SandboxError(f"git {' '.join(args[:3])} failed: {done.stderr.strip()[-300:]}")
+        raise SandboxError(f"git {' '.join(args[:2])} failed: {done.stderr.strip()[-300:]}")
 
 
 def build_instance_image(
@@ -30,9 +30,9 @@ def build_instance_image(
     """Build ``tag`` (see the module's docstring); ``SandboxError`` names what failed."""
     with tempfile.TemporaryDirectory(prefix="polar-swe-image-") as tmp:
         copy = Path(tmp) / "repo"
-        _git("clone", "-q", "--shared", "--no-checkout", str(repo), str(copy))
-        _git("-C", str(copy), "branch", "-f", "snapshot", base_commit)
-        _git("-C", str(copy), "bundle", "create", "-q", str(Path(tmp) / "repo.bundle"), "snapshot")
+        _git(repo, "clone", "-q", "--shared", "--no-checkout", ".", str(copy))
+        _git(copy, "branch", "-f", "snapshot", base_commit)
+        _git(copy, "bundle", "create", "-q", str(Path(tmp) / "repo.bundle"), "snapshot")
         (Path(tmp) / "Dockerfile").write_text(
             f"FROM {from_image}\nCOPY repo.bundle /tmp/repo.bundle\n"
             f"RUN git clone -q -b snapshot /tmp/repo.bundle /testbed && cd /testbed && git checkout -q -B main "

@@ -40,6 +40,8 @@ class ToolPin:
         return self.prefix(tools_dir) / "site"
 
     def executable(self, tools_dir: Path | str) -> Path:
+        if self.kind == "bundle":
+            return python_bundle.python_path(tools_dir)
         if self.kind == "pip":
             return self.site(tools_dir) / self.binary / "__init__.py"
         return self.prefix(tools_dir) / "node_modules" / ".bin" / self.binary

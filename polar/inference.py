@@ -131,6 +131,9 @@ class GenerateRequest:
     request_id: str | None = None
     session_id: str | None = None  # the gateway session (rollout) it belongs to: a fleet routes on it
     extras: ExtrasRequest | None = None  # top-k logprobs, routed experts (None: neither)
+    # ``input_ids`` as one JSON array, in parts to join (polar.tokens.ids_json), when the caller holds most of it
+    # encoded already (a session's earlier turns); a backend that sends JSON uses it, any other ignores it.
+    input_ids_json: tuple[bytes, ...] | None = None
 
 
 @dataclass(frozen=True)

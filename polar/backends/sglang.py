@@ -79,15 +79,18 @@ IDS_SLICE = 32_768
 """Prompt ids serialised per slice of this many (about 0.3 ms of orjson each), the event loop free between slices."""
 
 
-async def _body_json(body: dict[str, Any]) -> bytes:
-    """``_json(body)``, in slices when its prompt is long: orjson holds the GIL for the whole call, so a 400k-id prompt
-    serialised at once (~4 ms, and as long again to copy) held every other session's calls; sliced, the loop runs
-    between slices and the parts are joined once into a body of exactly its length. The same bytes as ``_json``:
-    ``input_ids`` is the body's first key (``SGLangBackend._body``)."""
+async def _body_json(body: dict[str, Any], ids_json: tuple[bytes, ...] | None = None) -> bytes:
+    """``_json(body)``: with the prompt's JSON given in parts (``GenerateRequest.input_ids_json``: a session's
+    earlier turns encoded already), those parts joined once with the rest; else a long prompt in slices: orjson
+    holds the GIL for the whole call, so a 400k-id prompt serialised at once (~4 ms, and as long again to copy) held
+    every other session's calls; sliced, the loop runs between slices and the parts are joined once into a body of
+    exactly its length. The same bytes as ``_json``: ``input_ids`` is the body's first key (``SGLangBackend._body``)."""
     ids = body["input_ids"]
-    if not isinstance(ids, np.ndarray) or len(ids) <= IDS_SLICE:
+    if ids_json is None and (not isinstance(ids, np.ndarray) or len(ids) <= IDS_SLICE):
         return _json(body)
     head, tail = _json({**body, "input_ids": []}).split(b'"input_ids":[]', 1)
+    if ids_json is not None:
+        return b"".join((head, b'"input_ids":', *ids_json, tail))
     parts = [head, b'"input_ids":[']
     for start in range(0, len(ids), IDS_SLICE):
         if start:
@@ -175,7 +178,7 @@ class SGLangBackend:
         body = self._body(request, stream=False)
         url = self.base_url + "/generate"
         try:
-            async with self._aio.post(url, await _body_json(body)) as response:
+            async with self._aio.post(url, await _body_json(body, request.input_ids_json)) as response:
                 await response.aread()
         except asyncio.CancelledError:
             # The server keeps generating for a request nobody waits for: free its slot (best effort).
@@ -212,7 +215,7 @@ class SGLangBackend:
         started = time.perf_counter()
         last: GenerateChunk | None = None
         try:
-            async with self._aio.post(url, await _body_json(body)) as response:
+            async with self._aio.post(url, await _body_json(body, request.input_ids_json)) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     raise http_error(response, url, request, self.model_info)

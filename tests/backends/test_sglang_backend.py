@@ -35,6 +35,7 @@ from polar.inference import (
 from polar.models.engine import LocalEngine
 from polar.models.sampling import rescore
 from polar.serving import ServerThread, create_app
+from polar.tokens.ids_json import ids_text, json_array
 
 TOLERANCE = 1e-5
 
@@ -372,3 +373,12 @@ def test_a_long_prompt_is_serialised_in_slices_to_the_same_bytes(n: int) -> None
     ids = _ids_json(array("i", [(i * 7919) % 151_000 for i in range(n)]))
     body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 4}, "rid": "r", "extra": {"input_ids": []}}
     assert asyncio.run(_body_json(body)) == _json(body)
+
+
+def test_a_prompt_given_as_json_parts_is_sent_as_the_same_bytes() -> None:
+    """``GenerateRequest.input_ids_json`` (a session's earlier turns encoded already) gives the body its prompt
+    without encoding it again: the same bytes as the body encoded whole."""
+    ids = array("i", [(i * 7919) % 151_000 for i in range(3 * IDS_SLICE)])
+    body = {"input_ids": _ids_json(ids), "sampling_params": {"max_new_tokens": 4}, "rid": "r", "extra": {"a": []}}
+    parts = json_array([ids_text(ids[:5]), ids_text(ids[5:])])
+    assert asyncio.run(_body_json(body, parts)) == _json(body)

@@ -110,6 +110,7 @@ class Generation:
             request_id=plan.meta.completion_id,
             session_id=plan.session.id,
             extras=extras_request(plan.session.capture, plan.prompt),
+            input_ids_json=plan.ids_text,
         )
 
     def _check(self, plan: CallPlan) -> OutputCheck:

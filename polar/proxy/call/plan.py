@@ -50,6 +50,7 @@ class CallPlan:
     started: float = 0.0  # perf_counter when the call arrived (metrics)
     admission: Verdict = Verdict(Admission.ROOT)  # how the call enters the capture tree (polar.proxy.call.admission)
     digest: BodyDigest | None = None  # the body's digests (polar.wire.body_digest): its capture is stored by them
+    ids_text: tuple[bytes, ...] | None = None  # the prompt's ids as JSON, in parts (Line.prompt_text), when known
 
 
 class _Stale(Exception):
@@ -154,7 +155,19 @@ class Planner:
             cut=history.cut,
         )
         return CallPlan(
-            session, codec, body, request, prompt, sampling, policy, context, meta, started, verdict, digest
+            session,
+            codec,
+            body,
+            request,
+            prompt,
+            sampling,
+            policy,
+            context,
+            meta,
+            started,
+            verdict,
+            digest,
+            _prompt_text(history, prompt),
         )
 
     async def plan(
@@ -213,3 +226,12 @@ class Planner:
 
     async def load_history(self, session_id: str) -> SessionHistory:
         return await in_store(self.histories.load, session_id, timeout_s=self.store_timeout_s)
+
+
+def _prompt_text(history: SessionHistory, prompt: Prompt) -> tuple[bytes, ...] | None:
+    """The prompt's ids as JSON from the session's line when it extends the line's tip (``Line.prompt_text``): the
+    backend then sends the line's text, encoded a turn at a time, and encodes only the new ids."""
+    if prompt.parent is None:
+        return None
+    with history.lock:
+        return history.line.prompt_text(prompt.parent.ref, prompt.prefix_len, prompt.ids)

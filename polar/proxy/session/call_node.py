@@ -13,6 +13,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
+from polar.tokens.ids_json import ids_text, json_array
 from polar.tokens.messages import Message, Role, ToolSpec
 
 
@@ -52,14 +53,17 @@ class LazyPrompt(Sequence[int]):
 
 
 class Line:
-    """A chain's ids in order: its latest call's prompt, then that call's output (int32: 4 bytes an id).
-    Only ever extended in place; readers get copies (slices), never views, so extending never fails."""
+    """A chain's ids in order: its latest call's prompt, then that call's output (int32: 4 bytes an id), and their
+    JSON text in pieces, one per extension (``polar.tokens.ids_json``), so the next prompt's text encodes only its
+    new ids. Only ever extended in place; readers get copies (slices), never views, so extending never fails."""
 
-    __slots__ = ("ids", "tip")
+    __slots__ = ("ids", "tip", "text", "_prompt_end")
 
     def __init__(self) -> None:
         self.ids = array("i")
         self.tip: int | None = None  # the capture id whose prompt and output ``ids`` is
+        self.text: list[bytes] = []
+        self._prompt_end = (0, 0)  # the tip's prompt: its length, and the pieces of ``text`` that hold it
 
     def extend(self, node: CallNode) -> bool:
         """Put ``node`` on the line if its prompt is the line followed by its delta (a root: on an empty line)."""
@@ -67,12 +71,30 @@ class Line:
         continues = node.parent_id == self.tip if node.parent_id is not None else self.tip is None
         if not (exact and continues):
             return False
-        self.ids.extend(node.prompt_delta_ids)
-        self.ids.extend(node.output_ids)
+        delta, output = node.prompt_delta_ids, node.output_ids
+        self.ids.extend(delta)
+        self.text.append(ids_text(delta))
+        self._prompt_end = (len(self.ids), len(self.text))
+        self.ids.extend(output)
+        self.text.append(ids_text(output))
         self.tip = node.id
         node.line = self
         node._delta = node._output = _EMPTY
         return True
+
+    def prompt_text(self, parent_id: int | None, prefix_len: int, ids: Sequence[int]) -> tuple[bytes, ...] | None:
+        """The JSON array of ``ids``, a prompt that keeps ``prefix_len`` ids of call ``parent_id``'s prompt and
+        output (``polar.tokens.render.Prompt``), as parts to join: the line's pieces for what it keeps of the tip's
+        ids, and the rest encoded. None when the parent is not the tip, or the prompt keeps less than its prompt."""
+        if parent_id is None or parent_id != self.tip:
+            return None
+        if prefix_len == len(self.ids):
+            n, pieces = prefix_len, self.text
+        elif prefix_len >= self._prompt_end[0]:
+            n, pieces = self._prompt_end[0], self.text[: self._prompt_end[1]]
+        else:
+            return None
+        return json_array((*pieces, ids_text(ids[n:])))
 
 
 _EMPTY = array("i")

@@ -1,11 +1,15 @@
 """A session's line holds a chain's ids once; calls that do not continue it exactly keep their own, and every
-call's ids read the same either way."""
+call's ids read the same either way. The line's ids are kept as JSON too, so a prompt extending its tip is sent
+with only its new ids encoded."""
 
 from __future__ import annotations
 
 from array import array
 
+import orjson
+
 from polar.proxy.session.call_node import CallNode, Line
+from polar.tokens.ids_json import ids_text, json_array
 from polar.tokens.messages import Message, Role
 
 
@@ -44,3 +48,29 @@ def test_calls_that_do_not_continue_the_line_keep_their_own_ids():
     assert not line.extend(node(5, 1, 3, [4], [4]))  # a sibling: the line's tip is 3 now
     assert not line.extend(second_root) and list(second_root.output_ids) == [7]
     assert list(line.ids) == [1, 2, 3, 5, 6]
+
+
+def test_a_prompt_on_the_tip_is_sent_as_the_lines_text_and_its_new_ids():
+    """``prompt_text`` joins to the bytes ``orjson.dumps`` gives for the whole prompt, whether the prompt keeps the
+    tip's whole output, part of it, or none (an empty output too); a prompt that keeps less than the tip's prompt,
+    or extends another call, gets None (its ids are encoded whole)."""
+    line = Line()
+    assert line.extend(node(1, None, 0, [101, 2, 30003], [4, 5]))
+    assert line.extend(node(2, 1, 5, [6], [70, 8]))
+    whole = [101, 2, 30003, 4, 5, 6, 70, 8]
+    for prefix_len, new in [(8, [7, 8]), (8, []), (7, [9]), (6, [10, 11])]:
+        ids = array("i", whole[:prefix_len] + new)
+        parts = line.prompt_text(2, prefix_len, ids)
+        assert parts is not None and b"".join(parts) == orjson.dumps(list(ids)), prefix_len
+    assert line.prompt_text(2, 5, array("i", whole[:5] + [1])) is None  # keeps less than the tip's prompt
+    assert line.prompt_text(1, 5, array("i", whole[:5] + [1])) is None  # extends an earlier call
+    assert line.prompt_text(None, 0, array("i", [1])) is None
+    empty = Line()
+    assert empty.extend(node(1, None, 0, [3], []))  # an empty output: a piece of nothing
+    assert b"".join(empty.prompt_text(1, 1, array("i", [3, 4])) or ()) == b"[3,4]"
+
+
+def test_the_ids_text_of_any_ids_is_orjsons():
+    for ids in ([], [0], [1, 151_000, 7], list(range(1000))):
+        assert b"".join(json_array([ids_text(array("i", ids))])) == orjson.dumps(ids)
+        assert b"".join(json_array([ids_text(ids[:1]), b"", ids_text(tuple(ids[1:]))])) == orjson.dumps(ids)

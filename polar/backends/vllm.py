@@ -39,12 +39,14 @@ from typing import Any, Literal
 import httpx
 
 from polar.backends.vllm_wire import (
+    JSON,
     Accumulator,
     choice_logprobs,
     error_from_body,
     field_of,
     http_error,
     only_choice,
+    request_json,
     span_of,
     sse_events,
     token_id_of,
@@ -171,7 +173,7 @@ class VLLMBackend:
         ttft = None
         prompt_tokens = len(request.input_ids)
         try:
-            async with self._client.stream("POST", _PATHS[self.endpoint], json=body) as response:
+            async with self._client.stream("POST", _PATHS[self.endpoint], content=body, headers=JSON) as response:
                 if response.status_code != 200:
                     await response.aread()
                     raise http_error(
@@ -229,7 +231,7 @@ class VLLMBackend:
             raise ContextLengthExceeded(len(request.input_ids), self._context_length)
         return min(wanted, room)
 
-    def _body(self, request: GenerateRequest, max_tokens: int, *, stream: bool) -> dict[str, Any]:
+    def _body(self, request: GenerateRequest, max_tokens: int, *, stream: bool) -> bytes:
         sampling = vllm_sampling_params(request.sampling, max_tokens)
         body: dict[str, Any] = {"model": self.model, "stream": stream}
         if request.request_id is not None:
@@ -239,12 +241,12 @@ class VLLMBackend:
             # logprobs=0: the sampled token's logprob only (vLLM adds the sampled token to the top-k list); k + 1
             # for the top k (polar.backends.vllm_wire.generate_top_k says why).
             logprobs = k + 1 if k else 0
-            body |= {"token_ids": list(request.input_ids), "sampling_params": sampling | {"logprobs": logprobs}}
-        else:
-            body |= {"prompt": list(request.input_ids), "return_token_ids": True, "logprobs": max(k, 1)} | sampling
-            if k:
-                body["return_tokens_as_token_ids"] = True
-        return body
+            body |= {"sampling_params": sampling | {"logprobs": logprobs}}
+            return request_json("token_ids", request, body)
+        body |= {"return_token_ids": True, "logprobs": max(k, 1)} | sampling
+        if k:
+            body["return_tokens_as_token_ids"] = True
+        return request_json("prompt", request, body)
 
     def _absorb(self, acc: Accumulator, choice: dict[str, Any]) -> None:
         """Append one choice's token ids and logprobs (a whole reply or one stream delta)."""
@@ -367,9 +369,12 @@ class VLLMBackend:
             return None
         return self._json(response, prompt_tokens=0)
 
-    async def _post(self, path: str, body: dict[str, Any] | None, *, prompt_tokens: int) -> dict[str, Any]:
+    async def _post(self, path: str, body: bytes | dict[str, Any] | None, *, prompt_tokens: int) -> dict[str, Any]:
         try:
-            response = await self._client.post(path, json=body)
+            if isinstance(body, bytes):
+                response = await self._client.post(path, content=body, headers=JSON)
+            else:
+                response = await self._client.post(path, json=body)
         except httpx.TransportError as exc:
             raise self._unavailable(exc) from exc
         return self._json(response, prompt_tokens=prompt_tokens)

@@ -13,9 +13,11 @@ from typing import Any
 
 import httpx
 import numpy as np
+import orjson
 
 from polar.errors import BackendError, BackendProtocolError, BackendUnavailable, ContextLengthExceeded, InvalidRequest
-from polar.inference import ExtrasRequest, GenerateExtras, SamplingParams, VersionSpan
+from polar.inference import ExtrasRequest, GenerateExtras, GenerateRequest, SamplingParams, VersionSpan
+from polar.tokens.ids_json import ids_text, json_array
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +29,22 @@ _FIELD_NAMES = {
     "prompt": "input_ids",
     "input_tokens": "input_ids",
 }
+JSON = {"content-type": "application/json"}
+
+
+def request_json(key: str, request: GenerateRequest, body: dict[str, Any]) -> bytes:
+    """``body`` with the prompt's ids under ``key`` (its first key), as JSON: the ids from
+    ``request.input_ids_json`` when the caller holds them encoded (a session's earlier turns), else encoded here in
+    one orjson call (the standard encoder spent milliseconds on a long prompt's ints); the rest by orjson, or by the
+    standard encoder for what orjson refuses."""
+    ids = request.input_ids_json or json_array([ids_text(request.input_ids)])
+    try:
+        rest = orjson.dumps({key: [], **body})
+    except TypeError:
+        rest = json.dumps({key: [], **body}, separators=(",", ":")).encode()
+    return b"".join((rest[: len(key) + 4], *ids, rest[len(key) + 6 :]))
+
+
 # "... longer than the maximum model length of 4096" (generate), "maximum context length is 4096" (completions).
 _CONTEXT_RE = re.compile(r"maximum (?:model|context) length (?:of|is) (\d+)")
 

@@ -7,6 +7,7 @@ weight and control helpers test_vllm_weights.py.
 from __future__ import annotations
 
 import json
+from array import array
 
 import pytest
 
@@ -20,6 +21,7 @@ from polar.inference import (
     VersionSpan,
     collect,
 )
+from polar.tokens.ids_json import ids_text, json_array
 from tests.backends.vllm_scripted import (
     CMPL_PATH,
     COMPLETIONS,
@@ -81,6 +83,21 @@ async def test_generate_endpoint_parses_reply_and_maps_sampling_names(serve):
             "logprobs": 0,
         },
     }
+
+
+@pytest.mark.parametrize("path", [GEN_PATH, CMPL_PATH])
+async def test_a_prompt_given_as_json_parts_is_sent_as_the_same_ids(serve, path):
+    """``GenerateRequest.input_ids_json`` (a session's earlier turns encoded already) gives either endpoint's
+    body its prompt without encoding it again."""
+    reply = GENERATE if path == GEN_PATH else COMPLETIONS
+    server = await serve({f"POST {path}": Reply(reply)})
+    backend = await VLLMBackend.connect(server.url, endpoint="generate" if path == GEN_PATH else "completions")
+    ids = array("i", [5, 6, 7, 8, 9])
+    for parts in (None, json_array([ids_text(ids[:2]), ids_text(ids[2:])])):
+        await backend.generate(GenerateRequest(ids, SamplingParams(max_new_tokens=4), input_ids_json=parts))
+    await backend.aclose()
+    whole, pieced = server.posted(path)
+    assert whole == pieced and whole["token_ids" if path == GEN_PATH else "prompt"] == list(ids)
 
 
 async def test_completions_endpoint_parses_eos_and_labels_span_from_weight_info(serve):

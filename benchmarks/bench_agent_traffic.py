@@ -358,6 +358,17 @@ def _others(backend: Server, spent: tuple[float, float], turns: int) -> str:
     )
 
 
+def postgres_gateway(stack: ExitStack, tmp: Path, backend: Server, url: str) -> Server:
+    """A gateway on a Postgres schema of its own, dropped when ``stack`` closes (after the gateway stops)."""
+    schema = f"bench_agent_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(url)
+    with admin.begin() as db:
+        db.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    stack.callback(admin.dispose)
+    stack.callback(drop_schema, admin, schema)
+    return start_gateway(stack, tmp, "gateway-pg", backend, schema_url(url, schema))
+
+
 async def run(args) -> None:
     tok = load_tokenizer("small", get_settings().cache_dir)
     corpus = Corpus(tok)
@@ -381,15 +392,8 @@ async def run(args) -> None:
                 await section_memory(client, gw, backend, corpus, args)
             if "load" in only:
                 gateways = {"gateway sqlite": gw}
-                if args.postgres:  # a schema of its own, dropped at the end
-                    schema = f"bench_agent_{uuid.uuid4().hex[:8]}"
-                    admin = sa.create_engine(args.postgres)
-                    with admin.begin() as db:
-                        db.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-                    stack.callback(admin.dispose)
-                    stack.callback(drop_schema, admin, schema)
-                    pg = schema_url(args.postgres, schema)
-                    gateways["gateway postgres"] = start_gateway(stack, tmp, "gateway-pg", backend, pg)
+                if args.postgres:
+                    gateways["gateway postgres"] = postgres_gateway(stack, tmp, backend, args.postgres)
                 if args.workers_compare:
                     db = f"sqlite:///{tmp / 'gateway-w2' / 'polar.db'}"
                     gateways["gateway sqlite w2"] = start_gateway(stack, tmp, "gateway-w2", backend, db, workers=2)

@@ -27,6 +27,11 @@ and ``polar gateway``, in that order, in one run. Printed, at the last five turn
 (``/proc/<pid>/task/*/schedstat``), its ratio to the back-to-back floor and to the floor server, and Polar's
 ratio to the minimal gateway. The minimal gateway's ratio is what the design itself costs (token-in, a durable
 record of every call), before any of Polar's own work; Polar's ratio to it is what Polar adds.
+
+``--load 8,32,96,192,384`` then runs ``bench_agent_traffic.py``'s load section against the same backend: that many
+closed-loop agent sessions at once, straight to the backend's chat route (which tokenizes every prompt whole, as an
+engine's tokenizer manager does) and through ``polar gateway`` on SQLite and (``--postgres``) Postgres, printing
+the throughput each gateway keeps of the direct one beside skyrl-capture's published figures for its proxy.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ import orjson
 import xxhash
 
 from benchmarks.agent_sessions import Corpus, open_session, start_backend, start_gateway
+from benchmarks.bench_agent_traffic import postgres_gateway, section_load
 from benchmarks.floors import steady_turns
 from benchmarks.gateway_support import Server, free_port
 from polar.digest import SEED, digest
@@ -235,6 +241,26 @@ async def run(args: argparse.Namespace) -> None:
     for name, took in cpu.items():
         print(f"{name:26s} {ms(took):>12s} {took / floor:12.2f}x {took / cpu['floor server']:14.2f}x")
     print(f"polar gateway / minimal token-in gateway: {cpu['polar gateway'] / cpu['minimal token-in gateway']:.2f}x")
+    if args.load:
+        await load(args, corpus)
+
+
+SKYRL_KEPT = {96: 0.96, 192: 0.85, 384: 0.51}
+"""The throughput skyrl-capture publishes for its proxy against its direct engine, at these concurrent sessions."""
+
+
+async def load(args: argparse.Namespace, corpus: Corpus) -> None:
+    """Throughput kept at each of ``args.load`` concurrent sessions (``bench_agent_traffic.section_load``)."""
+    args.sessions = args.load
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        backend = start_backend(stack, tmp, args.context)
+        db = f"sqlite:///{tmp / 'gateway' / 'polar.db'}"
+        gateways = {"gateway sqlite": start_gateway(stack, tmp, "gateway", backend, db)}
+        if args.postgres:
+            gateways["gateway postgres"] = postgres_gateway(stack, tmp, backend, args.postgres)
+        await section_load(backend, gateways, corpus, args)
+    print("skyrl-capture's proxy, as published: " + ", ".join(f"{k:.0%} kept at {n}" for n, k in SKYRL_KEPT.items()))
 
 
 def main() -> None:
@@ -244,6 +270,11 @@ def main() -> None:
     p.add_argument("--opening", type=int, default=52_000)
     p.add_argument("--delta", type=int, default=2_000)
     p.add_argument("--steady-context", type=int, default=80_000)
+    p.add_argument("--load", type=lambda s: [int(x) for x in s.split(",") if x], default=[], help="sessions, e.g. 8,32")
+    p.add_argument("--load-turns", type=int, default=4, help="turns per session in the load section (cap)")
+    p.add_argument("--load-scale", type=float, default=0.2, help="token sizes of the load section, x the traces'")
+    p.add_argument("--subagent-share", type=float, default=0.2)
+    p.add_argument("--postgres", default=os.environ.get("POLAR_TEST_POSTGRES_URL", ""), help="a Postgres URL")
     p.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # run the minimal gateway on this port
     p.add_argument("--backend-port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--db", help=argparse.SUPPRESS)

@@ -76,8 +76,11 @@ class NativeFormat:
         glue = [] if output_ids and output_ids[-1] == end else [end]
         # The template puts "\n" after every end-of-turn; it opens the new text.
         tail = self.tokenizer.encode("\n" + self.template.render_tail(list(new_messages)))
-        # int32 arrays: a long session's prompt is copied, not rebuilt one id object at a time.
-        return int32(prompt_ids) + int32(output_ids) + array("i", [*glue, *tail])
+        # int32 arrays: a long session's prompt is copied once, not rebuilt one id object at a time.
+        ids = int32(prompt_ids) + int32(output_ids)
+        ids.extend(glue)
+        ids.extend(tail)
+        return ids
 
     def stream_parser(self, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None) -> TextStream:
         return TextStream(self.tokenizer, self.tool_format.stream_parser(tools=tools or None))

@@ -16,11 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from transformers.cache_utils import Cache
 
-
-def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(len(a), len(b))
-    mismatch = np.flatnonzero(a[:n] != b[:n])
-    return int(mismatch[0]) if len(mismatch) else n
+from polar.tokens.render import common_prefix
 
 
 class PrefixCache:
@@ -38,7 +34,7 @@ class PrefixCache:
         target = np.asarray(ids, dtype=np.int64)
         best_key, best_len = None, 0
         for key, (covered, _) in self._entries.items():
-            shared = min(_common_prefix(covered, target), len(target) - 1)
+            shared = min(common_prefix(covered, target), len(target) - 1)
             if shared > best_len:
                 best_key, best_len = key, shared
         if best_key is None or best_len < self.min_match:

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from polar.settings import RenderMode
 from polar.tokens.matching import extension_start
 from polar.tokens.messages import Message, ToolSpec, shown_tools
@@ -106,12 +108,20 @@ def _texts(messages: Sequence[Message]) -> Sequence[Message]:
     return messages
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int] | np.ndarray, b: Sequence[int] | np.ndarray) -> int:
+    """How many ids ``a`` and ``b`` share from their start: compared in C by numpy, not id by id in Python (a
+    canonical render of a long session is compared with its parent's ids on every call)."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    x, y = (v if isinstance(v, np.ndarray) else np.frombuffer(int32(v), np.int32) for v in (a, b))
+    differ = np.flatnonzero(x[:n] != y[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+def _holds(ids: array[int], part: array[int], at: int) -> bool:
+    """Whether ``ids`` holds ``part`` from position ``at`` (read in place: no slice of a long prompt copied)."""
+    if at + len(part) > len(ids):
+        return False
+    return bool(np.array_equal(np.frombuffer(ids, np.int32, len(part), 4 * at), np.frombuffer(part, np.int32)))
 
 
 class PromptBuilder:
@@ -188,7 +198,7 @@ class PromptBuilder:
         if mode is RenderMode.CANONICAL:
             # Still a child in the tree; prefix_len says how much of what the model sampled survived.
             ids = self.canonical_ids(messages, tools)
-            shared = _common_prefix(ids, parent.sequence_ids())
+            shared = common_prefix(ids, parent.sequence_ids())
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared)
         if self.chat_format is not None:
             return self._extend(self.chat_format, messages, tools, parent, start)
@@ -208,11 +218,11 @@ class PromptBuilder:
         if extended is None:
             ids = self.canonical_ids(messages, tools)
             reason = f"the {fmt.family} chat format cannot extend the sampled ids exactly here; rendered canonically"
-            shared = _common_prefix(ids, parent.sequence_ids())
+            shared = common_prefix(ids, parent.sequence_ids())
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared, fallback_reason=reason)
         # A family may close a turn the backend cut (max tokens) or trim after its close: say what survived.
         ids, prompt, output = int32(extended), int32(prompt_ids), int32(output_ids)
         n, m = len(prompt), len(prompt) + len(output)
-        if ids[:n] == prompt and ids[n:m] == output:  # memcmp of slices, no copy of the parent's whole sequence
+        if _holds(ids, prompt, 0) and _holds(ids, output, n):
             return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=m)
-        return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=_common_prefix(ids, prompt + output))
+        return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=common_prefix(ids, prompt + output))

@@ -22,6 +22,7 @@ from polar.errors import InvalidRequest, NotFound, PolarError
 from polar.proxy import access_log
 from polar.proxy.gateway import Gateway
 from polar.proxy.http import ws_denial
+from polar.proxy.http.direct import DirectRoutes
 from polar.proxy.http.errors import error_response, unhandled, upgrade_refused
 from polar.proxy.http.route_table import AccessNames, Route, error_shape
 from polar.proxy.http.routes import ROUTES
@@ -58,6 +59,7 @@ def create_app(gw: Gateway) -> FastAPI:
         await gw.aclose()
 
     app = FastAPI(title="Polar gateway", lifespan=lifespan)
+    app.add_middleware(DirectRoutes, routes=ROUTES)  # the innermost: the access log and the slices come first
     access_log.install(app, gw.settings, AccessNames(ROUTES))
     app.add_middleware(SlicedRequests)  # a burst of calls spreads over loop iterations
     control_token = announce(gw.settings)  # closed by default: generated on first start when none is set

@@ -28,7 +28,9 @@ class Route:
     """One route: ``handler(request, route)`` serves ``methods`` on ``path`` (Starlette's path syntax; path
     parameters in ``request.path_params``). ``protocol``: the protocol its errors are shaped in (and, on a model
     route, the one it speaks). ``log_as``: the access log's route name for its requests, formatted with the path's
-    parameters (None: not logged). ``in_schema``: listed in the OpenAPI schema."""
+    parameters (None: not logged). ``in_schema``: listed in the OpenAPI schema. ``direct``: served straight from
+    this table (``polar.proxy.http.direct``), not through FastAPI's routing: a handler that shapes every error
+    itself and takes nothing from FastAPI (the model calls, the hot path)."""
 
     methods: tuple[str, ...]
     path: str
@@ -36,6 +38,7 @@ class Route:
     protocol: ProtocolCodec = OPENAI_CHAT
     log_as: str | None = None
     in_schema: bool = True
+    direct: bool = False
     _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -78,26 +81,38 @@ def error_shape(routes: Sequence[Route], path: str) -> ProtocolCodec:
     return next(iter(shapes.values())) if best > 0 and len(shapes) == 1 else DEFAULT_SHAPE
 
 
+class RouteLookup:
+    """The route serving ``method path`` among ``routes`` (``find``): the fixed paths one dict lookup, the few
+    with parameters matched in turn."""
+
+    def __init__(self, routes: Sequence[Route]):
+        self._fixed = {
+            (method, route.path): route for route in routes if "{" not in route.path for method in route.methods
+        }
+        self._templated = [route for route in routes if "{" in route.path]
+
+    def find(self, method: str, path: str) -> tuple[Route, dict[str, Any]] | None:
+        """The route and the path's parameters, or None when none of ``routes`` serves it."""
+        fixed = self._fixed.get((method, path))
+        if fixed is not None:
+            return fixed, {}
+        for route in self._templated:
+            if method in route.methods and (params := route.params(path)) is not None:
+                return route, params
+        return None
+
+
 class AccessNames:
     """The access log's route name for a request (``name``), read from the routes with ``log_as``: looked up per
     request before routing, so the fixed paths are one dict lookup."""
 
     def __init__(self, routes: Sequence[Route]):
-        logged = [route for route in routes if route.log_as is not None]
-        self._fixed = {
-            (method, route.path): str(route.log_as)
-            for route in logged
-            if "{" not in route.path
-            for method in route.methods
-        }
-        self._templated = [route for route in logged if "{" in route.path]
+        self._lookup = RouteLookup([route for route in routes if route.log_as is not None])
 
     def name(self, method: str, path: str) -> str | None:
         """The route name ``method path`` is logged under, or None when its requests are not logged."""
-        fixed = self._fixed.get((method, path))
-        if fixed is not None:
-            return fixed
-        for route in self._templated:
-            if method in route.methods and (params := route.params(path)) is not None:
-                return str(route.log_as).format(**params)
-        return None
+        found = self._lookup.find(method, path)
+        if found is None:
+            return None
+        route, params = found
+        return str(route.log_as).format(**params) if params else str(route.log_as)

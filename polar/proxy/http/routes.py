@@ -4,7 +4,8 @@ and the access log names a request by its entry's ``log_as`` (``polar.proxy.acce
 here and a handler ``(request, route) -> Response``.
 
 Model routes speak their protocol; the session, admin and probe routes answer errors in OpenAI's shape. Only the
-model calls are in the access log (one line per call: ``log_as``).
+model calls are in the access log (one line per call: ``log_as``), and only they are ``direct`` (served before
+FastAPI: ``polar.proxy.http.direct``).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ POST, GET = ("POST",), ("GET",)
 
 ROUTES: tuple[Route, ...] = (
     # the provider protocols
-    Route(POST, "/v1/chat/completions", model_routes.model_call, OPENAI_CHAT, log_as="/v1/chat/completions"),
-    Route(POST, "/v1/responses", model_routes.model_call, OPENAI_RESPONSES, log_as="/v1/responses"),
-    Route(POST, "/v1/messages", model_routes.model_call, ANTHROPIC, log_as="/v1/messages"),
-    Route(POST, "/v1/messages/count_tokens", model_routes.count_tokens, ANTHROPIC),
-    Route(POST, "/v1beta/models/{target}", model_routes.gemini, GEMINI, log_as="/v1beta/models/{target}"),
+    Route(POST, "/v1/chat/completions", model_routes.model_call, OPENAI_CHAT, "/v1/chat/completions", direct=True),
+    Route(POST, "/v1/responses", model_routes.model_call, OPENAI_RESPONSES, "/v1/responses", direct=True),
+    Route(POST, "/v1/messages", model_routes.model_call, ANTHROPIC, "/v1/messages", direct=True),
+    Route(POST, "/v1/messages/count_tokens", model_routes.count_tokens, ANTHROPIC, direct=True),
+    Route(POST, "/v1beta/models/{target}", model_routes.gemini, GEMINI, "/v1beta/models/{target}", direct=True),
     # probes and the model list (open)
     Route(("GET", "HEAD"), "/", health.root, in_schema=False),
     Route(GET, "/health/live", health.live),

@@ -44,7 +44,10 @@ def test_a_client_leaving_mid_stream_stops_the_generation_and_frees_its_slot(tmp
         headers = {"Authorization": f"Bearer {session['api_key']}"}
         with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=headers) as reply:
             assert reply.status_code == 200
-            first = next(reply.iter_raw())  # the stream is under way; then the client hangs up
+            # The stream is under way; the client hangs up when the block ends. The iterator is kept: a generator
+            # dropped after one item is closed at once, and its connection with it (the client had left already).
+            chunks = reply.iter_raw()
+            first = next(chunks)
             assert first.startswith(b"data: ")
             started = time.monotonic()  # the first event can precede the backend's stream: wait until it is open
             while backend.open_streams != 1 and time.monotonic() - started < 15:

@@ -27,7 +27,8 @@ Sections 2 and 3 load the servers with aiohttp, whose client costs a fraction of
 pool, at 64 calls in flight, spends about as much CPU per call as the gateway does and hid the servers' own
 throughput behind its own (the direct backend measured at 190-390 calls/s through it, 4,400 through aiohttp).
 4. the capture writer alone on Postgres (in this process): captures/s with group commit from 64 sessions (the
-   median of three rounds), printed beside the disk's fsync latency and a one-row commit's.
+   median of three rounds), printed beside the disk's fsync latency and a one-row commit's; then, on SQLite and
+   Postgres, its CPU per capture stored one at a time against a plain insert and commit of the same rows.
 
     .venv/bin/python benchmarks/bench_gateway_scale.py [--quick] [--no-litellm] [--only 1,2,3,4]
 
@@ -66,7 +67,7 @@ from gateway_support import (
     schema_url,
 )
 from scale_streams import CONTROL, aio_post, scrape, section_in_flight, session_key
-from writer_alone import section_writer
+from writer_alone import section_commit_cost, section_writer
 
 from db import make_engine, migrate
 from polar.models.tiny import ensure_model_dir
@@ -309,6 +310,10 @@ def main() -> None:
                 asyncio.run(run())
         if "4" in only:
             section_writer(pg_url, writes, 64)
+            with tempfile.TemporaryDirectory() as tmp:
+                sqlite_url = f"sqlite:///{tmp}/writer.db"
+                migrate.upgrade(sqlite_url)
+                section_commit_cost({"SQLite": sqlite_url, "Postgres": pg_url}, writes // 10)
     finally:
         with admin.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))

@@ -90,10 +90,11 @@ def test_builders_keep_every_token_once_with_its_role(data) -> None:
 
 
 def test_generated_sessions_hold_every_case() -> None:
-    """Guards the properties: the generator makes each role and split it claims to."""
+    """Guards the properties: the generator makes each role and split it claims to. Derandomized: the same 40
+    examples every run (drawn afresh, a case seen fewer than three times failed about one run in fifty)."""
     seen: Counter[str] = Counter()
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
     @given(data=st.data())
     def collect(data) -> None:
         session = multiagent_session(data, 10)

@@ -91,7 +91,7 @@ def test_builders_keep_every_token_once_with_its_role(data) -> None:
 
 def test_generated_sessions_hold_every_case() -> None:
     """Guards the properties: the generator makes each role and split it claims to. Derandomized: the same 40
-    examples every run (drawn afresh, a case seen fewer than three times failed about one run in fifty)."""
+    examples every run (drawn afresh each run, a case could come up fewer than three times by chance)."""
     seen: Counter[str] = Counter()
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

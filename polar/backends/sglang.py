@@ -60,6 +60,7 @@ from polar.inference import (
     WeightUpdate,
 )
 from polar.models.moe_shape import MoEShape
+from polar.tokens.ids_json import ids_text
 
 PAUSE_MODES = ("abort", "retract", "in_place")
 
@@ -96,7 +97,7 @@ async def _body_json(body: dict[str, Any], ids_json: tuple[bytes, ...] | None = 
         if start:
             parts.append(b",")
             await asyncio.sleep(0)
-        parts.append(orjson.dumps(ids[start : start + IDS_SLICE], option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+        parts.append(ids_text(ids[start : start + IDS_SLICE]))
     parts += [b"]", tail]
     return b"".join(parts)
 

@@ -16,13 +16,16 @@ import numpy as np
 import orjson
 
 
-def ids_text(ids: Sequence[int]) -> bytes:
+def ids_text(ids: Sequence[int] | np.ndarray) -> bytes:
     """``ids`` as JSON numbers joined by commas, without brackets (``b""`` for none): ``orjson.dumps(list(ids))``
-    less its first and last byte. An int32 array is read in place by numpy (no object per id)."""
+    less its first and last byte. A numpy array, or an int32 array read in place by numpy, is encoded without an
+    object per id."""
     if not len(ids):
         return b""
     if isinstance(ids, array) and ids.typecode == "i":
-        return orjson.dumps(np.frombuffer(ids, dtype=np.int32), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+        ids = np.frombuffer(ids, dtype=np.int32)
+    if isinstance(ids, np.ndarray):
+        return orjson.dumps(ids, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
     return orjson.dumps(list(ids))[1:-1]
 
 

@@ -206,9 +206,11 @@ class PromptBuilder:
         glue = [] if ended_turn else [self.tokenizer.im_end_id]
         # The template puts "\n" after every end-of-turn; it opens the new text.
         new_ids = self.tokenizer.encode("\n" + self.template.render_tail(_texts(messages[start:])))
-        prefix = parent.sequence_ids()
-        ids = prefix + array("i", [*glue, *new_ids])
-        return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=len(prefix))
+        ids = parent.sequence_ids()  # a new array: extended in place, the parent's ids copied once
+        prefix_len = len(ids)
+        ids.extend(glue)
+        ids.extend(new_ids)
+        return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=prefix_len)
 
     def _extend(
         self, fmt: FamilyRenderer, messages: Sequence[Message], tools: Sequence[ToolSpec], parent: PriorCall, start: int

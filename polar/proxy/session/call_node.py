@@ -57,13 +57,13 @@ class Line:
     JSON text in pieces, one per extension (``polar.tokens.ids_json``), so the next prompt's text encodes only its
     new ids. Only ever extended in place; readers get copies (slices), never views, so extending never fails."""
 
-    __slots__ = ("ids", "tip", "text", "_prompt_end")
+    __slots__ = ("ids", "tip", "text", "_tip_prompt")
 
     def __init__(self) -> None:
         self.ids = array("i")
         self.tip: int | None = None  # the capture id whose prompt and output ``ids`` is
-        self.text: list[bytes] = []
-        self._prompt_end = (0, 0)  # the tip's prompt: its length, and the pieces of ``text`` that hold it
+        self.text: list[bytes] = []  # two pieces a call: its prompt delta's, then its output's
+        self._tip_prompt = 0  # the length of the tip's prompt (``text`` but its last piece)
 
     def extend(self, node: CallNode) -> bool:
         """Put ``node`` on the line if its prompt is the line followed by its delta (a root: on an empty line)."""
@@ -74,7 +74,7 @@ class Line:
         delta, output = node.prompt_delta_ids, node.output_ids
         self.ids.extend(delta)
         self.text.append(ids_text(delta))
-        self._prompt_end = (len(self.ids), len(self.text))
+        self._tip_prompt = len(self.ids)
         self.ids.extend(output)
         self.text.append(ids_text(output))
         self.tip = node.id
@@ -90,8 +90,8 @@ class Line:
             return None
         if prefix_len == len(self.ids):
             n, pieces = prefix_len, self.text
-        elif prefix_len >= self._prompt_end[0]:
-            n, pieces = self._prompt_end[0], self.text[: self._prompt_end[1]]
+        elif prefix_len >= self._tip_prompt:
+            n, pieces = self._tip_prompt, self.text[:-1]
         else:
             return None
         return json_array((*pieces, ids_text(ids[n:])))

@@ -248,7 +248,7 @@ class CaptureWriter:
             rollout_ids = sorted({rollout_id for rollout_id, _ in groups})
             lock = capture_sql.lock_sql(dialect, len(rollout_ids))
             if lock is not None and len(rollout_ids) > 1:
-                conn.exec_driver_sql(lock, tuple(rollout_ids))
+                capture_sql.driver_rows(conn, lock, tuple(rollout_ids))
             ends = self._advance(conn, groups)
             rows: list[Pending] = []
             for (rollout_id, key_hash), members in groups.items():
@@ -296,14 +296,15 @@ class CaptureWriter:
         ends: dict[tuple[str, str | None], int] = {}
         if single:
             params = tuple(v for r, (k, n) in single.items() for v in (r, n, k))
-            for rollout_id, end in conn.exec_driver_sql(capture_sql.advance_sql(conn.dialect, len(single)), params):
+            sql = capture_sql.advance_sql(conn.dialect, len(single))
+            for rollout_id, end in capture_sql.driver_rows(conn, sql, params):
                 ends[rollout_id, single[rollout_id][0]] = end
         for rollout_id, keyed in per_rollout.items():
             if rollout_id in single:
                 continue
             for key_hash, n in keyed:
                 sql = capture_sql.advance_sql(conn.dialect, 1)
-                for _, end in conn.exec_driver_sql(sql, (rollout_id, n, key_hash)):
+                for _, end in capture_sql.driver_rows(conn, sql, (rollout_id, n, key_hash)):
                     ends[rollout_id, key_hash] = end
         return ends
 

@@ -19,6 +19,14 @@ def digest(data: bytes) -> bytes:
     return xxhash.xxh3_128_digest(data, seed=SEED)
 
 
+def digest_joined(*parts: bytes) -> bytes:
+    """``digest(b"".join(parts))``, without joining them."""
+    h = xxhash.xxh3_128(seed=SEED)
+    for part in parts:
+        h.update(part)
+    return h.digest()
+
+
 def digest_parts(*parts: str) -> bytes:
     """One digest of several texts, each length-prefixed (``("ab", "c")`` and ``("a", "bc")`` differ)."""
     h = xxhash.xxh3_128(seed=SEED)

@@ -2,9 +2,10 @@
 
 An append-mode prompt is the previous call's prompt and output followed by the turn's new ids, so its JSON text is
 the text of those earlier ids, a comma, and the new ids' text. A session's line (``polar.proxy.session.call_node``)
-keeps its ids' text as pieces, one per extension, each encoded once and never copied; a prompt's text is then
-those pieces and its new ids' piece, joined once by the sender with the rest of its body (``json_array``): a long
-session's turn encodes its new ids, not its whole prompt again.
+keeps its ids' text as pieces, one per extension, each encoded once (with the comma that joins it to the one
+before); a prompt's text is then those pieces and its new ids' piece, joined once by the sender with the rest of
+its body: a long session's turn encodes its new ids, not its whole prompt again. ``json_array`` makes the parts
+of a prompt encoded whole.
 """
 
 from __future__ import annotations

@@ -131,7 +131,10 @@ def extension_start(
     n = len(prior_messages)
     if len(messages) <= n or not same_tools(tools, prior_tools):
         return None
-    if not all(a is b or same_message(a, b) for a, b in zip(messages[:n], prior_messages, strict=True)):
+    head = messages[:n]
+    # Equal messages (the same objects, in the steady state: a request decoded on the session's history shares its
+    # sealed messages) compare in C; only a history that differs is compared message by message, by what matters.
+    if head != prior_messages and not all(map(same_message, head, prior_messages)):
         return None
     echoed = echo_length(messages, n, prior_reply, tools)
     if echoed is None or n + echoed >= len(messages):

@@ -18,13 +18,13 @@ from typing import Any
 
 import orjson
 
-from polar.digest import DIGEST_BYTES, digest
+from polar.digest import DIGEST_BYTES, digest, digest_joined
 
 
 @dataclass(frozen=True)
 class BodyDigest:
-    """A decoded JSON object's digests: ``values`` per top-level key; ``items`` per list-valued key, its items'
-    digests concatenated (``DIGEST_BYTES`` each)."""
+    """A decoded JSON object's digests: ``values`` per top-level key (of the value's serialisation, a list's as
+    well); ``items`` per list-valued key, its items' digests concatenated (``DIGEST_BYTES`` each)."""
 
     values: dict[str, bytes]
     items: dict[str, bytes]
@@ -76,8 +76,13 @@ class Repeats:
         return {key: count for key, count in self.parts.items() if count > 0}
 
 
-def body_digest(body: Any) -> BodyDigest | None:
-    """``body``'s digests; None when it is no JSON object or cannot be serialised (nested past orjson's limit)."""
+def body_digest(body: Any, earlier: BodyDigest | None = None) -> BodyDigest | None:
+    """``body``'s digests; None when it is no JSON object or cannot be serialised (nested past orjson's limit).
+
+    ``earlier``: the digest of a body this one likely extends (the session's previous request). A list that starts
+    with all of that body's list (an agent's conversation, re-sent) is then serialised once for its leading items
+    and once for the rest, and only the new items are digested one by one: the leading items' digests are the
+    earlier list's. Otherwise each item is digested."""
     if not isinstance(body, dict):
         return None
     values: dict[str, bytes] = {}
@@ -85,11 +90,27 @@ def body_digest(body: Any) -> BodyDigest | None:
     try:
         for key, value in body.items():
             if isinstance(value, list):
-                joined = b"".join([digest(orjson.dumps(item)) for item in value])
-                items[key] = joined
-                values[key] = digest(b"[" + joined)  # apart from any value's serialisation
+                old = earlier.items.get(key, b"") if earlier is not None else b""
+                known = _extends(value, len(old) // DIGEST_BYTES, earlier.values[key]) if earlier and old else None
+                if known is not None:
+                    rest = [orjson.dumps(item) for item in value[len(old) // DIGEST_BYTES :]]
+                    items[key] = old + b"".join([digest(text) for text in rest])
+                    values[key] = digest_joined(known[:-1], *(b"," + text for text in rest), b"]")
+                else:
+                    texts = [orjson.dumps(item) for item in value]
+                    items[key] = b"".join([digest(text) for text in texts])
+                    values[key] = digest(b"[" + b",".join(texts) + b"]")
             else:
                 values[key] = digest(orjson.dumps(value))
     except (orjson.JSONEncodeError, TypeError):
         return None
     return BodyDigest(values, items)
+
+
+def _extends(value: list[Any], n: int, listed: bytes) -> bytes | None:
+    """The serialisation of ``value``'s first ``n`` items, when ``listed`` (a list's digest: of its serialisation) is
+    that of those items; else None."""
+    if not 0 < n <= len(value):
+        return None
+    head = orjson.dumps(value[:n])
+    return head if digest(head) == listed else None

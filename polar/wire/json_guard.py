@@ -88,7 +88,7 @@ def parse_json_after(
     else:
         if before_check is not None:
             before_check(value)
-        own = body_digest(value) if digests or checked is not None else None
+        own = body_digest(value, checked) if digests or checked is not None else None
         repeats = own.repeats(checked) if own is not None and checked is not None else None
         try:
             check_json(value, limits, strict=True, skip=repeats.parts if repeats is not None else None)

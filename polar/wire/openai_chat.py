@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
@@ -296,8 +297,11 @@ class OpenAIChatCodec:
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list):
             return 0
-        roles = (m.get("role") for m in messages if isinstance(m, dict))
-        return sum(1 for role in roles if isinstance(role, str) and role in _TURN_ROLES)
+        try:  # every item an object with a string role (the usual body): read in C, not a Python step a message
+            return sum(map(_TURN_ROLES.__contains__, map(dict.get, messages, repeat("role"))))
+        except TypeError:  # an item that is no object, or a role that is no string (validation names it)
+            roles = (m.get("role") for m in messages if isinstance(m, dict))
+            return sum(1 for role in roles if isinstance(role, str) and role in _TURN_ROLES)
 
     def parse_request(
         self, body: Any, *, path_model: str | None = None, path_stream: bool | None = None

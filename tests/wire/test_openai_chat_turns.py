@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from polar.digest import digest
 from polar.errors import InvalidRequest
 from polar.wire.body_digest import body_digest
 from polar.wire.openai_chat import CODEC
@@ -30,6 +32,18 @@ def test_a_turn_parsed_on_the_previous_one_equals_a_whole_parse(body):
     if extended is None:
         return
     assert extended == CODEC.parse_request(body)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(junk_bodies(VALID))
+def test_a_body_digested_on_the_previous_one_equals_its_own_digest(body):
+    """A body digested on the previous body's digest (its leading items taken from it when they repeat) has
+    exactly the digest it has alone, whatever it repeats or changes; a list's digest is its serialisation's."""
+    for prior_body in ({**VALID, "messages": VALID["messages"][:2]}, VALID, {"messages": [{"role": "user"}]}):
+        alone = body_digest(body)
+        assert body_digest(body, body_digest(prior_body)) == alone
+        if alone is not None and isinstance(body.get("messages"), list):
+            assert alone.values["messages"] == digest(orjson.dumps(body["messages"]))
 
 
 def test_a_turn_that_re_sends_the_history_is_parsed_on_it():

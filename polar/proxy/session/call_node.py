@@ -13,7 +13,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
-from polar.tokens.ids_json import ids_text, json_array
+from polar.tokens.ids_json import ids_text
 from polar.tokens.messages import Message, Role, ToolSpec
 
 
@@ -54,16 +54,19 @@ class LazyPrompt(Sequence[int]):
 
 class Line:
     """A chain's ids in order: its latest call's prompt, then that call's output (int32: 4 bytes an id), and their
-    JSON text in pieces, one per extension (``polar.tokens.ids_json``), so the next prompt's text encodes only its
-    new ids. Only ever extended in place; readers get copies (slices), never views, so extending never fails."""
+    JSON text in pieces (``polar.tokens.ids_json``), so the next prompt's text encodes only its new ids. Each piece
+    after the first begins with its comma: a prompt's text is the pieces as they are, never walked piece by piece
+    (a long session has hundreds). Only ever extended in place; readers get copies (slices), never views, so
+    extending never fails."""
 
-    __slots__ = ("ids", "tip", "text", "_tip_prompt")
+    __slots__ = ("ids", "tip", "text", "_tip_prompt", "_tip_pieces")
 
     def __init__(self) -> None:
         self.ids = array("i")
         self.tip: int | None = None  # the capture id whose prompt and output ``ids`` is
-        self.text: list[bytes] = []  # two pieces a call: its prompt delta's, then its output's
-        self._tip_prompt = 0  # the length of the tip's prompt (``text`` but its last piece)
+        self.text: list[bytes] = []  # a piece a call's prompt delta, then one its output (none for no ids)
+        self._tip_prompt = 0  # the length of the tip's prompt
+        self._tip_pieces = 0  # the pieces that hold it
 
     def extend(self, node: CallNode) -> bool:
         """Put ``node`` on the line if its prompt is the line followed by its delta (a root: on an empty line)."""
@@ -73,10 +76,10 @@ class Line:
             return False
         delta, output = node.prompt_delta_ids, node.output_ids
         self.ids.extend(delta)
-        self.text.append(ids_text(delta))
-        self._tip_prompt = len(self.ids)
+        self._add_text(delta)
+        self._tip_prompt, self._tip_pieces = len(self.ids), len(self.text)
         self.ids.extend(output)
-        self.text.append(ids_text(output))
+        self._add_text(output)
         self.tip = node.id
         node.line = self
         node._delta = node._output = _EMPTY
@@ -91,10 +94,16 @@ class Line:
         if prefix_len == len(self.ids):
             n, pieces = prefix_len, self.text
         elif prefix_len >= self._tip_prompt:
-            n, pieces = self._tip_prompt, self.text[:-1]
+            n, pieces = self._tip_prompt, self.text[: self._tip_pieces]
         else:
             return None
-        return json_array((*pieces, ids_text(ids[n:])))
+        tail = ids_text(ids[n:])
+        return (b"[", *pieces, b"," if pieces and tail else b"", tail, b"]")
+
+    def _add_text(self, ids: array[int]) -> None:
+        piece = ids_text(ids)
+        if piece:
+            self.text.append(b"," + piece if self.text else piece)
 
 
 _EMPTY = array("i")

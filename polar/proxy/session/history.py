@@ -383,10 +383,12 @@ class HistoryCache:
         return history.last_request if history is not None else None
 
     def remember_request(self, session_id: str, protocol: str, digest: BodyDigest, request: ChatRequest) -> None:
-        """The session's latest request, decoded from a body that went the strict way (``parse_json_after``), and
-        its body's digest; its messages are kept sealed."""
-        messages = tuple(message.sealed for message in request.messages)
-        self._history(session_id).last_request = LastRequest(protocol, digest, replace(request, messages=messages))
+        """The session's latest request (a body gone ``parse_json_after``'s strict way), its messages sealed."""
+        history = self._history(session_id)
+        kept = history.last_request.request.messages if history.last_request is not None else ()
+        n = len(kept) if request.messages[: len(kept)] == kept else 0  # decoded on it: those are sealed already
+        messages = kept[:n] + tuple(message.sealed for message in request.messages[n:])
+        history.last_request = LastRequest(protocol, digest, replace(request, messages=messages))
 
     def forget_request(self, session_id: str) -> None:
         history = self._sessions.get(session_id)

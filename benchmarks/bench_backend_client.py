@@ -24,6 +24,8 @@ import httpx
 import orjson
 from gateway_support import Server, free_port
 
+from polar.backends import http1
+
 HEADERS = {"content-type": "application/json"}
 
 
@@ -60,6 +62,25 @@ async def _aiohttp_run(url: str, body: bytes, calls: int, conc: int, stream: boo
         await _closed_loop(one, calls, conc)
 
 
+async def _polar_run(url: str, body: bytes, calls: int, conc: int, stream: bool) -> None:
+    """The gateway's own client (``polar.backends.http1``)."""
+    client = http1.Client(60)
+
+    async def one() -> None:
+        async with client.post(url, body) as reply:
+            if stream:
+                async for _lines in reply.aiter_line_batches():
+                    pass
+            else:
+                await reply.aread()
+                orjson.loads(reply.content)
+
+    try:
+        await _closed_loop(one, calls, conc)
+    finally:
+        await client.aclose()
+
+
 async def _closed_loop(one, calls: int, conc: int) -> None:
     remaining = calls
 
@@ -88,9 +109,9 @@ def main() -> None:
     try:
         import aiohttp  # noqa: F401
 
-        clients = {"httpx": _httpx_run, "aiohttp": _aiohttp_run}
+        clients = {"httpx": _httpx_run, "aiohttp": _aiohttp_run, "polar": _polar_run}
     except ImportError:
-        clients = {"httpx": _httpx_run}
+        clients = {"httpx": _httpx_run, "polar": _polar_run}
         print("aiohttp is not installed: httpx only")
     print(f"bench_backend_client on {os.cpu_count()} cores (load {os.getloadavg()[0]:.1f})")
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,9 +32,9 @@ import httpx
 import numpy as np
 import orjson
 
-from polar.backends import aio_client
-from polar.backends.aio_client import TRANSPORT_ERRORS
+from polar.backends import http1
 from polar.backends.extras import ExtrasReader, loads_without_experts, sglang_request_fields
+from polar.backends.http1 import TRANSPORT_ERRORS
 from polar.backends.sglang_wire import (
     CONTEXT_KEYS,
     OutputReader,
@@ -144,7 +144,7 @@ class SGLangBackend:
         self.extra_sampling_params = dict(extra_sampling_params or {})
         timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
         self._client = client or httpx.AsyncClient(timeout=timeout)  # control calls
-        self._aio = aio_client.Client(timeout_s)  # generation: polar.backends.aio_client says why
+        self._aio = http1.Client(timeout_s)  # generation: polar.backends.http1 says why
 
     @classmethod
     async def connect(cls, base_url: str, *, timeout_s: float = 600.0, **kw: Any) -> SGLangBackend:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import orjson
 
-from polar.backends.aio_client import Reply
+from polar.backends.http1 import Reply
 from polar.errors import (
     BackendError,
     BackendProtocolError,
@@ -297,7 +297,8 @@ def error_from_body(
 
 
 def unavailable(exc: Exception, url: str, timeout_s: float) -> BackendUnavailable:
-    """A transport failure (httpx's or aiohttp's) as BackendUnavailable naming the URL."""
+    """A transport failure (httpx's, or the generation client's: ``polar.backends.http1``) as BackendUnavailable
+    naming the URL."""
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return BackendUnavailable(f"{url} timed out (limit {timeout_s:g} s): {type(exc).__name__}")
     return BackendUnavailable(f"cannot reach {url}: {type(exc).__name__}: {exc}")

@@ -1,13 +1,11 @@
-"""The backend HTTP client (issue 14): httpx against aiohttp on the gateway's own backend call.
+"""The backend HTTP client: the gateway's own (``polar.backends.http1``) against aiohttp and httpx.
 
 Starts the instant backend (benchmarks/instant_backend.py) and sends its native ``/generate`` the body the
 gateway sends (a few thousand prompt ids, serialised by orjson), streamed as the gateway reads it or not, at
 concurrency 1 and 64, from one process. Prints calls/s and this process's CPU time per call (what the client
-costs the gateway's event loop), each client against the other in the same run.
+costs the gateway's event loop), each client against the others in the same run.
 
     .venv/bin/python benchmarks/bench_backend_client.py [--calls N] [--ids N]
-
-aiohttp is not a dependency of Polar; without it only httpx is measured.
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
 import orjson
 from gateway_support import Server, free_port
@@ -46,8 +45,6 @@ async def _httpx_run(url: str, body: bytes, calls: int, conc: int, stream: bool)
 
 
 async def _aiohttp_run(url: str, body: bytes, calls: int, conc: int, stream: bool) -> None:
-    import aiohttp
-
     connector = aiohttp.TCPConnector(limit=conc)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
 
@@ -106,13 +103,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--ids", type=int, default=3700, help="prompt ids per call (the 20-message agent call)")
     args = parser.parse_args()
-    try:
-        import aiohttp  # noqa: F401
-
-        clients = {"httpx": _httpx_run, "aiohttp": _aiohttp_run, "polar": _polar_run}
-    except ImportError:
-        clients = {"httpx": _httpx_run, "polar": _polar_run}
-        print("aiohttp is not installed: httpx only")
+    clients = {"httpx": _httpx_run, "aiohttp": _aiohttp_run, "polar": _polar_run}
     print(f"bench_backend_client on {os.cpu_count()} cores (load {os.getloadavg()[0]:.1f})")
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()

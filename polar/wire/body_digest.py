@@ -90,16 +90,10 @@ def body_digest(body: Any, earlier: BodyDigest | None = None) -> BodyDigest | No
     try:
         for key, value in body.items():
             if isinstance(value, list):
-                old = earlier.items.get(key, b"") if earlier is not None else b""
-                known = _extends(value, len(old) // DIGEST_BYTES, earlier.values[key]) if earlier and old else None
-                if known is not None:
-                    rest = [orjson.dumps(item) for item in value[len(old) // DIGEST_BYTES :]]
-                    items[key] = old + b"".join([digest(text) for text in rest])
-                    values[key] = digest_joined(known[:-1], *(b"," + text for text in rest), b"]")
-                else:
-                    texts = [orjson.dumps(item) for item in value]
-                    items[key] = b"".join([digest(text) for text in texts])
-                    values[key] = digest(b"[" + b",".join(texts) + b"]")
+                kept, head = _kept(value, key, earlier)
+                texts = [orjson.dumps(item) for item in value[kept:]]
+                items[key] = (earlier.items[key] if earlier and kept else b"") + b"".join([digest(t) for t in texts])
+                values[key] = digest_joined(head, b"," if kept and texts else b"", b",".join(texts), b"]")
             else:
                 values[key] = digest(orjson.dumps(value))
     except (orjson.JSONEncodeError, TypeError):
@@ -107,10 +101,12 @@ def body_digest(body: Any, earlier: BodyDigest | None = None) -> BodyDigest | No
     return BodyDigest(values, items)
 
 
-def _extends(value: list[Any], n: int, listed: bytes) -> bytes | None:
-    """The serialisation of ``value``'s first ``n`` items, when ``listed`` (a list's digest: of its serialisation) is
-    that of those items; else None."""
-    if not 0 < n <= len(value):
-        return None
-    head = orjson.dumps(value[:n])
-    return head if digest(head) == listed else None
+def _kept(value: list[Any], key: str, earlier: BodyDigest | None) -> tuple[int, bytes]:
+    """How many leading items of ``value`` are all of ``earlier``'s list at ``key`` (0 when they are not), and the
+    start of ``value``'s serialisation before the rest: ``[`` and those items' text."""
+    n = len(earlier.items.get(key, b"")) // DIGEST_BYTES if earlier is not None else 0
+    if earlier is not None and 0 < n <= len(value):
+        head = orjson.dumps(value[:n])
+        if digest(head) == earlier.values[key]:
+            return n, head[:-1]
+    return 0, b"["

@@ -43,15 +43,23 @@ def compact_request(body: Any, parent_body: Any) -> Any:
     return compact_known(body, same, kept)
 
 
-def compact_known(body: Any, same: Collection[str], kept: Mapping[str, int]) -> Any:
+def compact_known(
+    body: Any, same: Collection[str], kept: Mapping[str, int], cut: Mapping[str, int] | None = None
+) -> Any:
     """What to store for ``body``, given what it repeats of its parent's request: the keys whose values are the
     same (``same``) and the list keys whose first ``kept[key]`` items are (the caller knows, from the bodies or
-    from their digests)."""
+    from their digests). ``cut``: list keys whose first ``cut[key]`` items ``body`` holds no longer (all of them
+    repeated: ``cut[key] == kept[key]``)."""
     if is_delta(body):  # a body that happens to look like our format is wrapped, never misread
         return {DELTA: {"same": [], "kept": {}}, "body": body}
     if not isinstance(body, dict) or not (same or kept):
         return body
-    rest = {key: value[kept[key] :] if key in kept else value for key, value in body.items() if key not in same}
+    gone = cut or {}
+    rest = {
+        key: value[kept[key] - gone.get(key, 0) :] if key in kept else value
+        for key, value in body.items()
+        if key not in same
+    }
     return {DELTA: {"same": list(same), "kept": dict(kept)}, "body": rest}
 
 

@@ -14,12 +14,12 @@ SEED = secrets.randbits(64)
 DIGEST_BYTES = 16
 
 
-def digest(data: bytes) -> bytes:
+def digest(data: bytes | memoryview) -> bytes:
     """The digest of ``data`` (``DIGEST_BYTES`` long)."""
     return xxhash.xxh3_128_digest(data, seed=SEED)
 
 
-def digest_joined(*parts: bytes) -> bytes:
+def digest_joined(*parts: bytes | memoryview) -> bytes:
     """``digest(b"".join(parts))``, without joining them."""
     h = xxhash.xxh3_128(seed=SEED)
     for part in parts:

@@ -111,6 +111,15 @@ def parse_after(
     return check_tool_results(codec.parse_request(body, path_model=path_model, path_stream=path_stream))
 
 
+def parse_cut(codec: ProtocolCodec, body: Any, repeats: Repeats, prior: ChatRequest, cut: int) -> ChatRequest | None:
+    """``parse_after(codec, whole, (repeats, prior))`` for a ``body`` decoded without the first ``cut`` messages of
+    the whole one (``json_guard.CutBody``: they are ``prior``'s), from what it adds alone; None when it does not
+    extend ``prior`` that way (the caller then decodes the body whole, and ``parse_after`` names any error)."""
+    extend = getattr(codec, "parse_extension", None)
+    extended = extend(body, repeats, prior, cut=cut) if extend is not None else None
+    return check_tool_results(extended, start=len(prior.messages)) if extended is not None else None
+
+
 def check_tool_results(request: ChatRequest, start: int = 0) -> ChatRequest:
     """``request``, unless a tool result names a call id that no earlier assistant message made: every provider
     refuses such an orphan result (OpenAI: a ``tool`` message must answer a preceding ``tool_calls``;

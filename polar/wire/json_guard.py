@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from polar.errors import InvalidRequest
-from polar.wire.body_digest import BodyDigest, Repeats, body_digest
+from polar.wire.body_digest import BodyDigest, RawHead, Repeats, body_digest, cut_repeated
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _BIG = float(2**63)
@@ -56,46 +56,59 @@ def parse_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
 
 
 @dataclass(frozen=True)
+class CutBody:
+    """A body decoded without the first ``count`` items of its list at ``key``: they repeat the whole list of the
+    body it was checked against (``cut_repeated``). ``raw``: its bytes, for what needs the body whole."""
+
+    key: str
+    count: int
+    raw: bytes
+
+    def whole(self) -> Any:
+        """The whole body (decoded again: only off the steady path, where the cut items are wanted)."""
+        return orjson.loads(self.raw)
+
+
+@dataclass(frozen=True)
 class ParsedBody:
     """A decoded body. ``strict``: it went the strict (orjson) way; then ``digest`` is what the session keeps to
-    know what its next body repeats, and ``repeats`` what this one repeats of the body it was ``checked`` against."""
+    know what its next body repeats, and ``repeats`` what this one repeats of the body it was ``checked`` against.
+    ``cut``: ``value`` lacks what the checked body's list held (``CutBody``)."""
 
     value: Any
     strict: bool
     digest: BodyDigest | None = None
     repeats: Repeats | None = None
+    cut: CutBody | None = None
 
 
 def parse_json_after(
     raw: bytes,
     limits: JsonLimits = DEFAULT_LIMITS,
     checked: BodyDigest | None = None,
-    before_check: Callable[[Any], None] | None = None,
+    before_check: Callable[[Any, int], None] | None = None,
     *,
     digests: bool = False,
+    key: str | None = None,
 ) -> ParsedBody:
     """``parse_json``, and whether the body went the strict (orjson) way: only such a body may be ``checked``
     for the next one. ``checked``: the digest of a strict body that passed these checks before (the session's
     previous request): a top-level value equal to its counterpart there, and the leading items of a list equal to
     its list, are not walked again (an agent re-sends its whole conversation every turn; only what is new costs).
-    ``digests``: the body's own digest is wanted (it is computed anyway when ``checked`` is given).
-    ``before_check`` sees the decoded value before it is walked (a cheap refusal, such as the cost bound, may then
-    spare the walk)."""
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        pass
-    else:
-        if before_check is not None:
-            before_check(value)
-        own = body_digest(value, checked) if digests or checked is not None else None
-        repeats = own.repeats(checked) if own is not None and checked is not None else None
-        try:
-            check_json(value, limits, strict=True, skip=repeats.parts if repeats is not None else None)
-        except _MaybeBigInteger:
-            pass
-        else:
-            return ParsedBody(value, True, own, repeats)
+    Where ``checked`` kept its list's place in its bytes (``RawHead``) and this body's bytes repeat them, those
+    items are not even decoded: the result is ``cut`` (``ParsedBody``).
+    ``digests``: the body's own digest is wanted (it is computed anyway when ``checked`` is given); ``key``: its
+    list that a later body may extend (the conversation), whose place in ``raw`` the digest then keeps.
+    ``before_check`` sees the decoded value, and how many leading items of that list it lacks, before it is walked
+    (a cheap refusal, such as the cost bound, may then spare the walk)."""
+    cut = _decode_cut(raw, checked.head) if checked is not None and checked.head is not None else None
+    strict = _strict(raw, limits, checked, before_check, digests, key, cut)
+    if strict is not None and strict.cut is not None and (strict.digest is None or strict.digest.head is None):
+        # The cut list is not proved the body's own (its bytes after the cut are not its serialisation, or a
+        # repeated key overrides it): decoded whole, as any body.
+        strict = _strict(raw, limits, checked, before_check, digests, key, None)
+    if strict is not None:
+        return strict
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -113,6 +126,50 @@ def parse_json_after(
         raise InvalidRequest(f"request body is not valid JSON: {exc}", field="body") from None
     check_json(value, limits)
     return ParsedBody(value, False)
+
+
+def _strict(
+    raw: bytes,
+    limits: JsonLimits,
+    checked: BodyDigest | None,
+    before_check: Callable[[Any, int], None] | None,
+    digests: bool,
+    key: str | None,
+    cut: tuple[Any, CutBody] | None,
+) -> ParsedBody | None:
+    """The strict (orjson) way of ``parse_json_after``: None when it is not for this body (no JSON to orjson, or
+    a float that may stand for an integer beyond 64 bits). ``cut``: the body decoded cut (``_decode_cut``)."""
+    count = cut[1].count if cut is not None else 0
+    try:
+        value = cut[0] if cut is not None else orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if before_check is not None:
+        before_check(value, count)
+    want = digests or checked is not None
+    own = body_digest(value, checked, raw=raw, key=key, cut=count) if want else None
+    repeats = own.repeats(checked) if own is not None and checked is not None else None
+    skip = repeats.parts if repeats is not None else None
+    try:
+        check_json(value, limits, strict=True, skip=skip, cut={cut[1].key: count} if cut is not None else None)
+    except _MaybeBigInteger:
+        return None
+    return ParsedBody(value, True, own, repeats, cut[1] if cut is not None else None)
+
+
+def _decode_cut(raw: bytes, head: RawHead) -> tuple[Any, CutBody] | None:
+    """``raw`` decoded without the items ``head`` says it repeats; None when it does not repeat them, adds none
+    after them, or is no JSON (it is then decoded whole, which names what is wrong)."""
+    reduced = cut_repeated(raw, head)
+    if reduced is None:
+        return None
+    try:
+        value = orjson.loads(reduced)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get(head.key), list) or not value[head.key]:
+        return None  # "[...,]": no item after the comma, which the whole body's decode refuses
+    return value, CutBody(head.key, head.items, raw)
 
 
 def _object(pairs: list[tuple[str, Any]], limits: JsonLimits) -> dict[str, Any]:
@@ -208,11 +265,18 @@ def _check_string(text: str, path: tuple[str | int, ...], limits: JsonLimits, wh
 
 
 def check_json(
-    value: Any, limits: JsonLimits = DEFAULT_LIMITS, *, strict: bool = False, skip: dict[str, int] | None = None
+    value: Any,
+    limits: JsonLimits = DEFAULT_LIMITS,
+    *,
+    strict: bool = False,
+    skip: dict[str, int] | None = None,
+    cut: dict[str, int] | None = None,
 ) -> None:
     """Raise ``InvalidRequest`` naming a field of ``value`` that breaks ``limits`` (module docstring).
     ``strict``: ``value`` came from orjson, so its strings are valid Unicode (no surrogate check).
-    ``skip``: top-level keys known to pass, wholly (-1) or in their first N list items (``parse_json``)."""
+    ``skip``: top-level keys known to pass, wholly (-1) or in their first N list items (``parse_json``).
+    ``cut``: top-level lists that lack their first N items (``ParsedBody.cut``): fields are named by the index
+    an item has in the whole list."""
     stack: list[tuple[Any, tuple[str | int, ...]]] = []
     if skip and isinstance(value, dict):
         if limits.max_depth <= 0:
@@ -228,7 +292,8 @@ def check_json(
                         f"{_field((key,))}: nested deeper than the limit of {limits.max_depth} levels",
                         field=_field((key,)),
                     )
-                stack.extend((child[i], (key, i)) for i in range(known, len(child)))
+                missing = cut.get(key, 0) if cut else 0
+                stack.extend((child[i], (key, i + missing)) for i in range(known - missing, len(child)))
     else:
         stack.append((value, ()))
     while stack:

@@ -325,20 +325,24 @@ class OpenAIChatCodec:
             include_usage=include_usage,
         )
 
-    def parse_extension(self, body: Any, repeats: Repeats, prior: ChatRequest) -> OpenAIChatRequest | None:
+    def parse_extension(
+        self, body: Any, repeats: Repeats, prior: ChatRequest, *, cut: int = 0
+    ) -> OpenAIChatRequest | None:
         """``parse_request(body)`` when ``body`` re-sends the messages of the session's previous request (which
         parsed as ``prior``; ``repeats``: what ``body`` repeats of it) and adds some: only the new messages (and the
         tools, when they changed) are validated and converted, so an agent's turn costs what it adds, not its whole
-        history. None when ``body`` does not extend it, or does not validate (``parse_request`` then names the
-        error)."""
+        history. ``cut``: ``body`` was decoded without its first ``cut`` messages (``json_guard.CutBody``). None when
+        ``body`` does not extend it, or does not validate (``parse_request`` then names the error)."""
         if not isinstance(body, dict):
             return None
         messages, n = body.get("messages"), len(prior.messages)
-        if not isinstance(messages, list) or not 0 < n < len(messages) or repeats.kept("messages") != n:
+        if not isinstance(messages, list) or not 0 < n < len(messages) + cut or repeats.kept("messages") != n:
+            return None
+        if cut not in (0, n):
             return None
         same_tools = all(repeats.same(k) for k in ("tools", "functions"))
         rest = {k: v for k, v in body.items() if not (k == "messages" or (same_tools and k in ("tools", "functions")))}
-        rest["messages"] = messages[n:]
+        rest["messages"] = messages[n - cut :]
         try:
             wire = validate(ChatBody, rest)
             request = self._request(wire, offset=n)

@@ -105,10 +105,14 @@ class CostBound:
         if error is not None:
             raise error
 
-    def refuse_shape(self, codec: ProtocolCodec, body: Any) -> None:
+    def refuse_shape(self, codec: ProtocolCodec, body: Any, earlier: int = 0) -> int:
         """The bound from ``body``'s shape alone (decoded JSON, not yet checked or validated): its tool definitions
-        and its messages counted, their text not read. Cheap (no conversion); before any per-message work."""
-        self.refuse(codec.count_tools(body) * MIN_TOOL_CHARS, codec.count_messages(body), codec.messages_field)
+        and its messages counted, their text not read. Cheap (no conversion); before any per-message work.
+        ``earlier``: the count of messages the body holds but were not decoded (``json_guard.CutBody``). Returns
+        the messages counted, those included."""
+        messages = codec.count_messages(body) + earlier
+        self.refuse(codec.count_tools(body) * MIN_TOOL_CHARS, messages, codec.messages_field)
+        return messages
 
     def bound_bytes(self) -> int:
         """A body of at most this many bytes cannot be refused for its text alone (its decoded text is no longer

@@ -125,10 +125,9 @@ class Intake:
         """``decoded``'s body decoded again with nothing taken from the session's history: its earlier messages
         with their text, for a build that renders them (``polar.tokens.render.SealedText``). In a worker thread:
         the whole conversation is converted."""
-        chat = await in_thread(
-            functools.partial(parse_after, codec, decoded.body, None, path_model=model, path_stream=stream)
-        )
-        return Decoded(decoded.body, chat, decoded.digest, decoded.tool_chars)
+        body = decoded.cut.whole() if decoded.cut is not None else decoded.body
+        chat = await in_thread(functools.partial(parse_after, codec, body, None, path_model=model, path_stream=stream))
+        return Decoded(body, chat, decoded.digest, decoded.tool_chars)
 
     def _prior(self, session: SessionInfo, codec: ProtocolCodec) -> LastRequest | None:
         """The session's latest request in this codec, if this process holds it and builds on it: a build that

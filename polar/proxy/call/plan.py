@@ -30,6 +30,7 @@ from polar.tokens.render import PriorCall, Prompt, PromptBuilder
 from polar.wire.base import ProtocolCodec, StreamMeta
 from polar.wire.body_digest import BodyDigest
 from polar.wire.canonical import ChatRequest
+from polar.wire.json_guard import CutBody
 
 MAX_MODEL_NAME = 256  # the width of captures.model
 
@@ -51,6 +52,11 @@ class CallPlan:
     admission: Verdict = Verdict(Admission.ROOT)  # how the call enters the capture tree (polar.proxy.call.admission)
     digest: BodyDigest | None = None  # the body's digests (polar.wire.body_digest): its capture is stored by them
     ids_text: tuple[bytes, ...] | None = None  # the prompt's ids as JSON, in parts (Line.prompt_text), when known
+    cut: CutBody | None = None  # ``body`` lacks the leading messages the session's previous request held
+
+    def whole_body(self) -> Any:
+        """The body with every message (decoded again when it was ``cut``)."""
+        return self.cut.whole() if self.cut is not None else self.body
 
 
 class _Stale(Exception):
@@ -122,6 +128,7 @@ class Planner:
         found: tuple[PriorCall, int] | None,
         started: float | None,
         digest: BodyDigest | None,
+        cut: CutBody | None = None,
     ) -> CallPlan:
         """The prompt ids (tokenizing: a whole conversation when no earlier call is extended) and the plan."""
         witnessed = False
@@ -168,6 +175,7 @@ class Planner:
             verdict,
             digest,
             _prompt_text(history, prompt),
+            cut,
         )
 
     async def plan(
@@ -181,6 +189,7 @@ class Planner:
         *,
         tools_chars: int = 0,
         digest: BodyDigest | None = None,
+        cut: CutBody | None = None,
     ) -> CallPlan:
         """``plan`` with the session's history: from memory in the steady state, read from the store (only the
         captures this process lacks) on a session's first call here, after a seq this process skipped, or
@@ -189,7 +198,8 @@ class Planner:
         work among others; a long text in a worker thread. (Not every build: Python work in threads competes with
         the loop for the GIL, and a thousand first calls rendered in threads starved it for tens of milliseconds
         at a time.) ``tools_chars``: the characters of the request's tool definitions (``polar.proxy.call.cost``), which
-        count towards that when the build renders them. ``digest``: the body's (``polar.wire.body_digest``)."""
+        count towards that when the build renders them. ``digest``: the body's (``polar.wire.body_digest``); ``cut``:
+        what ``body`` lacks (``json_guard.CutBody``)."""
         history = self.histories.cached(session.id)
         fresh = history is None
         if history is None:
@@ -199,7 +209,7 @@ class Planner:
         except _Stale:
             history = await self.load_history(session.id)
             found, chars = self._parent(session, request, history, True, tools_chars)
-        args = (session, codec, body, request, policy, history, found, started, digest)
+        args = (session, codec, body, request, policy, history, found, started, digest, cut)
         if chars <= INLINE_CHARS:
             return self._build(*args)
         return await in_thread(self._build, *args)

@@ -18,7 +18,7 @@ from typing import Any
 
 from db.enums import CaptureStatus
 from db.models import Capture
-from db.request_json import compact_known, compact_request
+from db.request_json import compact_known, compact_request, is_delta
 from polar import metrics
 from polar.capture_extras import apply_extras
 from polar.errors import PolarError
@@ -160,12 +160,16 @@ class CallRecorder:
         parent's is known from their digests in the steady state, else from the parent's body read from the store."""
         parent = plan.prompt.parent
         if parent is None or parent.ref is None:
-            return compact_request(plan.body, None)
+            return compact_request(plan.whole_body(), None)
         parent_digest = self.histories.digest_in_memory(plan.session.id, parent.ref)
         if plan.digest is not None and parent_digest is not None:
             repeats = plan.digest.repeats(parent_digest)
-            return compact_known(plan.body, repeats.same_keys(), repeats.kept_counts())
+            kept, cut = repeats.kept_counts(), plan.cut
+            if cut is None or (kept.get(cut.key) == cut.count and not is_delta(plan.body)):  # the parent's are cut
+                cuts = {cut.key: cut.count} if cut is not None else None
+                return compact_known(plan.body, repeats.same_keys(), kept, cuts)
+            return compact_known(plan.whole_body(), repeats.same_keys(), kept)
         parent_body = await in_store(
             self.histories.parent_body, plan.session.id, parent.ref, timeout_s=self.store_timeout_s
         )
-        return compact_request(plan.body, parent_body)
+        return compact_request(plan.whole_body(), parent_body)

@@ -78,6 +78,7 @@ class CallService:
             started,
             tools_chars=decoded.tool_chars,
             digest=decoded.digest,
+            cut=decoded.cut,
         )
 
     async def count_tokens(self, key: str | None, read: BodyReader, codec: ProtocolCodec, *, model: str | None) -> int:

@@ -34,6 +34,9 @@ class ApiError(PolarError):
         return f"{self.status_code} {self.error_type}: {self.message}"
 
 
+KEEPALIVE_S = 2.0  # how long an idle connection to the server is reused: under the server's keep-alive
+
+
 class PolarClient:
     """``token`` None: ``POLAR_CONTROL_TOKEN``, else the token file in ``POLAR_HOME`` (a server on this machine)."""
 
@@ -44,7 +47,12 @@ class PolarClient:
 
             token = control_token(get_settings(), create=False)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s, trust_env=False)
+        # An idle connection is given up well before the server's keep-alive (uvicorn's 5 s) ends it: at the same
+        # moment, a request sent on it as the server closes it is reset unanswered (seen on a step's ack).
+        limits = httpx.Limits(keepalive_expiry=KEEPALIVE_S)
+        self._http = httpx.Client(
+            base_url=url.rstrip("/"), headers=headers, timeout=timeout_s, trust_env=False, limits=limits
+        )
 
     def close(self) -> None:
         self._http.close()

@@ -103,20 +103,21 @@ def parse_after(
     validated and converted, so an agent's turn costs what it adds, not its whole history. The result is the same
     either way, but for the earlier messages, which are then the prior's own (sealed, when a session's history
     held them: ``Message.sealed``); its tool results all answer a call (``check_tool_results``)."""
-    extend = getattr(codec, "parse_extension", None)
-    if prior is not None and extend is not None:
-        extended = extend(body, prior[0], prior[1])
-        if extended is not None:  # the prior's messages were checked when it was parsed: only the new ones are
-            return check_tool_results(extended, start=len(prior[1].messages))
+    extended = parse_extended(codec, body, prior[0], prior[1]) if prior is not None else None
+    if extended is not None:
+        return extended
     return check_tool_results(codec.parse_request(body, path_model=path_model, path_stream=path_stream))
 
 
-def parse_cut(codec: ProtocolCodec, body: Any, repeats: Repeats, prior: ChatRequest, cut: int) -> ChatRequest | None:
-    """``parse_after(codec, whole, (repeats, prior))`` for a ``body`` decoded without the first ``cut`` messages of
-    the whole one (``json_guard.CutBody``: they are ``prior``'s), from what it adds alone; None when it does not
-    extend ``prior`` that way (the caller then decodes the body whole, and ``parse_after`` names any error)."""
+def parse_extended(
+    codec: ProtocolCodec, body: Any, repeats: Repeats, prior: ChatRequest, cut: int = 0
+) -> ChatRequest | None:
+    """``parse_after``'s decode on ``prior``: ``body`` converted from what it adds alone, when the codec can
+    (``parse_extension``) and ``body`` extends ``prior``; else None. ``cut``: ``body`` was decoded without its first
+    ``cut`` messages (``json_guard.CutBody``: they are ``prior``'s), so None leaves it to be decoded whole."""
     extend = getattr(codec, "parse_extension", None)
     extended = extend(body, repeats, prior, cut=cut) if extend is not None else None
+    # The prior's messages were checked when it was parsed: only the new ones are.
     return check_tool_results(extended, start=len(prior.messages)) if extended is not None else None
 
 

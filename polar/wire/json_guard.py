@@ -69,6 +69,11 @@ class CutBody:
         return orjson.loads(self.raw)
 
 
+def whole_value(value: Any, cut: CutBody | None) -> Any:
+    """The whole body of ``value``, a body decoded ``cut`` (or not: then ``value`` itself)."""
+    return cut.whole() if cut is not None else value
+
+
 @dataclass(frozen=True)
 class ParsedBody:
     """A decoded body. ``strict``: it went the strict (orjson) way; then ``digest`` is what the session keeps to

@@ -338,7 +338,7 @@ class OpenAIChatCodec:
         messages, n = body.get("messages"), len(prior.messages)
         if not isinstance(messages, list) or not 0 < n < len(messages) + cut or repeats.kept("messages") != n:
             return None
-        if cut not in (0, n):
+        if cut not in (0, n):  # a body cut elsewhere than after the prior's messages is not this one's extension
             return None
         same_tools = all(repeats.same(k) for k in ("tools", "functions"))
         rest = {k: v for k, v in body.items() if not (k == "messages" or (same_tools and k in ("tools", "functions")))}

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from polar.errors import InvalidRequest
-from polar.wire.base import parse_after, parse_cut
+from polar.wire.base import parse_after, parse_extended
 from polar.wire.body_digest import cut_repeated
 from polar.wire.json_guard import JsonLimits, ParsedBody, parse_json_after
 from polar.wire.openai_chat import CODEC
@@ -83,7 +83,7 @@ def test_a_body_cut_on_the_previous_ones_bytes_decodes_as_it_does_whole(body, st
     prior_request = CODEC.parse_request(PRIOR_BODY)
     assert cut.repeats is not None
     expected = _request(lambda: parse_after(CODEC, whole.value, None))
-    request = _request(lambda: parse_cut(CODEC, cut.value, cut.repeats, prior_request, cut.cut.count))
+    request = _request(lambda: parse_extended(CODEC, cut.value, cut.repeats, prior_request, cut.cut.count))
     assert request is None or request == expected
 
 

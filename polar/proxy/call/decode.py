@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from polar.proxy.call.cost import INLINE_CHARS, CostBound, counted_messages, message_chars, tool_chars
-from polar.wire.base import ProtocolCodec, parse_after, parse_cut
+from polar.wire.base import ProtocolCodec, parse_after, parse_extended
 from polar.wire.body_digest import BodyDigest
 from polar.wire.canonical import ChatRequest
 from polar.wire.json_guard import CutBody, JsonLimits, parse_json_after
@@ -71,7 +71,7 @@ def decode_body(
         body = {**codec.count_tokens_defaults, **body}
     known = (parsed.repeats, prior.request) if prior is not None and parsed.repeats is not None else None
     if parsed.cut is not None and known is not None:
-        chat = parse_cut(codec, body, known[0], known[1], parsed.cut.count)
+        chat = parse_extended(codec, body, known[0], known[1], parsed.cut.count)
         if chat is None:  # it does not extend the previous request after all: decoded whole, as any body
             return decode_body(
                 raw,

@@ -24,7 +24,7 @@ from polar.proxy.session.sessions import SessionInfo, SessionStore
 from polar.slices import in_thread
 from polar.store_bound import in_store
 from polar.wire.base import ProtocolCodec, parse_after
-from polar.wire.json_guard import JsonLimits
+from polar.wire.json_guard import JsonLimits, whole_value
 
 __all__ = ["BodyReader", "Decoded", "Intake"]
 
@@ -125,7 +125,7 @@ class Intake:
         """``decoded``'s body decoded again with nothing taken from the session's history: its earlier messages
         with their text, for a build that renders them (``polar.tokens.render.SealedText``). In a worker thread:
         the whole conversation is converted."""
-        body = decoded.cut.whole() if decoded.cut is not None else decoded.body
+        body = whole_value(decoded.body, decoded.cut)
         chat = await in_thread(functools.partial(parse_after, codec, body, None, path_model=model, path_stream=stream))
         return Decoded(body, chat, decoded.digest, decoded.tool_chars)
 

@@ -30,7 +30,7 @@ from polar.tokens.render import PriorCall, Prompt, PromptBuilder
 from polar.wire.base import ProtocolCodec, StreamMeta
 from polar.wire.body_digest import BodyDigest
 from polar.wire.canonical import ChatRequest
-from polar.wire.json_guard import CutBody
+from polar.wire.json_guard import CutBody, whole_value
 
 MAX_MODEL_NAME = 256  # the width of captures.model
 
@@ -56,7 +56,7 @@ class CallPlan:
 
     def whole_body(self) -> Any:
         """The body with every message (decoded again when it was ``cut``)."""
-        return self.cut.whole() if self.cut is not None else self.body
+        return whole_value(self.body, self.cut)
 
 
 class _Stale(Exception):

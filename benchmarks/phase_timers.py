@@ -19,11 +19,12 @@ import functools
 import inspect
 import os
 import signal
+import statistics
 import sys
 import time
 from typing import Any
 
-TOTALS: collections.defaultdict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+TOTALS: collections.defaultdict[str, list[float]] = collections.defaultdict(list)  # each call's seconds
 
 
 def timed(owner: Any, name: str, label: str) -> None:
@@ -31,9 +32,7 @@ def timed(owner: Any, name: str, label: str) -> None:
     fn = getattr(owner, name)
 
     def add(started: float) -> None:
-        total = TOTALS[label]
-        total[0] += time.thread_time() - started
-        total[1] += 1
+        TOTALS[label].append(time.thread_time() - started)
 
     if inspect.iscoroutinefunction(fn):
 
@@ -80,12 +79,16 @@ def install() -> None:
 
 
 def dump(*_: Any) -> None:
-    if not any(calls for _, calls in TOTALS.values()):
+    if not TOTALS:
         return  # no call was timed (``--help``, a gateway that failed to start): nothing to write
     with open(os.environ.get("BENCH_PHASES_OUT", "phases.txt"), "w") as out:
-        for label, (seconds, calls) in TOTALS.items():
-            per = seconds / calls * 1e3 if calls else 0.0
-            out.write(f"{label:42s} calls {int(calls):5d}  total {seconds * 1e3:9.1f} ms  per call {per:7.3f} ms\n")
+        for label, times in TOTALS.items():
+            # The median beside the mean: a session's cold start is one call that moves the mean, not the median.
+            total, mean, median = sum(times) * 1e3, sum(times) / len(times) * 1e3, statistics.median(times) * 1e3
+            out.write(
+                f"{label:42s} calls {len(times):5d}  total {total:9.1f} ms  per call {mean:7.3f} ms  "
+                f"median {median:7.3f} ms\n"
+            )
 
 
 def main() -> None:

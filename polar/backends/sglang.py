@@ -268,7 +268,8 @@ class SGLangBackend:
 
     def _body(self, request: GenerateRequest, *, stream: bool) -> dict[str, Any]:
         return {
-            "input_ids": _ids_json(request.input_ids),
+            # Given as JSON text already (a session's line), the ids are never read here: ``_body_json`` joins it.
+            "input_ids": _ids_json(request.input_ids) if request.input_ids_json is None else [],
             "sampling_params": {**sampling_params_json(request), **self.extra_sampling_params},
             "return_logprob": True,
             "rid": request.request_id or uuid.uuid4().hex,

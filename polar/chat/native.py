@@ -13,12 +13,13 @@ from array import array
 from collections.abc import Sequence
 
 from polar.tokens.detokenize import IncrementalDecoder
+from polar.tokens.lazy_ids import JoinedIds
 from polar.tokens.messages import Message, ToolSpec
 from polar.tokens.parsers import get_format
 from polar.tokens.parsers.stream import StreamParser
 from polar.tokens.parsers.types import Event, ParsedOutput
 from polar.tokens.template import ChatTemplate
-from polar.tokens.tokenizer import ChatTokenizer, int32
+from polar.tokens.tokenizer import ChatTokenizer
 
 
 class TextStream:
@@ -71,16 +72,14 @@ class NativeFormat:
         output_ids: Sequence[int],
         new_messages: Sequence[Message],
         tools: Sequence[ToolSpec] = (),
-    ) -> array[int]:
+    ) -> JoinedIds:
+        """The earlier ids kept as they are (``JoinedIds``: never copied), then the end-of-turn the reply lacked
+        and the new messages' ids."""
         end = self.tokenizer.im_end_id
-        glue = [] if output_ids and output_ids[-1] == end else [end]
+        added = array("i", [] if output_ids and output_ids[-1] == end else [end])
         # The template puts "\n" after every end-of-turn; it opens the new text.
-        tail = self.tokenizer.encode("\n" + self.template.render_tail(list(new_messages)))
-        # int32 arrays: a long session's prompt is copied once, not rebuilt one id object at a time.
-        ids = int32(prompt_ids) + int32(output_ids)
-        ids.extend(glue)
-        ids.extend(tail)
-        return ids
+        added.extend(self.tokenizer.encode("\n" + self.template.render_tail(list(new_messages))))
+        return JoinedIds(JoinedIds(prompt_ids, output_ids), added)
 
     def stream_parser(self, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None) -> TextStream:
         return TextStream(self.tokenizer, self.tool_format.stream_parser(tools=tools or None))

@@ -25,10 +25,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from polar.settings import RenderMode
+from polar.tokens.lazy_ids import JoinedIds, int32
 from polar.tokens.matching import extension_start
 from polar.tokens.messages import Message, ToolSpec, shown_tools
 from polar.tokens.template import ChatTemplate
-from polar.tokens.tokenizer import ChatTokenizer, int32
+from polar.tokens.tokenizer import ChatTokenizer
 
 
 class FamilyRenderer(Protocol):
@@ -80,8 +81,9 @@ class Prompt:
     """Prompt ids plus their place in the capture tree.
 
     ``ids == (parent.prompt_ids + parent.output_ids)[:prefix_len] + delta_ids``; a root has no parent and
-    ``prefix_len == 0``. ``ids`` is an int32 ``array`` (``int32``: 4 bytes an id, and copying it is one memcpy);
-    compare with ``list()``.
+    ``prefix_len == 0``. ``ids`` is an int32 ``array`` (``int32``: 4 bytes an id, and copying it is one memcpy), or,
+    for a prompt that keeps its parent's ids as they are, a ``JoinedIds`` of them and its delta (nothing copied:
+    ``int32`` makes it whole); compare with ``list()``.
     """
 
     ids: Sequence[int]
@@ -222,6 +224,8 @@ class PromptBuilder:
             reason = f"the {fmt.family} chat format cannot extend the sampled ids exactly here; rendered canonically"
             shared = common_prefix(ids, parent.sequence_ids())
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared, fallback_reason=reason)
+        if isinstance(extended, JoinedIds) and extended.starts_with(prompt_ids, output_ids):  # kept as they are
+            return Prompt(extended, mode=RenderMode.APPEND, parent=parent, prefix_len=len(extended.head))
         # A family may close a turn the backend cut (max tokens) or trim after its close: say what survived.
         ids, prompt, output = int32(extended), int32(prompt_ids), int32(output_ids)
         n, m = len(prompt), len(prompt) + len(output)

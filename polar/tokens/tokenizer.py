@@ -31,14 +31,6 @@ from tokenizers.models import BPE
 
 from polar.errors import InvalidRequest
 
-
-def int32(ids: Sequence[int]) -> array[int]:
-    """``ids`` as an int32 array (itself when it is one): 4 bytes an id, where a list or tuple holds an int object
-    of 28 bytes for every id past 256. A thousand calls in flight holding their prompts as tuples fragmented the
-    gateway's small-object heap by about 100 KiB a call (bench_gateway_scale section 3)."""
-    return ids if isinstance(ids, array) and ids.typecode == "i" else array("i", ids)
-
-
 QWEN_PRETOKENIZE_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )

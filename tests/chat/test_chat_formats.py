@@ -18,6 +18,7 @@ from polar.errors import ConfigError
 from polar.model_folder import ModelFolder, folder_tokenizer, open_model_folder
 from polar.models.init import TinyModelSpec, init_model_folder
 from polar.settings import RenderMode
+from polar.tokens.lazy_ids import JoinedIds, int32
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec, system, tool_result, user
 from polar.tokens.parsers.format import collect
 from polar.tokens.render import PriorCall, PromptBuilder
@@ -71,10 +72,10 @@ def test_qwen3_native_and_library_render_the_same_bytes(family_folder) -> None:
     assert native.prefix_stable and not library.prefix_stable
 
 
-def test_a_long_session_is_extended_as_int32_arrays(family_folder) -> None:
-    """Append mode builds an int32 array (the gateway's kept prompts are arrays): the prompt is the same ids, built
-    by copying arrays, and its kept prefix is found without a tuple per call (a 200-turn session would otherwise
-    rebuild its ids)."""
+def test_a_long_session_is_extended_without_copying_its_ids(family_folder) -> None:
+    """Append mode keeps the parent's ids as they are (``JoinedIds``: the parent's prompt and output objects, then
+    the new ids as an int32 array): the prompt is the same ids, its delta is read without the parent's ids, and
+    ``int32`` makes it one array when asked (a 200-turn session would otherwise copy its ids every turn)."""
     folder = open_model_folder(family_folder("qwen"))
     native = chat_format_for(folder)
     builder = PromptBuilder(folder_tokenizer(folder), chat_format=native)
@@ -87,7 +88,9 @@ def test_a_long_session_is_extended_as_int32_arrays(family_folder) -> None:
         built = builder.build(conversation, TOOLS, [prior])
         assert built.mode is RenderMode.APPEND and built.prefix_len == len(prompt) + len(sampled)
         assert list(built.ids) == list(native.render_ids(conversation, TOOLS))
-        assert isinstance(built.ids, array)  # whatever the parent's ids were kept as
+        assert isinstance(built.ids, JoinedIds) and built.ids.starts_with(prompt_ids, output_ids)
+        assert isinstance(built.delta_ids, array) and list(built.delta_ids) == list(built.ids)[built.prefix_len :]
+        assert isinstance(int32(built.ids), array) and list(int32(built.ids)) == list(built.ids)
     # A sampled turn cut before its end-of-turn: the glue is added, and the whole sampled prefix is still kept.
     cut = array("i", sampled[:-2])
     prior = PriorCall(tuple(PROMPT), tuple(TOOLS), CALL, array("i", prompt), cut, ref=1)

@@ -9,11 +9,15 @@ keeps its own arrays.
 
 from __future__ import annotations
 
+import functools
+import threading
 from array import array
-from collections.abc import Callable, Iterator, Sequence
-from typing import overload
+from collections.abc import Sequence
+
+import numpy as np
 
 from polar.tokens.ids_json import ids_text
+from polar.tokens.lazy_ids import LazyPrompt
 from polar.tokens.messages import Message, Role, ToolSpec
 
 
@@ -31,59 +35,66 @@ def join_prefill(messages: tuple[Message, ...], reply: Message) -> tuple[tuple[M
     return messages[:-1], joined
 
 
-class LazyPrompt(Sequence[int]):
-    """A prompt's ids, known by length; materialised only when iterated."""
-
-    def __init__(self, length: int, load: Callable[[], Sequence[int]]):
-        self._length = length
-        self._load = load
-
-    def __len__(self) -> int:
-        return self._length
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._load())
-
-    @overload
-    def __getitem__(self, index: int) -> int: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[int]: ...
-    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
-        return self._load()[index]
-
-
 class Line:
-    """A chain's ids in order: its latest call's prompt, then that call's output (int32: 4 bytes an id), and their
-    JSON text in pieces (``polar.tokens.ids_json``), so the next prompt's text encodes only its new ids. Each piece
-    after the first begins with its comma: a prompt's text is the pieces as they are, never walked piece by piece
-    (a long session has hundreds). Only ever extended in place; readers get copies (slices), never views, so
-    extending never fails."""
+    """A chain's ids in order: its latest call's prompt, then that call's output, held as their JSON text in pieces
+    (``polar.tokens.ids_json``), so the next prompt's text encodes only its new ids and the ids are held once, as
+    the text the engine is sent. Each piece after the first begins with its comma: a prompt's text is the pieces as
+    they are, never walked piece by piece (a long session has hundreds).
 
-    __slots__ = ("ids", "tip", "text", "_tip_prompt", "_tip_pieces")
+    The ids themselves are read from the text only when something asks for ids before the tip's output (``ids``: a
+    call off the line rebuilding its prompt, a chat format or an engine that takes whole id lists); the int32
+    array made then is kept and extended with the line from then on, so a session that needs it whole reads the
+    text once. A steady session of a format that extends by the new ids alone (``JoinedIds``) never makes it. Only
+    ever extended in place; readers get copies, never views, so extending never fails. A build in a worker thread
+    may read while the event loop extends: the array is made and extended under the line's lock."""
+
+    __slots__ = ("n", "tip", "text", "_tip_output", "_tip_prompt", "_tip_pieces", "_ids", "_lock")
 
     def __init__(self) -> None:
-        self.ids = array("i")
-        self.tip: int | None = None  # the capture id whose prompt and output ``ids`` is
+        self.n = 0  # the ids on the line
+        self.tip: int | None = None  # the capture id whose prompt and output the line is
         self.text: list[bytes] = []  # a piece a call's prompt delta, then one its output (none for no ids)
+        # Where the tip's output starts on the line, and its ids: one tuple, so a reader gets a matching pair.
+        self._tip_output: tuple[int, array[int]] = (0, _EMPTY)
         self._tip_prompt = 0  # the length of the tip's prompt
         self._tip_pieces = 0  # the pieces that hold it
+        self._ids: array[int] | None = None  # the ids read from the text, once asked for
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def ids_read(self) -> bool:
+        """Whether its ids were read from the text (and are kept beside it since)."""
+        return self._ids is not None
 
     def extend(self, node: CallNode) -> bool:
         """Put ``node`` on the line if its prompt is the line followed by its delta (a root: on an empty line)."""
-        exact = node.prefix_len == len(self.ids) and node.n_prompt == node.prefix_len + len(node.prompt_delta_ids)
+        exact = node.prefix_len == self.n and node.n_prompt == node.prefix_len + len(node.prompt_delta_ids)
         continues = node.parent_id == self.tip if node.parent_id is not None else self.tip is None
         if not (exact and continues):
             return False
         delta, output = node.prompt_delta_ids, node.output_ids
-        self.ids.extend(delta)
-        self._add_text(delta)
-        self._tip_prompt, self._tip_pieces = len(self.ids), len(self.text)
-        self.ids.extend(output)
-        self._add_text(output)
-        self.tip = node.id
+        self._add(delta)
+        self._tip_prompt, self._tip_pieces = self.n, len(self.text)
+        self._add(output)
+        self.tip, self._tip_output = node.id, (self._tip_prompt, output)
         node.line = self
         node._delta = node._output = _EMPTY
         return True
+
+    def ids(self, start: int, stop: int) -> array[int]:
+        """The line's ids ``start:stop`` (within its length), a new array: the tip's output read as it was kept,
+        anything before it from the text."""
+        output_start, output = self._tip_output
+        if start >= output_start and stop <= output_start + len(output):
+            return output[start - output_start : stop - output_start]
+        with self._lock:
+            if self._ids is None:
+                parsed = np.fromstring(b"".join(self.text), dtype=np.int32, sep=",")
+                self._ids = array("i", parsed.tobytes())
+            return self._ids[start:stop]
 
     def prompt_text(self, parent_id: int | None, prefix_len: int, ids: Sequence[int]) -> tuple[bytes, ...] | None:
         """The JSON array of ``ids``, a prompt that keeps ``prefix_len`` ids of call ``parent_id``'s prompt and
@@ -91,7 +102,7 @@ class Line:
         ids, and the rest encoded. None when the parent is not the tip, or the prompt keeps less than its prompt."""
         if parent_id is None or parent_id != self.tip:
             return None
-        if prefix_len == len(self.ids):
+        if prefix_len == self.n:
             n, pieces = prefix_len, self.text
         elif prefix_len >= self._tip_prompt:
             n, pieces = self._tip_prompt, self.text[: self._tip_pieces]
@@ -100,10 +111,14 @@ class Line:
         tail = ids_text(ids[n:])
         return (b"[", *pieces, b"," if pieces and tail else b"", tail, b"]")
 
-    def _add_text(self, ids: array[int]) -> None:
+    def _add(self, ids: array[int]) -> None:
         piece = ids_text(ids)
         if piece:
-            self.text.append(b"," + piece if self.text else piece)
+            with self._lock:
+                self.text.append(b"," + piece if self.text else piece)
+                self.n += len(ids)
+                if self._ids is not None:
+                    self._ids.extend(ids)
 
 
 _EMPTY = array("i")
@@ -154,13 +169,14 @@ class CallNode:
     @property
     def prompt_delta_ids(self) -> array[int]:
         line = self.line
-        return line.ids[self.prefix_len : self.n_prompt] if line is not None else self._delta
+        return line.ids(self.prefix_len, self.n_prompt) if line is not None else self._delta
 
     @property
     def output_ids(self) -> array[int]:
         line = self.line
-        return line.ids[self.n_prompt : self.n_prompt + self.n_output] if line is not None else self._output
+        return line.ids(self.n_prompt, self.n_prompt + self.n_output) if line is not None else self._output
 
-    def prompt_on_line(self) -> array[int] | None:
-        """The full prompt, when this call is on a line (a copy); None otherwise."""
-        return self.line.ids[: self.n_prompt] if self.line is not None else None
+    def prompt_on_line(self) -> LazyPrompt | None:
+        """The full prompt, when this call is on a line (read from it only if its ids are read); None otherwise."""
+        line = self.line
+        return LazyPrompt(self.n_prompt, functools.partial(line.ids, 0, self.n_prompt)) if line is not None else None

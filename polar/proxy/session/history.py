@@ -15,12 +15,12 @@ session with a new key, and every process starts that launch's history afresh; c
 OK (failed, or made by an interrupted launch) are never loaded as calls to extend.
 Loading decodes each new capture's stored request with its protocol codec and re-parses its sampled ids.
 
-Per-call cost does not grow with the number of earlier calls: candidates for the parent come from an index by
-depth (the usual parent, the previous turn, is the first one tried), the chain's ids are one array extended in
-place (``polar.proxy.session.call_node.Line``), and the count of tool calls is kept as it grows. Memory stays
-proportional to the session's tokens, not turns x context: a call on the line holds offsets into it (one off it,
-its prompt delta and output), and shares its history messages with its parent. Those messages are sealed
-(``Message.sealed``: a digest, a role and ids, no text), and of the latest bodies only digests are kept
+Per-call cost does not grow with the number of earlier calls: candidates for the parent come from an index by depth
+(the usual parent, the previous turn, is the first one tried), the chain's ids are held once, as the JSON text they
+are sent as, extended in place (``polar.proxy.session.call_node.Line``), and the count of tool calls is kept as it
+grows. Memory stays proportional to the session's tokens, not turns x context: a call on the line holds offsets
+into it (one off it, its prompt delta and output), and shares its history messages with its parent. Those messages
+are sealed (``Message.sealed``: a digest, a role and ids, no text), and of the latest bodies only digests are kept
 (``polar.wire.body_digest``): a session holds its token ids, its replies, and about 16 bytes a message besides.
 No lock here is held across I/O: reads run without one and are merged under it.
 """
@@ -43,8 +43,9 @@ from db import Capture, session_scope
 from db.capture_tree import prompt_from_chain
 from db.enums import CaptureStatus
 from db.request_json import expand_request, full_request_json
-from polar.proxy.session.call_node import CallNode, LazyPrompt, Line
+from polar.proxy.session.call_node import CallNode, Line
 from polar.proxy.session.cut import KEEP, CutReply
+from polar.tokens.lazy_ids import LazyPrompt, int32
 from polar.tokens.messages import Message
 from polar.tokens.render import PriorCall
 from polar.wire.body_digest import BodyDigest, body_digest
@@ -107,7 +108,7 @@ class SessionHistory:
         """Keep the full prompt of call ``capture_id``, a call off the line (the next call most likely extends
         it). The kept prompt of its parent, which it begins with, is dropped (``full_prompt`` slices it from this
         one): a chain off the line holds one, and two interleaved branches (subagents) one each."""
-        self.prompts[capture_id] = ids if isinstance(ids, array) else array("i", ids)
+        self.prompts[capture_id] = int32(ids)
         node = self.nodes.get(capture_id)
         if node is not None and node.parent_id is not None and self._begins_with_parent(node):
             self.prompts.pop(node.parent_id, None)
@@ -158,15 +159,15 @@ class SessionHistory:
         parent_node = self.nodes.get(node.parent_id) if node.parent_id is not None else None
         if parent_node is not None and parent_node.line is not None:  # a branch off the line: the parent's
             # prompt and output are a prefix of the line
-            return parent_node.line.ids[: node.prefix_len] + node.prompt_delta_ids
+            return parent_node.line.ids(0, node.prefix_len) + node.prompt_delta_ids
         parent = self.prompts.get(node.parent_id) if node.parent_id is not None else None
         if parent is not None and parent_node is not None:  # one step from a kept prompt: no walk to the root
             return (parent + parent_node.output_ids)[: node.prefix_len] + node.prompt_delta_ids
         return prompt_from_chain(self.chain(capture_id))
 
     def _prior(self, node: CallNode) -> PriorCall:
-        # The line's latest call and a kept prompt are given as arrays (the next prompt extends one by a copy,
-        # PromptBuilder._extend); other calls' prompts are rebuilt only if used.
+        # The line's latest call's prompt is read from the line only if its ids are read (the next prompt keeps it as
+        # it is: PromptBuilder._extend), a kept prompt is given as it is, other calls' prompts are rebuilt if used.
         prompt = node.prompt_on_line() if node.id == self.line.tip else self.prompts.get(node.id)
         return PriorCall(
             node.messages,

@@ -31,10 +31,15 @@ def test_a_chain_goes_on_the_line_and_reads_the_same():
     line = Line()
     root, child = node(1, None, 0, [1, 2, 3], [4, 5]), node(2, 1, 5, [6], [7])
     assert line.extend(root) and line.extend(child)
-    assert list(line.ids) == [1, 2, 3, 4, 5, 6, 7] and line.tip == 2
+    assert line.tip == 2 and len(line) == 7
+    # The tip's prompt and output are read without the line's ids: its length, and its output as it was kept.
+    assert len(child.prompt_on_line() or ()) == 6 and list(child.output_ids) == [7] and not line.ids_read
+    assert list(line.ids(0, len(line))) == [1, 2, 3, 4, 5, 6, 7] and line.ids_read
     assert (list(root.prompt_delta_ids), list(root.output_ids)) == ([1, 2, 3], [4, 5])
     assert (list(child.prompt_delta_ids), list(child.output_ids)) == ([6], [7])
     assert list(child.prompt_on_line() or []) == [1, 2, 3, 4, 5, 6]
+    assert line.extend(node(3, 2, 7, [8, 9], [10]))  # read once, the ids are extended with the line
+    assert list(line.ids(5, 10)) == [6, 7, 8, 9, 10]
 
 
 def test_calls_that_do_not_continue_the_line_keep_their_own_ids():
@@ -47,7 +52,7 @@ def test_calls_that_do_not_continue_the_line_keep_their_own_ids():
     assert line.extend(branch)  # the tip's exact continuation
     assert not line.extend(node(5, 1, 3, [4], [4]))  # a sibling: the line's tip is 3 now
     assert not line.extend(second_root) and list(second_root.output_ids) == [7]
-    assert list(line.ids) == [1, 2, 3, 5, 6]
+    assert list(line.ids(0, len(line))) == [1, 2, 3, 5, 6]
 
 
 def test_a_prompt_on_the_tip_is_sent_as_the_lines_text_and_its_new_ids():

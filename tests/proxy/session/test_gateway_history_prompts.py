@@ -38,16 +38,16 @@ async def _prompts(settings, engine) -> None:
             messages += [{"role": "assistant", "content": content}, {"role": "user", "content": f"next {turn}"}]
         history = gw.histories.cached(sid)
         assert history is not None and not history.prompts
-        line = history.line.ids
-        assert all(node.line is history.line for node in history.nodes.values())
-        tip = history.nodes[history.line.tip]
+        line = history.line
+        assert all(node.line is line for node in history.nodes.values())
+        tip = history.nodes[line.tip]
         assert len(line) == tip.n_prompt + tip.n_output  # each id once: the tip's prompt, then its output
         # A branch from the third call (the tip's parent: its prompt is a prefix of the line), then the chain.
         await call([*before[2], {"role": "user", "content": "other"}])
         await call(messages)
         assert len(history.prompts) == 1  # the branch's; the chain's calls are on the line
         tip = history.nodes[history.line.tip]
-        assert history.line.ids is line and len(line) == tip.n_prompt + tip.n_output
+        assert history.line is line and len(line) == tip.n_prompt + tip.n_output
         branch = [node for node in history.nodes.values() if node.line is None]
         assert len(branch) == 1 and list(history.prompts) == [branch[0].id]
         listed = await client.get(f"/v1/sessions/{sid}/captures", params={"full_prompt": True}, headers=CONTROL)

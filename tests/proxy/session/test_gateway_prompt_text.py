@@ -1,7 +1,8 @@
 """The prompt an engine receives from the gateway is the one its capture stores, call after call of an agent's
 chain, though after the first call only each turn's new ids are encoded (the session's line keeps the rest as JSON
 text, ``polar.proxy.session.call_node.Line``): through SGLang's wire format to ``polar serve-model``, streamed and
-not, with a branch off the chain (encoded whole) between."""
+not, with a branch off the chain (encoded whole) between. Until that branch the session holds its ids only as that
+text: nothing reads them back."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from polar.models.engine import LocalEngine
 from polar.proxy.call.plan import Planner
+from polar.proxy.session.call_node import Line
 from polar.serving import ServerThread, create_app
 from tests.proxy.gateway_server import GatewayServer, settings_for
 
@@ -55,6 +57,12 @@ def gateway(engine: LocalEngine, tmp_path, cache_dir) -> Iterator[GatewayServer]
 
 def test_each_prompt_the_engine_receives_is_the_stored_one(gateway, sent, texts):
     session = gateway.session()
+
+    def line() -> Line:
+        history = gateway.gateway.histories.cached(session["session_id"])
+        assert history is not None
+        return history.line
+
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=session["api_key"], max_retries=0)
     messages: list = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
     before: list = []
@@ -67,7 +75,10 @@ def test_each_prompt_the_engine_receives_is_the_stored_one(gateway, sent, texts)
         )
         messages += [{"role": "assistant", "content": content}, {"role": "user", "content": f"next {turn}"}]
         if turn == 3:  # a branch from the second call: not the line's tip
+            # Till then the session's ids are held once, as the JSON text they were sent as: nothing read them back.
+            assert not line().ids_read and len(line()) > 0
             client.chat.completions.create(model="tiny", messages=[*before[1], {"role": "user", "content": "x"}])
+            assert line().ids_read  # the branch's prompt was read from it
     stored = [row["prompt_ids"] for row in gateway.captures(session["session_id"])]
     assert sent == stored and len(stored) == 7
     # The root and the branch are encoded whole; every other call extends the line's tip (the branch is off it).

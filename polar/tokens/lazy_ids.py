@@ -33,7 +33,7 @@ class LazyIds(Sequence[int]):
 
     @abstractmethod
     def whole(self) -> array[int]:
-        """All the ids, as a new int32 array."""
+        """All the ids, as an int32 array not to be changed (it may be one its source keeps)."""
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.whole())

@@ -106,8 +106,16 @@ def check_session(stack: Stack, session_id: str) -> None:
     assert stitched.top_mask is not None and stitched.top_ids is not None and stitched.top_logprobs is not None
     sampled = np.flatnonzero(stitched.top_mask)
     assert len(sampled) == sum(c.n_output for c in captures) and sampled.min() > 0
-    assert np.array_equal(stitched.top_ids[sampled], top_ids[sampled - 1])
-    assert np.abs(stitched.top_logprobs[sampled] - top_lp[sampled - 1]).max() <= 1e-5
+    # The same float32 maths in another order (cached passes against one uncached pass) can order two logprobs
+    # within 1e-5 of each other either way (seen once in 45 runs: a row's 2nd and 3rd). So each stored top-k is
+    # checked as what it claims: the model's logprob of every id it names, those ids a top k of the row (none left
+    # out beats its k-th by more than the tolerance), best first. A misaligned or shifted record fails all three.
+    got_ids, got_lp = stitched.top_ids[sampled], stitched.top_logprobs[sampled]
+    expected_rows = rows_lp[sampled - 1].numpy()
+    assert np.abs(np.take_along_axis(expected_rows, got_ids.astype(np.int64), axis=1) - got_lp).max() <= 1e-5
+    assert np.all(got_lp >= top_lp[sampled - 1][:, -1:] - 1e-5) and np.all(np.diff(got_lp, axis=1) <= 1e-5)
+    assert all(len(set(row)) == K for row in got_ids.tolist())
+    assert (got_ids == top_ids[sampled - 1]).mean() >= 0.9  # near-ties are rare: almost every id is where expected
     assert np.all(stitched.top_ids[~stitched.top_mask] == -1)
 
     # The merged trajectory's extras are the same arrays, aligned with its prompt and response.

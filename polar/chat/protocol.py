@@ -64,8 +64,9 @@ class ChatFormat(Protocol):
         tools: Sequence[ToolSpec] = (),
     ) -> Sequence[int] | None:
         """``prompt_ids + output_ids`` (kept verbatim) + the new messages + the generation prompt; ``None`` when
-        the format cannot prove that equals a canonical render (the caller then renders canonically). A list, or
-        an int32 ``array`` (cheap to build on a long session whose ids come as arrays)."""
+        the format cannot prove that equals a canonical render (the caller then renders canonically). A list, an
+        int32 ``array``, or a ``polar.tokens.lazy_ids.JoinedIds`` of ``JoinedIds(prompt_ids, output_ids)`` (those
+        very objects) and the new ids: the earlier ids kept as they are, neither copied nor read."""
         ...
 
     def stream_parser(self, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None) -> OutputStream:

@@ -83,9 +83,9 @@ def test_ack_after_the_lease_ran_out_is_refused_and_frees_the_groups(factory):
 
 def test_renew_keeps_a_working_trainer_s_claim(factory):
     add_group(factory)
-    batch = claim(factory, "a", lease_s=0.3)
+    batch = claim(factory, "a", lease_s=2.0)  # long enough for the renew on a loaded machine (0.3 s failed in CI)
     renew(factory, batch.claim_id, "a", lease_s=30)
-    time.sleep(0.5)
+    time.sleep(2.2)  # past the first lease: the renewed one holds
     assert claim(factory, "b").groups == []
     assert ack(factory, batch.claim_id, "a")["status"] == "ACKED"
 

@@ -166,8 +166,7 @@ class SessionHistory:
         return prompt_from_chain(self.chain(capture_id))
 
     def _prior(self, node: CallNode) -> PriorCall:
-        # The line's latest call's prompt is read from the line only if its ids are read (the next prompt keeps it as
-        # it is: PromptBuilder._extend), a kept prompt is given as it is, other calls' prompts are rebuilt if used.
+        # The tip's prompt is read from the line only if read (PromptBuilder._extend keeps it); others rebuilt if used.
         prompt = node.prompt_on_line() if node.id == self.line.tip else self.prompts.get(node.id)
         return PriorCall(
             node.messages,

@@ -30,7 +30,7 @@ from db.enums import RolloutStatus
 from db.models import Rollout, Task
 from flows.dispatch import run_inline
 from polar.api import create_api
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 from polar.settings import Settings, TaskDispatch, get_settings
 from polar.tokens.tokenizer import load_tokenizer
 from polar.trajectory.store import build_and_store

@@ -108,9 +108,11 @@ def test_no_module_is_over_400_lines() -> None:
 
 def test_a_gateway_in_front_of_an_engine_server_loads_no_torch() -> None:
     """torch (a second and 200 MB per process) is loaded only by what runs or scores a local model: the gateway's
-    server, its backends' registry and the model checks import none of it at start."""
+    server, its backends' registry, the model checks and the ``polar`` command's parser (which every ``polar
+    gateway`` builds first) import none of it at start."""
     probe = (
         "import sys, polar.proxy.server, polar.backends.registry, polar.models.check, polar.backends.sglang; "
+        "from polar.cli.entry import build_parser; build_parser(); "
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)

@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     from polar.models.tiny import ensure_model_dir
     from polar.proxy.embedded import start_embedded
     from polar.rollout.context import close_contexts
-    from polar.serving import ServerThread
+    from polar.serving.threaded import ServerThread
     from polar.settings import get_settings
 
     settings = get_settings()

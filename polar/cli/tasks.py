@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from polar.cli.runs import allow_copy_root, batch, harness_spec
-from polar.rollout.spec import parse_task_request
 from polar.settings import get_settings
 
 REPOS_HELP = (
@@ -20,6 +19,7 @@ REPOS_HELP = (
 
 
 def _import(args: argparse.Namespace) -> None:
+    from polar.rollout.spec import parse_task_request
     from polar.tasks.harbor import load_harbor
     from polar.tasks.swebench import load_swebench
 
@@ -45,6 +45,7 @@ def _import(args: argparse.Namespace) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
+    from polar.rollout.spec import parse_task_request
     from polar.tasks import load_benchmark
     from polar.tasks.check import check_requests, format_verdicts, judge
 

@@ -1,10 +1,7 @@
 """An SGLang-compatible HTTP server for the local model (``polar serve-model``).
 
-``create_app(engine, served_model_name=...)`` builds the FastAPI app, ``serve(host, port, engine, ...)``
-runs it under uvicorn, and ``ServerThread`` runs an app on a background thread (tests, embedding).
+``polar.serving.sglang_app.create_app(engine, served_model_name=...)`` builds the FastAPI app and ``serve(host,
+port, engine, ...)`` runs it under uvicorn; ``polar.serving.threaded.ServerThread`` runs an app on a background
+thread (tests, embedding). Nothing is imported here: the model server needs torch, and ``polar.serving.launch``
+(the command's flags, which every ``polar`` command's parser adds) must not pull it into a gateway or a CLI call.
 """
-
-from polar.serving.sglang_app import create_app, serve
-from polar.serving.threaded import ServerThread
-
-__all__ = ["ServerThread", "create_app", "serve"]

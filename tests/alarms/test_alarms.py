@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 from polar.alarms import AlarmKind, batch_alarms, count_alarms, notify_webhooks
 from polar.alarms.checks import evaluate, outcomes
 from polar.rollout import drive_rollouts, process_limiter, submit_tasks
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 from tests.rollout.helpers import FAIL, SOLVE, answer_task
 
 SILENT_HARNESS = {"name": "command", "config": {"command": "echo I quit"}}  # exits 0, never calls the model

@@ -12,7 +12,7 @@ from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.models.engine import LocalEngine
 from polar.rollout.context import close_contexts, store_factory
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 from polar.settings import get_settings
 from tests.flows.conftest import polar_environment, prefect_server  # noqa: F401
 from tests.rollout.conftest import sqlite_url, start_gateway  # noqa: F401

@@ -7,7 +7,7 @@ import httpx
 from db import make_engine, make_session_factory, migrate
 from flows.dispatch import run_inline
 from polar.api.app import create_api
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 from polar.settings import Settings, TaskDispatch
 from tests.conftest import CONTROL
 

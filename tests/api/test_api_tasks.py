@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from db.models import Capture, Rollout
 from polar.client import ApiError, PolarClient
 from polar.rollout.context import store_factory
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 from tests.rollout.helpers import answer_task
 
 

@@ -15,7 +15,8 @@ from polar.backends.sglang import SGLangBackend
 from polar.errors import BackendError, BackendUnavailable, InvalidRequest
 from polar.inference import GenerateRequest, SamplingParams, WeightUpdate, collect
 from polar.models.engine import LocalEngine
-from polar.serving import ServerThread, create_app
+from polar.serving.sglang_app import create_app
+from polar.serving.threaded import ServerThread
 from polar.settings import BackendKind, Settings
 
 

@@ -34,7 +34,8 @@ from polar.inference import (
 )
 from polar.models.engine import LocalEngine
 from polar.models.sampling import rescore
-from polar.serving import ServerThread, create_app
+from polar.serving.sglang_app import create_app
+from polar.serving.threaded import ServerThread
 from polar.tokens.ids_json import ids_text, json_array
 
 TOLERANCE = 1e-5

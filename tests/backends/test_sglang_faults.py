@@ -26,7 +26,7 @@ from polar.errors import (
     UnknownSamplingParameter,
 )
 from polar.inference import FinishReason, GenerateRequest, SamplingParams, VersionSpan, collect
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 
 REQUEST = GenerateRequest((1, 2, 3), SamplingParams(max_new_tokens=2))
 INFO = {"weight_version": "w", "max_context_length": 128}

@@ -13,7 +13,7 @@ from db.engine import make_engine, make_session_factory
 from db.migrate import upgrade
 from polar.clock import now
 from polar.live.view import LiveView
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 from tests.rollout.helpers import test_settings
 
 

@@ -26,7 +26,8 @@ from polar.live.text import format_live
 from polar.live.view import LiveView
 from polar.models.engine import LocalEngine
 from polar.rollout.context import store_factory
-from polar.serving import ServerThread, create_app
+from polar.serving.sglang_app import create_app
+from polar.serving.threaded import ServerThread
 from tests.rollout.helpers import test_settings
 from tests.ui.browser import chromium_path
 from tests.ui.conftest import screenshot

@@ -11,7 +11,8 @@ from fastapi import FastAPI
 from polar.errors import ConfigError
 from polar.models.check import PROBE, check_tokenizer_against_server, checked_model
 from polar.models.resolve import ModelChoice, judge_settings
-from polar.serving import ServerThread, create_app
+from polar.serving.sglang_app import create_app
+from polar.serving.threaded import ServerThread
 from polar.settings import BackendKind, Settings
 
 

@@ -13,7 +13,8 @@ from polar.cli import main
 from polar.errors import ConfigError
 from polar.model_folder import folder_tokenizer, open_model_folder
 from polar.models.resolve import ModelChoice, resolve_model_folder
-from polar.serving import ServerThread, create_app
+from polar.serving.sglang_app import create_app
+from polar.serving.threaded import ServerThread
 
 
 @pytest.fixture(scope="module")

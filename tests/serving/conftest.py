@@ -15,7 +15,8 @@ import pytest
 from fastapi import FastAPI
 
 from polar.models.engine import LocalEngine
-from polar.serving import ServerThread, create_app
+from polar.serving.sglang_app import create_app
+from polar.serving.threaded import ServerThread
 
 
 @dataclass

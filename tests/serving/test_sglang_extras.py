@@ -17,7 +17,8 @@ from polar.model_folder import folder_tokenizer, open_model_folder
 from polar.models.engine import LocalEngine
 from polar.models.moe import logprob_rows, routing_of
 from polar.models.tiny import ensure_model_dir
-from polar.serving import ServerThread, create_app
+from polar.serving.sglang_app import create_app
+from polar.serving.threaded import ServerThread
 from tests.serving.test_sglang_server import error_of, generate, stream
 
 PARAMS = {"max_new_tokens": 8, "temperature": 0.7, "sampling_seed": 11}

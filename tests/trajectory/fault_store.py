@@ -33,7 +33,7 @@ from db.enums import CaptureStatus, RolloutStatus
 from db.models import Capture, Rollout
 from polar.backends.sglang import SGLangBackend
 from polar.proxy.call.output_check import OutputCheck
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 from polar.settings import Settings
 from tests.proxy.asgi_gateway import CONTROL, asgi_gateway, open_session
 from tests.proxy.fault_sglang import INFO, fault_sglang, meta_info

@@ -26,7 +26,7 @@ from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.backends.sglang import SGLangBackend
 from polar.export import ExportFilter, export
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 from polar.trajectory.verify import load_captures, verify_rollout
 from polar.trajectory.verify_rows import check_stored
 from tests.rollout.conftest import postgres_url, sqlite_url, store_url  # noqa: F401

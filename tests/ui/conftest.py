@@ -19,7 +19,7 @@ from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.rollout import drive_rollouts, process_limiter, submit_tasks
 from polar.rollout.context import store_factory
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 from tests.rollout.conftest import context, sqlite_gateway, sqlite_url  # noqa: F401
 from tests.rollout.helpers import answer_task, script, test_settings
 from tests.ui.browser import require_chromium

@@ -8,7 +8,7 @@ from db.migrate import upgrade
 from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.rollout.context import store_factory
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 from tests.live.seed import VERSIONS, seed_rising
 from tests.rollout.helpers import test_settings
 from tests.ui.browser import require_chromium

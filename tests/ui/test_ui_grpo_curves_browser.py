@@ -22,7 +22,7 @@ from db.models import Rollout
 from flows.dispatch import run_inline
 from polar.api import create_api
 from polar.rollout.context import store_factory
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 from tests.rollout.helpers import test_settings
 from tests.ui.browser import require_chromium
 from tests.ui.conftest import TOKEN, screenshot

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from fastapi.responses import Response, StreamingResponse
 
 from polar.backends.sglang import SGLangBackend
-from polar.serving import ServerThread
+from polar.serving.threaded import ServerThread
 from tests.proxy.asgi_gateway import asgi_gateway, captures, open_session
 from tests.proxy.fault_sglang import INFO, fault_sglang, meta_info
 from tests.proxy.gateway_server import settings_for

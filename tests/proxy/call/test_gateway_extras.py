@@ -28,7 +28,8 @@ from polar.model_folder import folder_tokenizer, open_model_folder
 from polar.models.engine import LocalEngine
 from polar.models.moe import logprob_rows, routing_of, top_k_of
 from polar.models.tiny import ensure_model_dir
-from polar.serving import ServerThread, create_app
+from polar.serving.sglang_app import create_app
+from polar.serving.threaded import ServerThread
 from polar.trajectory.extras import path_to, stitch, trajectory_extras
 from polar.trajectory.prefix_merge import prefix_merge
 from polar.trajectory.store import load_capture_records

@@ -14,7 +14,8 @@ import pytest
 from polar.models.engine import LocalEngine
 from polar.proxy.call.plan import Planner
 from polar.proxy.session.call_node import Line
-from polar.serving import ServerThread, create_app
+from polar.serving.sglang_app import create_app
+from polar.serving.threaded import ServerThread
 from tests.proxy.gateway_server import GatewayServer, settings_for
 
 

@@ -9,7 +9,6 @@ conversations where Qwen3's template keeps everything.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 
 from polar.tokens.detokenize import IncrementalDecoder
@@ -73,12 +72,9 @@ class NativeFormat:
         new_messages: Sequence[Message],
         tools: Sequence[ToolSpec] = (),
     ) -> JoinedIds:
-        """The earlier ids kept as they are (``JoinedIds``: never copied), then the end-of-turn the reply lacked
-        and the new messages' ids."""
-        end = self.tokenizer.im_end_id
-        added = array("i", [] if output_ids and output_ids[-1] == end else [end])
-        # The template puts "\n" after every end-of-turn; it opens the new text.
-        added.extend(self.tokenizer.encode("\n" + self.template.render_tail(list(new_messages))))
+        """The earlier ids kept as they are (``JoinedIds``: never copied), then what follows them
+        (``ChatTemplate.following_ids``)."""
+        added = self.template.following_ids(self.tokenizer, output_ids, new_messages)
         return JoinedIds(JoinedIds(prompt_ids, output_ids), added)
 
     def stream_parser(self, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None) -> TextStream:

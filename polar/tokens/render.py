@@ -204,14 +204,9 @@ class PromptBuilder:
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared)
         if self.chat_format is not None:
             return self._extend(self.chat_format, messages, tools, parent, start)
-        ended_turn = len(parent.output_ids) > 0 and parent.output_ids[-1] == self.tokenizer.im_end_id
-        glue = [] if ended_turn else [self.tokenizer.im_end_id]
-        # The template puts "\n" after every end-of-turn; it opens the new text.
-        new_ids = self.tokenizer.encode("\n" + self.template.render_tail(_texts(messages[start:])))
         ids = parent.sequence_ids()  # a new array: extended in place, the parent's ids copied once
         prefix_len = len(ids)
-        ids.extend(glue)
-        ids.extend(new_ids)
+        ids.extend(self.template.following_ids(self.tokenizer, parent.output_ids, _texts(messages[start:])))
         return Prompt(ids, mode=RenderMode.APPEND, parent=parent, prefix_len=prefix_len)
 
     def _extend(

@@ -11,13 +11,14 @@ mode agree).
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from polar.errors import TemplateError
 from polar.tokens.messages import Message, Role, ToolSpec
 from polar.tokens.parsers import get_format
-from polar.tokens.tokenizer import IM_END, IM_START
+from polar.tokens.tokenizer import IM_END, IM_START, ChatTokenizer
 
 GENERATION_PROMPT = f"{IM_START}assistant\n"
 
@@ -85,6 +86,17 @@ class ChatTemplate:
         if add_generation_prompt:
             parts.append(GENERATION_PROMPT)
         return "".join(parts)
+
+    def following_ids(
+        self, tokenizer: ChatTokenizer, output_ids: Sequence[int], messages: Sequence[Message]
+    ) -> array[int]:
+        """The ids that follow a reply of ``output_ids`` when ``messages`` come after it: the end-of-turn the reply
+        lacked (the backend stopped before it, or at max tokens), then the "\\n" the template puts after every
+        end-of-turn, then the messages' render (``render_tail``)."""
+        end = tokenizer.im_end_id
+        ids = array("i", [] if output_ids and output_ids[-1] == end else [end])
+        ids.extend(tokenizer.encode("\n" + self.render_tail(messages)))
+        return ids
 
     def system_turn(self, system_text: str, tools: Sequence[ToolSpec]) -> str:
         if not tools:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from polar.chat.library import LibraryFormat
 from polar.errors import ConfigError, InvalidRequest
 from polar.model_folder import ModelFolder
+from polar.tokens.lazy_ids import JoinedIds
 from polar.tokens.messages import Message, Role, ToolSpec
 
 PROBE_TOOL = ToolSpec("polar_probe_tool", "probe", {"type": "object", "properties": {}})
@@ -60,5 +61,5 @@ class JinjaFormat(LibraryFormat):
         output_ids: Sequence[int],
         new_messages: Sequence[Message],
         tools: Sequence[ToolSpec] = (),
-    ) -> list[int] | None:
+    ) -> JoinedIds | None:
         return None

@@ -3,7 +3,8 @@
 Our canonical messages and tool specs are converted to the library's OpenAI-style dicts; its
 ``ParsedResponse`` to our ParsedOutput (calls with status OK become calls, every other attempt a
 MalformedToolCall whose text stays in the content); ``extend`` is its ``bridge_to_next_turn``, which keeps the
-sampled ids verbatim and returns None where it cannot prove the result equals a canonical render.
+sampled ids verbatim and returns None where it cannot prove the result equals a canonical render. The library is
+handed only a prompt's last turn (``LibraryFormat.prompt_tail``), so a turn of a long session costs its new ids.
 """
 
 from __future__ import annotations
@@ -13,15 +14,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from polar.chat.protocol import ReparseStreamParser
 from polar.chat.reply import reply_by_render
 from polar.errors import ConfigError, InvalidRequest
 from polar.ids import random_hex
+from polar.tokens.lazy_ids import JoinedIds, LazyIds, int32
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec
 from polar.tokens.parsers.types import MalformedToolCall, ParsedOutput
 
 if TYPE_CHECKING:
     from polar.chat.families import Family
+
+_TAIL_IDS = 4096  # a prompt's last ids read first for its last stop id (then 8x as many, until found)
 
 
 def message_dict(message: Message) -> dict[str, Any]:
@@ -169,7 +175,7 @@ class LibraryFormat:
             parsed = self._renderer.parse_response(
                 list(output_ids),
                 tools=[tool_dict(t) for t in tools] or None,
-                prompt_ids=prompt_ids if isinstance(prompt_ids, list) or prompt_ids is None else list(prompt_ids),
+                prompt_ids=None if prompt_ids is None else self.prompt_tail(prompt_ids),
             )
         except Exception as exc:  # noqa: BLE001 - never crash on model output: keep the text, invent nothing
             text = self._tokenizer.decode(list(output_ids), skip_special_tokens=True)
@@ -195,22 +201,45 @@ class LibraryFormat:
         output_ids: Sequence[int],
         new_messages: Sequence[Message],
         tools: Sequence[ToolSpec] = (),
-    ) -> list[int] | None:
+    ) -> JoinedIds | None:
+        """The library's ``bridge_to_next_turn`` on the prompt's last turn (``prompt_tail``): ``prompt_ids`` (that
+        very object, never copied) followed by the output as the bridge kept or closed it and the new ids."""
+        tail = self.prompt_tail(prompt_ids)
         try:
             bridged = self._renderer.bridge_to_next_turn(
-                list(prompt_ids),
+                tail,
                 list(output_ids),
                 [message_dict(m) for m in new_messages],
                 tools=[tool_dict(t) for t in tools] or None,
             )
         except (ValueError, TypeError, KeyError):  # what it cannot bridge is rendered canonically
             return None
-        return None if bridged is None else list(bridged.token_ids)
+        if bridged is None or list(bridged.token_ids[: len(tail)]) != tail:  # it keeps the prompt as it was given
+            return None
+        return JoinedIds(prompt_ids, list(bridged.token_ids[len(tail) :]))
+
+    def prompt_tail(self, prompt_ids: Sequence[int]) -> list[int]:
+        """The prompt from its last stop id on (all of it when it has none): all that the library reads of a prompt.
+        Its bridges keep the ids they are given as they are and read them only past the last turn's close (the
+        reasoning scan after the last stop id; gpt-oss's generation header, after its last ``<|start|>``, which
+        follows it). A session's prompt is then read only at its end, never whole (tests/chat checks that the
+        tail and the whole prompt give the same ids and parses on every family)."""
+        ids = prompt_ids if isinstance(prompt_ids, LazyIds) else int32(prompt_ids)  # a list: converted once
+        n, size = len(ids), _TAIL_IDS
+        marks = np.fromiter(self.stop_ids, np.int32)
+        while True:
+            start = max(n - size, 0)
+            tail = np.frombuffer(int32(ids[start:n]), np.int32)
+            hits = np.flatnonzero(np.isin(tail, marks))
+            if hits.size or start == 0:
+                found: list[int] = tail[int(hits[-1]) if hits.size else 0 :].tolist()
+                return found
+            size *= 8
 
     def stream_parser(
         self, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None
     ) -> ReparseStreamParser:
-        return ReparseStreamParser(self, tools, prompt_ids)
+        return ReparseStreamParser(self, tools, None if prompt_ids is None else self.prompt_tail(prompt_ids))
 
     def reply_ids(self, message: Message) -> list[int]:
         def render(messages: Sequence[Message], *, add_generation_prompt: bool = True) -> list[int]:

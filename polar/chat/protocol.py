@@ -65,8 +65,9 @@ class ChatFormat(Protocol):
     ) -> Sequence[int] | None:
         """``prompt_ids + output_ids`` (kept verbatim) + the new messages + the generation prompt; ``None`` when
         the format cannot prove that equals a canonical render (the caller then renders canonically). A list, an
-        int32 ``array``, or a ``polar.tokens.lazy_ids.JoinedIds`` of ``JoinedIds(prompt_ids, output_ids)`` (those
-        very objects) and the new ids: the earlier ids kept as they are, neither copied nor read."""
+        int32 ``array``, or a ``polar.tokens.lazy_ids.JoinedIds`` that keeps the earlier ids as they are, neither
+        copied nor read: of ``JoinedIds(prompt_ids, output_ids)`` (those very objects) and the new ids, or of
+        ``prompt_ids`` and the output as the format kept it (closed, or trimmed after its close) then the new ids."""
         ...
 
     def stream_parser(self, tools: Sequence[ToolSpec] = (), prompt_ids: Sequence[int] | None = None) -> OutputStream:

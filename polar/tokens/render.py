@@ -221,6 +221,10 @@ class PromptBuilder:
             return Prompt(ids, mode=RenderMode.CANONICAL, parent=parent, prefix_len=shared, fallback_reason=reason)
         if isinstance(extended, JoinedIds) and extended.starts_with(prompt_ids, output_ids):  # kept as they are
             return Prompt(extended, mode=RenderMode.APPEND, parent=parent, prefix_len=len(extended.head))
+        if isinstance(extended, JoinedIds) and extended.head is prompt_ids:  # the prompt kept; the output as the
+            # format kept it (closed where the backend cut it, trimmed after its close): say what survived
+            kept = common_prefix(extended.tail[: len(output_ids)], output_ids)
+            return Prompt(extended, mode=RenderMode.APPEND, parent=parent, prefix_len=len(prompt_ids) + kept)
         # A family may close a turn the backend cut (max tokens) or trim after its close: say what survived.
         ids, prompt, output = int32(extended), int32(prompt_ids), int32(output_ids)
         n, m = len(prompt), len(prompt) + len(output)

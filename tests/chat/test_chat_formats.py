@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from polar.chat import ReparseStreamParser, chat_format_for, detect_family
-from polar.chat.library import LibraryFormat
+from polar.chat.library import LibraryFormat, message_dict, tool_dict
 from polar.errors import ConfigError
 from polar.model_folder import ModelFolder, folder_tokenizer, open_model_folder
 from polar.models.init import TinyModelSpec, init_model_folder
 from polar.settings import RenderMode
-from polar.tokens.lazy_ids import JoinedIds, int32
+from polar.tokens.lazy_ids import JoinedIds, LazyIds, int32
 from polar.tokens.messages import Message, Role, ToolCall, ToolSpec, system, tool_result, user
 from polar.tokens.parsers.format import collect
 from polar.tokens.render import PriorCall, PromptBuilder
@@ -251,3 +251,85 @@ def test_the_jinja_fallback_serves_in_canonical_mode(family_folder, tmp_path: Pa
     second = builder.build(conversation, TOOLS, [prior])
     assert second.mode is RenderMode.CANONICAL and second.parent is prior and "jinja" in (second.fallback_reason or "")
     assert list(second.ids) == list(fmt.render_ids(conversation, TOOLS))
+
+
+class TailOnly(LazyIds):
+    """A long prompt that answers slices and counts the ids they read; read whole, it fails the test."""
+
+    def __init__(self, values: list[int]):
+        self.values, self.read = values, 0
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def whole(self) -> array:
+        raise AssertionError("the whole prompt was read")
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if not isinstance(index, slice):
+            raise AssertionError("the prompt was read id by id")
+        part = self.values[index]
+        self.read += len(part)
+        return part
+
+
+LIBRARY_FAMILIES = [
+    ("deepseek", "deepseek_v3"),
+    ("llama3", "llama3"),
+    ("o200k_harmony", "gpt_oss"),
+    ("qwen", "qwen35"),
+    ("qwen", "qwen36"),
+]
+
+
+@pytest.mark.parametrize(("tokenizer", "family"), LIBRARY_FAMILIES)
+def test_a_library_family_reads_only_a_prompts_last_turn(
+    cache_dir: Path, monkeypatch_session: None, tmp_path: Path, tokenizer: str, family: str
+) -> None:
+    """Twelve turns of a session whose opening is long, some replies cut at max tokens (no stop id) or reasoning:
+    each extend and parse, handed the prompt's last turn only (``prompt_tail``), gives exactly what the library gives
+    with the whole prompt, and the prompt is read only at its end, never whole."""
+    spec = TinyModelSpec(tokenizer=tokenizer, chat_format=family)
+    fmt = chat_format_for(open_model_folder(init_model_folder(spec, tmp_path / family, cache_dir)))
+    assert isinstance(fmt, LibraryFormat)
+    renderer = fmt._renderer
+    opening = " ".join(f"line {i}: def f{i}(x): return x * {i}" for i in range(1500))
+    messages: list[Message] = [system("You are a coding agent.\n" + opening), user("fix the tests")]
+    prompt = fmt.render_ids(messages, TOOLS)
+    for turn in range(12):
+        reasoning = f"look at file {turn}" if turn % 3 == 1 else None
+        call = Message(
+            Role.ASSISTANT, "", reasoning, (ToolCall("read", json.dumps({"path": f"f{turn}.py"}), f"c{turn}"),)
+        )
+        short = fmt.render_ids(messages, TOOLS)
+        sampled = fmt.render_ids([*messages, call], TOOLS, add_generation_prompt=False)[len(short) :]
+        if turn % 4 == 2:
+            sampled = sampled[: len(sampled) // 2]  # cut at max tokens: no stop id
+        new = [tool_result(f"contents of f{turn}.py\n" + "x = 1\n" * 20, f"c{turn}")]
+        lazy = TailOnly(list(prompt))
+        whole = renderer.bridge_to_next_turn(
+            list(prompt), list(sampled), [message_dict(m) for m in new], tools=[tool_dict(t) for t in TOOLS]
+        )
+        extended = fmt.extend(lazy, sampled, new, TOOLS)
+        assert (extended is None) == (whole is None)
+        if turn >= 2:  # past the opening turn, a stop id lies in the prompt's last few thousand ids
+            assert lazy.read < len(prompt) // 4
+        fmt.parse(sampled, TOOLS, TailOnly(list(prompt)))  # reads the prompt's end only
+        tools = [tool_dict(t) for t in TOOLS]
+        by_tail, by_whole = (
+            renderer.parse_response(list(sampled), tools=tools, prompt_ids=ids)
+            for ids in (fmt.prompt_tail(prompt), list(prompt))
+        )
+        assert _parse_fields(by_tail) == _parse_fields(by_whole)
+        messages = [*messages, call if turn % 4 != 2 else fmt.parse(sampled, TOOLS, prompt).message(), *new]
+        if extended is None:
+            prompt = fmt.render_ids(messages, TOOLS)
+            continue
+        assert isinstance(extended, JoinedIds) and extended.head is lazy  # the prompt itself, never copied
+        assert list(prompt) + list(extended.tail) == list(whole.token_ids)
+        prompt = list(whole.token_ids)
+
+
+def _parse_fields(parsed) -> tuple:
+    calls = [(c.name, c.arguments, c.status, c.raw) for c in parsed.tool_calls]
+    return parsed.content, parsed.reasoning_content, calls

@@ -9,15 +9,16 @@ keeps its own arrays.
 
 from __future__ import annotations
 
-import functools
+import bisect
 import threading
 from array import array
 from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 
 from polar.tokens.ids_json import ids_text
-from polar.tokens.lazy_ids import LazyPrompt
+from polar.tokens.lazy_ids import LazyIds
 from polar.tokens.messages import Message, Role, ToolSpec
 
 
@@ -41,19 +42,22 @@ class Line:
     the text the engine is sent. Each piece after the first begins with its comma: a prompt's text is the pieces as
     they are, never walked piece by piece (a long session has hundreds).
 
-    The ids themselves are read from the text only when something asks for ids before the tip's output (``ids``: a
-    call off the line rebuilding its prompt, a chat format or an engine that takes whole id lists); the int32
-    array made then is kept and extended with the line from then on, so a session that needs it whole reads the
-    text once. A steady session of a format that extends by the new ids alone (``JoinedIds``) never makes it. Only
-    ever extended in place; readers get copies, never views, so extending never fails. A build in a worker thread
-    may read while the event loop extends: the array is made and extended under the line's lock."""
+    The ids themselves are read from the text only when something asks for ids before the tip's output (``ids``).
+    A short stretch near the end (a chat format reading a prompt's last turn, ``LinePrompt``) is read from the
+    pieces that hold it, and nothing is kept. A longer one (a call off the line rebuilding its prompt, an engine
+    that takes whole id lists) makes the whole int32 array, which is kept and extended with the line from then on,
+    so a session that needs it whole reads the text once. A steady session of a format that extends by the new ids
+    alone (``JoinedIds``) never makes it. Only ever extended in place; readers get copies, never views, so
+    extending never fails. A build in a worker thread may read while the event loop extends: the array is made
+    and extended, and the pieces read, under the line's lock."""
 
-    __slots__ = ("n", "tip", "text", "_tip_output", "_tip_prompt", "_tip_pieces", "_ids", "_lock")
+    __slots__ = ("n", "tip", "text", "_starts", "_tip_output", "_tip_prompt", "_tip_pieces", "_ids", "_lock")
 
     def __init__(self) -> None:
         self.n = 0  # the ids on the line
         self.tip: int | None = None  # the capture id whose prompt and output the line is
         self.text: list[bytes] = []  # a piece a call's prompt delta, then one its output (none for no ids)
+        self._starts: list[int] = []  # where each piece's ids start on the line
         # Where the tip's output starts on the line, and its ids: one tuple, so a reader gets a matching pair.
         self._tip_output: tuple[int, array[int]] = (0, _EMPTY)
         self._tip_prompt = 0  # the length of the tip's prompt
@@ -84,16 +88,25 @@ class Line:
         node._delta = node._output = _EMPTY
         return True
 
-    def ids(self, start: int, stop: int) -> array[int]:
+    def ids(self, start: int, stop: int, *, keep: bool = True) -> array[int]:
         """The line's ids ``start:stop`` (within its length), a new array: the tip's output read as it was kept,
-        anything before it from the text."""
+        anything before it from the text. ``keep``: a long stretch makes the whole array, kept (a reader that reads
+        it again: an engine that takes whole lists, a branch's rebuild); else the pieces that hold it are read,
+        whatever its length, and nothing is kept (a chat format searching a prompt's end for its last turn)."""
         output_start, output = self._tip_output
         if start >= output_start and stop <= output_start + len(output):
             return output[start - output_start : stop - output_start]
         with self._lock:
             if self._ids is None:
-                parsed = np.fromstring(b"".join(self.text), dtype=np.int32, sep=",")
-                self._ids = array("i", parsed.tobytes())
+                first = bisect.bisect_right(self._starts, start) - 1
+                last = bisect.bisect_left(self._starts, stop)
+                held = (self._starts[last] if last < len(self._starts) else self.n) - self._starts[first]
+                if not keep or held * 4 <= self.n:  # a short stretch (a prompt's last turn): its pieces alone
+                    at = self._starts[first]
+                    return _parsed([self.text[first][1:] if first else self.text[0], *self.text[first + 1 : last]])[
+                        start - at : stop - at
+                    ]
+                self._ids = _parsed(self.text)
             return self._ids[start:stop]
 
     def prompt_text(self, parent_id: int | None, prefix_len: int, ids: Sequence[int]) -> tuple[bytes, ...] | None:
@@ -116,12 +129,18 @@ class Line:
         if piece:
             with self._lock:
                 self.text.append(b"," + piece if self.text else piece)
+                self._starts.append(self.n)
                 self.n += len(ids)
                 if self._ids is not None:
                     self._ids.extend(ids)
 
 
 _EMPTY = array("i")
+
+
+def _parsed(pieces: list[bytes]) -> array[int]:
+    """The ids of consecutive pieces (the first without its leading comma), as an int32 array."""
+    return array("i", np.fromstring(b"".join(pieces), dtype=np.int32, sep=",").tobytes())
 
 
 class CallNode:
@@ -176,7 +195,34 @@ class CallNode:
         line = self.line
         return line.ids(self.n_prompt, self.n_prompt + self.n_output) if line is not None else self._output
 
-    def prompt_on_line(self) -> LazyPrompt | None:
-        """The full prompt, when this call is on a line (read from it only if its ids are read); None otherwise."""
+    def prompt_on_line(self) -> LinePrompt | None:
+        """The full prompt, when this call is on a line (read from it only as far as it is read); None otherwise."""
         line = self.line
-        return LazyPrompt(self.n_prompt, functools.partial(line.ids, 0, self.n_prompt)) if line is not None else None
+        return LinePrompt(line, self.n_prompt) if line is not None else None
+
+
+class LinePrompt(LazyIds):
+    """A prompt on a line, known by its length: a slice read from the pieces of the line that hold it (a chat format
+    reading the prompt's last turn), nothing kept; anything else from the whole array the line then keeps."""
+
+    __slots__ = ("_line", "_n")
+
+    def __init__(self, line: Line, n: int):
+        self._line, self._n = line, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def whole(self) -> array[int]:
+        return self._line.ids(0, self._n)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[int]: ...
+    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._n)
+            if step == 1:
+                return self._line.ids(start, max(start, stop), keep=False)
+        return self.whole()[index]

@@ -7,6 +7,8 @@ from __future__ import annotations
 from array import array
 
 import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from polar.proxy.session.call_node import CallNode, Line
 from polar.tokens.ids_json import ids_text, json_array
@@ -79,3 +81,48 @@ def test_the_ids_text_of_any_ids_is_orjsons():
     for ids in ([], [0], [1, 151_000, 7], list(range(1000))):
         assert b"".join(json_array([ids_text(array("i", ids))])) == orjson.dumps(ids)
         assert b"".join(json_array([ids_text(ids[:1]), b"", ids_text(tuple(ids[1:]))])) == orjson.dumps(ids)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 200_000), min_size=0, max_size=40), min_size=1, max_size=12),
+    st.data(),
+)
+def test_a_stretch_of_the_line_reads_the_same_from_its_pieces(turns: list[list[int]], data: st.DataObject):
+    """A chain of calls (each a prompt delta, then an output), read at any stretch: a short stretch comes from the
+    pieces that hold it and leaves nothing kept; a long one makes the whole array, kept from then on."""
+    line, ids, parent = Line(), [], None
+    for i in range(0, len(turns) - 1, 2):
+        call = node(i + 1, parent, len(ids), turns[i], turns[i + 1])
+        assert line.extend(call)
+        ids += turns[i] + turns[i + 1]
+        parent = i + 1
+    for _ in range(5):
+        start = data.draw(st.integers(0, len(ids)))
+        stop = data.draw(st.integers(start, len(ids)))
+        was_read = line.ids_read
+        assert list(line.ids(start, stop)) == ids[start:stop]
+        output_start, output = line._tip_output
+        if not was_read and (stop - start) * 4 > len(ids) and not start >= output_start:
+            assert line.ids_read  # a long stretch made (and kept) the whole array
+        assert list(line.ids(start, stop, keep=False)) == ids[start:stop]
+    assert len(line) == len(ids)
+
+
+def test_a_prompt_on_the_line_reads_its_last_turn_without_the_rest():
+    line, ids = Line(), []
+    opening = list(range(1000, 5000))
+    calls = [(opening, [1, 2]), ([3, 4, 5], [6, 7]), ([8, 9], [10])]
+    parent = None
+    for i, (delta, output) in enumerate(calls):
+        call = node(i + 1, parent, len(ids), delta, output)
+        assert line.extend(call)
+        ids += delta + output
+        parent = i + 1
+    prompt = call.prompt_on_line()
+    assert prompt is not None and len(prompt) == len(ids) - 1
+    assert list(prompt[-6:]) == ids[-7:-1] and not line.ids_read  # the last turns, from their pieces
+    # A slice reads only the pieces that hold it, however long; nothing is kept.
+    assert list(prompt[:3]) == [1000, 1001, 1002] and list(prompt[2:]) == ids[2:-1] and not line.ids_read
+    assert list(prompt) == ids[:-1] and line.ids_read  # read whole: the line's array, kept
+    assert line.extend(node(4, 3, len(ids), [11], [12])) and list(line.ids(0, len(line))) == [*ids, 11, 12]

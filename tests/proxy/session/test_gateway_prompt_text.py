@@ -79,7 +79,8 @@ def test_each_prompt_the_engine_receives_is_the_stored_one(gateway, sent, texts)
             # Till then the session's ids are held once, as the JSON text they were sent as: nothing read them back.
             assert not line().ids_read and len(line()) > 0
             client.chat.completions.create(model="tiny", messages=[*before[1], {"role": "user", "content": "x"}])
-            assert line().ids_read  # the branch's prompt was read from it
+            # The branch's parent is the root: its prompt, a short stretch of the line, was read from its piece alone.
+            assert not line().ids_read
     stored = [row["prompt_ids"] for row in gateway.captures(session["session_id"])]
     assert sent == stored and len(stored) == 7
     # The root and the branch are encoded whole; every other call extends the line's tip (the branch is off it).

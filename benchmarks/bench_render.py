@@ -7,7 +7,8 @@ render and tokenize only the new messages) vs canonical mode (render and tokeniz
     .venv/bin/python benchmarks/bench_render.py [--tokenizer small|qwen]
     .venv/bin/python benchmarks/bench_render.py --families qwen3,deepseek_v3,llama3,gpt_oss
 
-``--families``: the same conversation through each family's chat format (polar/chat) on its real vocabulary, in a
+``--families``: the same conversation through each family's chat format (polar/chat) on its real vocabulary (with
+``--opening N``, after a system prompt of about N more tokens: a long session's context), in a
 tiny model folder made by ``polar model init``'s code: append = ``extend(previous prompt, sampled ids, new
 messages)``, canonical = ``render_ids(whole conversation)``; the sampled ids of each turn are the reply's
 canonical encoding. ``fallbacks`` counts turns where the format could not extend (then the prompt was rendered
@@ -47,7 +48,7 @@ FAMILY_VOCABULARY = {"qwen3": "qwen", "qwen3_coder": "qwen", "deepseek_v3": "dee
 FAMILY_VOCABULARY["gpt_oss"] = "o200k_harmony"
 
 
-def bench_families(families: list[str], repeat: int) -> None:
+def bench_families(families: list[str], repeat: int, opening: int = 0) -> None:
     import tempfile
     from pathlib import Path
 
@@ -62,8 +63,9 @@ def bench_families(families: list[str], repeat: int) -> None:
         for family in families:
             spec = TinyModelSpec(tokenizer=FAMILY_VOCABULARY[family], chat_format=family)
             fmt = chat_format_for(open_model_folder(init_model_folder(spec, Path(tmp) / family, cache)))
-            messages: list[Message] = [system("You are a coding agent. " * 40), user("Refactor the repository.")]
-            head = list(messages)
+            context = "".join(f"line {i}: def f{i}(x): return x * {i}\n" for i in range(opening // 14))
+            messages: list[Message] = [system("You are a coding agent. " * 40 + context), user("Refactor the repo.")]
+            head = [system("You are a coding agent."), messages[1]]  # the reply's ids do not depend on the context
             prompt = fmt.render_ids(messages, (BASH,))
             fallbacks = 0
             for turn in range(1, max(CHECKPOINTS) + 1):
@@ -94,9 +96,10 @@ def main() -> None:
     parser.add_argument("--tokenizer", default="qwen", choices=["small", "qwen"])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--families", help="comma-separated chat formats, e.g. qwen3,deepseek_v3,llama3,gpt_oss")
+    parser.add_argument("--opening", type=int, default=0, help="--families: about this many more tokens up front")
     args = parser.parse_args()
     if args.families:
-        bench_families(args.families.split(","), args.repeat)
+        bench_families(args.families.split(","), args.repeat, args.opening)
         return
     tokenizer = load_tokenizer(args.tokenizer, get_settings().cache_dir)
     builder = PromptBuilder(tokenizer)

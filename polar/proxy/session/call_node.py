@@ -102,12 +102,18 @@ class Line:
                 last = bisect.bisect_left(self._starts, stop)
                 held = (self._starts[last] if last < len(self._starts) else self.n) - self._starts[first]
                 if not keep or held * 4 <= self.n:  # a short stretch (a prompt's last turn): its pieces alone
-                    at = self._starts[first]
-                    return _parsed([self.text[first][1:] if first else self.text[0], *self.text[first + 1 : last]])[
-                        start - at : stop - at
-                    ]
+                    return self._stretch(first, last, start, stop)
                 self._ids = _parsed(self.text)
             return self._ids[start:stop]
+
+    def _stretch(self, first: int, last: int, start: int, stop: int) -> array[int]:
+        """Ids ``start:stop`` from pieces ``first:last``, parsed from id ``start`` on: the first piece is cut at the
+        comma before it, found by numpy in its bytes (a stretch at the end of a long opening parses only itself)."""
+        piece = self.text[first]
+        commas = start - self._starts[first] + (1 if first else 0)  # before id ``start`` (a later piece opens with one)
+        if commas:
+            piece = piece[int(np.flatnonzero(np.frombuffer(piece, np.uint8) == 0x2C)[commas - 1]) + 1 :]
+        return _parsed([piece, *self.text[first + 1 : last]])[: stop - start]
 
     def prompt_text(self, parent_id: int | None, prefix_len: int, ids: Sequence[int]) -> tuple[bytes, ...] | None:
         """The JSON array of ``ids``, a prompt that keeps ``prefix_len`` ids of call ``parent_id``'s prompt and
@@ -139,7 +145,7 @@ _EMPTY = array("i")
 
 
 def _parsed(pieces: list[bytes]) -> array[int]:
-    """The ids of consecutive pieces (the first without its leading comma), as an int32 array."""
+    """The ids of consecutive pieces (the first without a leading comma), as an int32 array."""
     return array("i", np.fromstring(b"".join(pieces), dtype=np.int32, sep=",").tobytes())
 
 

@@ -214,9 +214,9 @@ class LibraryFormat:
             )
         except (ValueError, TypeError, KeyError):  # what it cannot bridge is rendered canonically
             return None
-        if bridged is None or list(bridged.token_ids[: len(tail)]) != tail:  # it keeps the prompt as it was given
+        if bridged is None or bridged.token_ids[: len(tail)] != tail:  # it keeps the prompt as it was given
             return None
-        return JoinedIds(prompt_ids, list(bridged.token_ids[len(tail) :]))
+        return JoinedIds(prompt_ids, bridged.token_ids[len(tail) :])
 
     def prompt_tail(self, prompt_ids: Sequence[int]) -> list[int]:
         """The prompt from its last stop id on (all of it when it has none): all that the library reads of a prompt.

@@ -306,16 +306,13 @@ def test_a_library_family_reads_only_a_prompts_last_turn(
         if turn % 4 == 2:
             sampled = sampled[: len(sampled) // 2]  # cut at max tokens: no stop id
         new = [tool_result(f"contents of f{turn}.py\n" + "x = 1\n" * 20, f"c{turn}")]
-        lazy = TailOnly(list(prompt))
-        whole = renderer.bridge_to_next_turn(
-            list(prompt), list(sampled), [message_dict(m) for m in new], tools=[tool_dict(t) for t in TOOLS]
-        )
+        lazy, tools = TailOnly(list(prompt)), [tool_dict(t) for t in TOOLS]
+        whole = renderer.bridge_to_next_turn(list(prompt), list(sampled), [message_dict(m) for m in new], tools=tools)
         extended = fmt.extend(lazy, sampled, new, TOOLS)
         assert (extended is None) == (whole is None)
         if turn >= 2:  # past the opening turn, a stop id lies in the prompt's last few thousand ids
             assert lazy.read < len(prompt) // 4
         fmt.parse(sampled, TOOLS, TailOnly(list(prompt)))  # reads the prompt's end only
-        tools = [tool_dict(t) for t in TOOLS]
         by_tail, by_whole = (
             renderer.parse_response(list(sampled), tools=tools, prompt_ids=ids)
             for ids in (fmt.prompt_tail(prompt), list(prompt))
